@@ -1,0 +1,39 @@
+"""Error types shared by the engine, the node and the command line.
+
+The text front end has its own (``dora_primespeech_mlx.text.errors``) and checkpoint reading raises
+``dora_primespeech_mlx.convert.torch_pickle.CheckpointError``.
+"""
+
+from __future__ import annotations
+
+
+class PrimeSpeechError(Exception):
+    """Base class of this package's runtime errors."""
+
+
+class ConfigError(PrimeSpeechError, ValueError):
+    """An invalid setting (environment variable, request parameter, voice file)."""
+
+
+class VoiceNotFoundError(PrimeSpeechError, LookupError):
+    """No voice of that name exists (neither a preset nor a user-defined voice)."""
+
+
+class VoiceNotInstalledError(PrimeSpeechError, FileNotFoundError):
+    """The voice is known but its files are not on this machine (download or point to them)."""
+
+
+class DownloadError(PrimeSpeechError):
+    """A download failed (offline, missing file upstream, checksum mismatch)."""
+
+
+class NothingToSpeakError(PrimeSpeechError, ValueError):
+    """The text has nothing speakable (empty, punctuation or symbols only)."""
+
+
+class SynthesisError(PrimeSpeechError, RuntimeError):
+    """A model stage failed while synthesising; ``stage`` names it (text, bert, gpt, sovits, ...)."""
+
+    def __init__(self, message: str, stage: str = "synthesis"):
+        super().__init__(message)
+        self.stage = stage
