@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DEFAULT_MODEL_DIR = "~/.dora/models/primespeech-mlx"
+DEFAULT_MODEL_DIR = "~/.dora/models/primespeech"  # the old node's default: its downloads are reused
 
 # The old node's name first (drop-in use), then the design document's alias.
 MODEL_DIR_ENV = ("PRIMESPEECH_MODEL_DIR", "GPTSVITS_MODEL_DIR")
