@@ -1,0 +1,231 @@
+"""English front end of GPT-SoVITS v2 (``text/english.py``): text -> normalised text -> ARPAbet phones.
+
+Two public functions, called by the pipeline once per English segment:
+
+* :func:`text_normalize` maps ``。！？`` to ``.!?``, spells out numbers and symbols
+  (:mod:`.en_normalization`) and collapses repeated punctuation.
+* :func:`g2p` turns the normalised text into phones of the v2 symbol table.
+
+Words are pronounced by, in order: the POS-tagged homograph table of ``g2p_en`` (with upstream's fixes
+for *read* and *complex*), upstream's own dictionary (``cmudict.rep`` from line 57, ``cmudict-fast.rep``
+for new words, ``engdict-hot.rep`` overriding both, minus AE AI AR IOS HUD OS), the name dictionary
+for Title-case words, spelling for words of up to three letters, the possessive ``'s`` rule,
+``wordsegment`` compounds, and finally ``g2p_en``'s neural model.
+
+Not done here: upstream's ``cleaner.clean_text`` puts a ``","`` in front of the phones of an English
+segment when :func:`g2p` returns fewer than 4 of them (``"bug"`` -> ``, B AH1 G``); that belongs to the
+pipeline, which calls this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+
+from .data import data_file, ensure_nltk_data
+from .en_normalization import normalize
+from .errors import TextFrontendError
+
+logger = logging.getLogger(__name__)
+
+# ------------------------------------------------------------------------------------ normalisation
+
+# Upstream escapes these keys with re.escape, so the two bracket "classes" only match their own literal
+# text: ";:，；" and quotes are not turned into "," / "'" here (the character filter deletes them later).
+_PUNCT_MAP = {"[;:：，；]": ",", '["’]': "'", "。": ".", "！": "!", "？": "?"}
+_PUNCT_MAP_RE = re.compile("|".join(re.escape(key) for key in _PUNCT_MAP))
+
+# v1/v2 punctuation symbols. A mark (or whitespace) followed by marks keeps only the first character,
+# so a mark after a space disappears: "a , b" -> "a  b".
+PUNCTUATION = ("!", "?", "…", ",", ".", "-")
+_MARKS = "".join(re.escape(p) for p in PUNCTUATION)
+_REPEATED_PUNCT_RE = re.compile(f"([{_MARKS}\\s])([{_MARKS}])+")
+
+
+def text_normalize(text: str) -> str:
+    """Normalise one English segment the way upstream ``english.text_normalize`` does."""
+    text = _PUNCT_MAP_RE.sub(lambda m: _PUNCT_MAP[m.group()], text)
+    text = normalize(text)
+    return _REPEATED_PUNCT_RE.sub(r"\1", text)
+
+
+# ------------------------------------------------------------------------------------------ symbols
+
+# Upstream's `arpa` set: the ARPAbet part of the v2 symbol table.
+ARPA = frozenset(
+    """AA0 AA1 AA2 AE0 AE1 AE2 AH0 AH1 AH2 AO0 AO1 AO2 AW0 AW1 AW2 AY0 AY1 AY2 B CH D DH EH0 EH1 EH2
+    ER ER0 ER1 ER2 EY0 EY1 EY2 F G HH IH IH0 IH1 IH2 IY0 IY1 IY2 JH K L M N NG OW0 OW1 OW2 OY0 OY1 OY2
+    P R S SH T TH UH0 UH1 UH2 UW0 UW1 UW2 V W Y Z ZH""".split()
+)
+
+# Every v2 symbol the English G2P can produce: other v2 symbols (Chinese, Japanese, ...) never come out
+# of the dictionaries, the neural model or the tokenizer (tokens without letters are made of '.,?!-).
+_V2_ENGLISH = ARPA | set(PUNCTUATION) | {"UNK"}
+_NOT_PHONES = frozenset({" ", "<pad>", "UW", "</s>", "<s>"})
+
+
+# ----------------------------------------------------------------------------------- dictionaries
+
+_REMOVED_WORDS = ("ae", "ai", "ar", "ios", "hud", "os")  # misread abbreviations upstream deletes
+_CMU_FIRST_LINE = 57  # cmudict.rep: lines before this are the licence header
+
+
+@functools.lru_cache(maxsize=1)
+def english_dictionary() -> dict[str, list[str]]:
+    """Lower-case word -> phones, built like upstream ``get_dict()`` (first pronunciation only)."""
+    words: dict[str, list[str]] = {}
+    with open(data_file("cmudict.rep"), encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if number >= _CMU_FIRST_LINE:
+                fields = line.strip().split("  ")  # word, two spaces, phones
+                words[fields[0].lower()] = fields[1].split(" ")
+    with open(data_file("cmudict-fast.rep"), encoding="utf-8") as f:
+        for line in f:
+            fields = line.strip().split(" ")
+            words.setdefault(fields[0].lower(), fields[1:])
+    with open(data_file("engdict-hot.rep"), encoding="utf-8") as f:
+        for line in f:
+            fields = line.strip().split(" ")
+            words[fields[0].lower()] = fields[1:]
+    for word in _REMOVED_WORDS:
+        words.pop(word, None)
+    return words
+
+
+@functools.lru_cache(maxsize=1)
+def name_dictionary() -> dict[str, list[str]]:
+    """Lower-case name -> phones (first pronunciation) from upstream's name dictionary."""
+    with open(data_file("namedict.json"), encoding="utf-8") as f:
+        names = json.load(f)
+    return {name: prons[0] for name, prons in names.items()}
+
+
+# ---------------------------------------------------------------------------------------------- G2P
+
+_HAS_LETTER = re.compile("[a-z]")
+_POSSESSIVE = re.compile(r"^([a-z]+)('s)$")
+_VOICELESS = frozenset({"P", "T", "K", "F", "TH", "HH"})  # 's -> S
+_SIBILANT = frozenset({"S", "Z", "SH", "ZH", "CH", "JH"})  # 's -> AH0 Z; anything else -> Z
+
+
+class EnglishG2p:
+    """Word-level pronunciation with upstream's lookup order. Build it with :func:`english_g2p`."""
+
+    def __init__(self) -> None:
+        ensure_nltk_data()  # before g2p_en is imported: it downloads missing NLTK data on import
+        import nltk
+        from g2p_en import G2p
+        from nltk.tokenize import TweetTokenizer
+
+        self._model = G2p()  # the neural predictor and the homograph table
+        self.cmu = english_dictionary()
+        self.names = name_dictionary()
+        self.homographs = dict(self._model.homograph2features)
+        self.homographs["read"] = (["R", "IY1", "D"], ["R", "EH1", "D"], "VBP")
+        self.homographs["complex"] = (
+            ["K", "AH0", "M", "P", "L", "EH1", "K", "S"],
+            ["K", "AA1", "M", "P", "L", "EH0", "K", "S"],
+            "JJ",
+        )
+        self._tokenize = TweetTokenizer().tokenize
+        self._pos_tag = nltk.pos_tag
+
+    def __call__(self, text: str) -> list[str]:
+        """Raw phones of ``text`` (before the symbol-table mapping)."""
+        phones: list[str] = []
+        for token, pos in self._pos_tag(self._tokenize(text)):
+            word = token.lower()
+            if _HAS_LETTER.search(word) is None:
+                phones.append(word)  # punctuation passes through
+            elif len(word) == 1:
+                phones.extend(["EY1"] if token == "A" else self._letter(word))
+            elif word in self.homographs:
+                pron1, pron2, pos1 = self.homographs[word]
+                # A tag shorter than pos1 that starts it also picks pron1 (only "read"/"VBP": "VB").
+                if pos.startswith(pos1) or (len(pos) < len(pos1) and pos == pos1[: len(pos)]):
+                    phones.extend(pron1)
+                else:
+                    phones.extend(pron2)
+            else:
+                phones.extend(self.word(token))
+        return phones
+
+    def word(self, token: str) -> list[str]:
+        """Phones of one token (upstream ``qryword``); ``token`` keeps its case for the name lookup."""
+        word = token.lower()
+        if len(word) > 1 and word in self.cmu:
+            return self.cmu[word]
+        if token.istitle() and word in self.names:
+            return self.names[word]
+        if len(word) <= 3:  # short unknown words are spelled
+            phones: list[str] = []
+            for ch in word:
+                if ch == "a":
+                    phones.append("EY1")
+                elif not ch.isalpha():
+                    phones.append(ch)
+                else:
+                    phones.extend(self._letter(ch))
+            return phones
+        if _POSSESSIVE.match(word):
+            phones = list(self.word(word[:-2]))
+            if not phones:
+                raise TextFrontendError(f"no pronunciation for the stem of {token!r}")
+            if phones[-1] in _VOICELESS:
+                phones.append("S")
+            elif phones[-1] in _SIBILANT:
+                phones.extend(["AH0", "Z"])
+            else:
+                phones.append("Z")
+            return phones
+        parts = _segment(word)
+        if len(parts) == 1:
+            return self._model.predict(word)
+        return [ph for part in parts for ph in self.word(part)]
+
+    def _letter(self, ch: str) -> list[str]:
+        try:
+            return self.cmu[ch]
+        except KeyError:
+            raise TextFrontendError(f"no pronunciation for the letter {ch!r}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def english_g2p() -> EnglishG2p:
+    """The shared :class:`EnglishG2p` (loads dictionaries, NLTK data and the neural model once)."""
+    return EnglishG2p()
+
+
+@functools.lru_cache(maxsize=1)
+def _wordsegment():
+    import wordsegment
+
+    wordsegment.load()
+    return wordsegment
+
+
+def _segment(word: str) -> list[str]:
+    return _wordsegment().segment(word)
+
+
+def g2p(norm_text: str) -> list[str]:
+    """Phones of normalised English text, as v2 symbols (upstream ``english.g2p`` + ``replace_phs``).
+
+    ``<unk>`` becomes ``UNK``, ``'`` becomes ``-``, separators/``UW``/sentence marks and anything else
+    outside the v2 table are dropped. The ``","`` prefix for fewer than 4 phones is the caller's job.
+    """
+    phones: list[str] = []
+    for ph in english_g2p()(norm_text):
+        if ph in _NOT_PHONES:
+            continue
+        if ph == "<unk>":
+            ph = "UNK"
+        if ph in _V2_ENGLISH:
+            phones.append(ph)
+        elif ph == "'":
+            phones.append("-")
+        else:
+            logger.debug("dropping %r: not a v2 symbol", ph)
+    return phones
