@@ -87,9 +87,9 @@ def sovits_version(path: Path, weights: dict[str, np.ndarray], header: bytes) ->
         raise _unsupported(path, tagged)
     if any(k.startswith(("sv_emb.", "ge_to512.")) for k in weights):
         raise _unsupported(path, "v2Pro")
-    if any(k.startswith(("cfm.", "bridge.")) for k in weights) or "enc_p.text_embedding.weight" not in weights:
-        if any(k.startswith("cfm.") for k in weights):
-            raise _unsupported(path, "v3/v4")
+    if any(k.startswith("cfm.") for k in weights):
+        raise _unsupported(path, "v3/v4")
+    if "enc_p.text_embedding.weight" not in weights:
         raise CheckpointError(path, "not a GPT-SoVITS SoVITS checkpoint (no enc_p.text_embedding)")
     n_sym = weights["enc_p.text_embedding.weight"].shape[0]
     return "v1" if n_sym == 322 else "v2"

@@ -1,0 +1,233 @@
+"""Load models from original files or from converted MLX files, converting once and caching.
+
+A converted model is a folder holding ``config.json`` (``{"kind": ..., "version": ..., "args": {...},
+"source": ...}``) and ``model.safetensors`` (the sanitized float32 weights). Loading a converted folder
+parses no pickle and does no key mapping. :func:`convert` writes one; the ``load_*`` functions accept
+either form and, given an original file, convert it into ``<model_dir>/mlx/`` the first time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..paths import mlx_cache_dir, model_dir
+from .checkpoints import RawCheckpoint, read_gpt, read_hf_dir, read_sovits
+from .torch_pickle import CheckpointError
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+KINDS = ("gpt", "sovits", "hubert", "bert")
+
+
+def _model_classes(kind: str):
+    """(ArgsClass, ModelClass) of a model kind; imported lazily (MLX is heavy)."""
+    if kind == "gpt":
+        from ..models.t2s import T2SArgs, T2SModel
+
+        return T2SArgs, T2SModel
+    if kind == "sovits":
+        from ..models.sovits import SoVITSArgs, SoVITSModel
+
+        return SoVITSArgs, SoVITSModel
+    if kind == "hubert":
+        from ..models.hubert import HubertArgs, HubertModel
+
+        return HubertArgs, HubertModel
+    if kind == "bert":
+        from ..models.bert import BertArgs, BertModel
+
+        return BertArgs, BertModel
+    raise ValueError(f"unknown model kind {kind!r} (expected one of {', '.join(KINDS)})")
+
+
+def detect_kind(path: str | os.PathLike) -> str:
+    """Guess the model kind of an original file/folder or a converted folder."""
+    path = Path(path)
+    if path.is_dir():
+        cfg = path / "config.json"
+        if cfg.is_file():
+            try:
+                data = json.loads(cfg.read_text(encoding="utf-8"))
+            except ValueError:
+                raise CheckpointError(cfg, "invalid JSON") from None
+            if "kind" in data and "args" in data:
+                return data["kind"]
+            model_type = data.get("model_type")
+            if model_type in ("hubert", "bert"):
+                return model_type
+        raise CheckpointError(path, "cannot tell which model this folder holds (no usable config.json)")
+    if path.suffix == ".ckpt":
+        return "gpt"
+    if path.suffix == ".pth":
+        return "sovits"
+    raise CheckpointError(path, "cannot tell the model kind: expected a .ckpt, a .pth or a model folder")
+
+
+def read_original(path: str | os.PathLike, kind: str) -> RawCheckpoint:
+    if kind == "gpt":
+        return read_gpt(path)
+    if kind == "sovits":
+        return read_sovits(path)
+    return read_hf_dir(path, kind)
+
+
+def is_converted(path: str | os.PathLike) -> bool:
+    path = Path(path)
+    return (path / "model.safetensors").is_file() and (path / "config.json").is_file() and _is_ours(path)
+
+
+def _is_ours(path: Path) -> bool:
+    try:
+        data = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "kind" in data and "args" in data
+
+
+def _args_dict(args: Any) -> dict:
+    if hasattr(args, "to_dict"):
+        return args.to_dict()
+    from dataclasses import asdict
+
+    return asdict(args)
+
+
+def sanitized(raw: RawCheckpoint) -> tuple[Any, dict[str, np.ndarray]]:
+    """(args, sanitized float32 weights) of an original checkpoint."""
+    args_cls, model_cls = _model_classes(raw.kind)
+    args = args_cls.from_config(raw.config)
+    weights = model_cls.sanitize(dict(raw.weights))
+    return args, weights
+
+
+def _build(kind: str, args: Any, weights: dict[str, np.ndarray]):
+    import mlx.core as mx
+
+    _, model_cls = _model_classes(kind)
+    model = model_cls(args)
+    model.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=True)
+    if hasattr(model, "prepare"):
+        model.prepare()
+    model.eval()
+    mx.eval(model.parameters())
+    return model
+
+
+def convert(src: str | os.PathLike, dst: str | os.PathLike, kind: str | None = None) -> Path:
+    """Convert an original checkpoint (``.ckpt``, ``.pth`` or a Hugging Face folder) to a converted
+    MLX folder ``dst`` (written atomically: a failure leaves no partial folder)."""
+    from safetensors.numpy import save_file
+
+    src, dst = Path(src), Path(dst)
+    kind = kind or detect_kind(src)
+    raw = read_original(src, kind)
+    args, weights = sanitized(raw)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(tmp / "model.safetensors"))
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "kind": kind,
+            "version": raw.version,
+            "args": _args_dict(args),
+            "source": str(src),
+        }
+        (tmp / "config.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+        # Tokenizer files travel with a converted BERT.
+        if kind == "bert":
+            for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+                if (src / name).is_file():
+                    shutil.copy2(src / name, tmp / name)
+        if dst.exists():
+            shutil.rmtree(dst)
+        os.replace(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dst
+
+
+def _cache_path(src: Path, kind: str, root: Path | None) -> Path:
+    st = src.stat()
+    key = f"{src.resolve()}|{st.st_size}|{int(st.st_mtime)}|{FORMAT_VERSION}"
+    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
+    return mlx_cache_dir(root or model_dir()) / f"{kind}-{src.stem}-{digest}"
+
+
+def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, root: Path | None = None):
+    """Load a model of ``kind`` from an original or converted path (converting once into the cache)."""
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(path, "not found")
+    kind = kind or detect_kind(path)
+    if path.is_dir() and is_converted(path):
+        converted = path
+    else:
+        converted = _cache_path(path, kind, root) if cache else None
+        if converted is None or not is_converted(converted):
+            try:
+                if converted is None:
+                    raise OSError("cache disabled")
+                convert(path, converted, kind)
+                log.info("converted %s -> %s", path, converted)
+            except OSError as exc:  # read-only model dir: convert in memory
+                log.warning("cannot cache the converted %s (%s); converting in memory", path, exc)
+                args, weights = sanitized(read_original(path, kind))
+                return _build(kind, args, weights)
+    meta = json.loads((converted / "config.json").read_text(encoding="utf-8"))
+    if meta.get("kind") != kind:
+        raise CheckpointError(converted, f"holds a {meta.get('kind')} model, expected {kind}")
+    args_cls, _ = _model_classes(kind)
+    args = args_cls.from_dict(meta["args"]) if hasattr(args_cls, "from_dict") else args_cls(**meta["args"])
+    try:
+        weights = load_file(str(converted / "model.safetensors"))
+    except Exception as exc:
+        raise CheckpointError(converted / "model.safetensors", f"corrupt converted weights ({exc})") from None
+    return _build(kind, args, weights)
+
+
+def load_gpt(path, **kw):
+    return load(path, "gpt", **kw)
+
+
+def load_sovits(path, **kw):
+    return load(path, "sovits", **kw)
+
+
+def load_hubert(path, **kw):
+    return load(path, "hubert", **kw)
+
+
+def load_bert(path, **kw):
+    """(BertModel, BertTokenizer) from an original or converted folder (the tokenizer files travel)."""
+    from ..models.bert import BertTokenizer
+
+    path = Path(path)
+    model = load(path, "bert", **kw)
+    return model, BertTokenizer.from_dir(path)
+
+
+def convert_voice(spec, root: Path | None = None) -> None:
+    """Convert (and cache) every model file a voice uses, so the node's start parses no pickle."""
+    from tqdm import tqdm
+
+    items = [("gpt", spec.gpt), ("sovits", spec.sovits), ("hubert", spec.hubert), ("bert", spec.bert)]
+    for kind, path in tqdm(items, desc=f"converting {spec.name}", unit="model"):
+        if Path(path).is_dir() and is_converted(path):
+            continue
+        target = _cache_path(Path(path), kind, root)
+        if not is_converted(target):
+            convert(path, target, kind)

@@ -1,0 +1,66 @@
+"""Downloads from Hugging Face: preset voices (``MoYoYoTech/tone-models``) and the shared encoders
+(``lj1995/GPT-SoVITS``), into the old dora-primespeech layout under the model directory.
+
+``huggingface_hub`` writes each file to a temporary ``.incomplete`` file and renames it when complete,
+so an interrupted download leaves nothing half-written and is resumed by the next call. Nothing is ever
+replaced by placeholder files: a failure raises :class:`DownloadError` that says what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .errors import DownloadError
+from .paths import model_dir, originals_dir
+from .voices import VoiceSpec, encoder_info, preset_voice
+
+log = logging.getLogger(__name__)
+
+
+def _fetch(repo: str, filename: str, dest_root: Path) -> Path:
+    target = dest_root / filename
+    if target.is_file() and target.stat().st_size > 0:
+        return target
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise DownloadError("huggingface_hub is not installed") from exc
+    dest_root.mkdir(parents=True, exist_ok=True)
+    log.info("downloading %s from %s", filename, repo)
+    try:
+        return Path(hf_hub_download(repo_id=repo, filename=filename, local_dir=str(dest_root)))
+    except Exception as exc:  # offline, 404, HTTP errors, disk errors
+        raise DownloadError(
+            f"could not download '{filename}' from the Hugging Face repo '{repo}': "
+            f"{type(exc).__name__}: {exc}\n"
+            f"Check the network connection (or HF_ENDPOINT / HF_HUB_OFFLINE), or place the file by hand at "
+            f"{target} (the old dora-primespeech node's layout), or set PRIMESPEECH_MODEL_DIR to a folder "
+            "that has it."
+        ) from None
+
+
+def download_encoders(root: Path | None = None) -> tuple[Path, Path]:
+    """Download CNHubert and Chinese RoBERTa (once, shared by all voices)."""
+    root = root or model_dir()
+    enc = encoder_info()
+    dest = originals_dir(root)
+    for f in enc.hubert_files:
+        _fetch(enc.repository, f"{enc.hubert}/{f}", dest)
+    for f in enc.bert_files:
+        _fetch(enc.repository, f"{enc.bert}/{f}", dest)
+    return dest / enc.hubert, dest / enc.bert
+
+
+def download_voice(name: str, root: Path | None = None, convert: bool = True) -> VoiceSpec:
+    """Download a preset voice and the shared encoders, then convert them to the MLX format once."""
+    root = root or model_dir()
+    spec = preset_voice(name, root)
+    download_encoders(root)
+    for f in spec.files:
+        _fetch(spec.repository, f, originals_dir(root))
+    if convert:
+        from .convert.load import convert_voice
+
+        convert_voice(spec, root)
+    return spec

@@ -1,0 +1,301 @@
+"""Voices: the preset catalog, user-defined voices, and where their files are.
+
+A voice is a GPT checkpoint, a SoVITS checkpoint, a reference clip (3-10 s) with its transcript
+(``prompt_text``), a language and a speed factor, plus the two shared encoders (CNHubert, Chinese
+RoBERTa). Presets are described by the YAML files in the repository's top-level ``voices/`` folder
+(installed as package data) and live, once downloaded, in the old dora-primespeech layout::
+
+    $PRIMESPEECH_MODEL_DIR/moyoyo/GPT_weights/*.ckpt
+                                 /SoVITS_weights/*.pth
+                                 /ref_audios/*.wav
+                                 /chinese-hubert-base/  /chinese-roberta-wwm-ext-large/
+
+so a model directory filled by the old node works unchanged. User voices are YAML files with the same
+fields, either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml`` or any ``*.yaml`` in
+``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
+from .paths import expand, model_dir, originals_dir, user_voices_dir
+
+DEFAULT_VOICE = "Doubao"
+SUPPORTED_LANGS = ("zh", "en", "all_zh", "auto")
+
+
+def _catalog_dir() -> Path:
+    """The preset YAML folder: the repository's ``voices/`` (editable install) or the package copy."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "voices", here / "voices"):
+        if (candidate / "_encoders.yaml").is_file():
+            return candidate
+    raise ConfigError(f"the preset voice catalog is missing (looked in {here.parent / 'voices'})")
+
+
+@dataclass(frozen=True)
+class VoiceSpec:
+    """Everything needed to speak with one voice; all paths are absolute."""
+
+    name: str
+    language: str
+    prompt_text: str
+    prompt_lang: str
+    speed_factor: float
+    gpt: Path
+    sovits: Path
+    reference: Path
+    hubert: Path
+    bert: Path
+    source: str = "preset"  # preset | user | custom
+    description: str = ""
+    repository: str | None = None  # Hugging Face repo of gpt/sovits/reference (presets)
+    files: tuple[str, ...] = ()  # their paths inside that repo
+
+    def missing_files(self) -> list[Path]:
+        out = [p for p in (self.gpt, self.sovits, self.reference) if not p.exists()]
+        out += [p for p in (self.hubert, self.bert) if not (p / "config.json").exists()]
+        return out
+
+    @property
+    def installed(self) -> bool:
+        return not self.missing_files()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()}
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    name: str
+    language: str
+    installed: bool
+    source: str
+    speed_factor: float
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class EncoderInfo:
+    repository: str
+    hubert: str
+    bert: str
+    hubert_files: tuple[str, ...]
+    bert_files: tuple[str, ...]
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read voice file ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a voice file must be a YAML mapping")
+    return data
+
+
+@lru_cache(maxsize=1)
+def encoder_info() -> EncoderInfo:
+    d = _read_yaml(_catalog_dir() / "_encoders.yaml")
+    return EncoderInfo(
+        d["repository"], d["hubert"], d["bert"], tuple(d["hubert_files"]), tuple(d["bert_files"])
+    )
+
+
+def _check_fields(path: Path, d: dict, required: tuple[str, ...]) -> None:
+    missing = [k for k in required if not d.get(k)]
+    if missing:
+        raise ConfigError(f"{path}: voice definition lacks {', '.join(missing)}")
+    lang = str(d.get("language", ""))
+    if lang not in SUPPORTED_LANGS:
+        raise ConfigError(f"{path}: language {lang!r} is not supported (use one of {', '.join(SUPPORTED_LANGS)})")
+    try:
+        speed = float(d.get("speed_factor", 1.0))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: speed_factor must be a number") from None
+    if not 0.25 <= speed <= 4.0:
+        raise ConfigError(f"{path}: speed_factor {speed} is outside 0.25..4")
+
+
+def _preset_from_yaml(path: Path, root: Path) -> VoiceSpec:
+    d = _read_yaml(path)
+    _check_fields(path, d, ("name", "language", "gpt", "sovits", "reference", "repository"))
+    base = originals_dir(root)
+    enc = encoder_info()
+    return VoiceSpec(
+        name=str(d["name"]),
+        language=str(d["language"]),
+        prompt_text=str(d.get("prompt_text") or ""),
+        prompt_lang=str(d.get("prompt_lang") or d["language"]),
+        speed_factor=float(d.get("speed_factor", 1.0)),
+        gpt=base / d["gpt"],
+        sovits=base / d["sovits"],
+        reference=base / d["reference"],
+        hubert=base / enc.hubert,
+        bert=base / enc.bert,
+        source="preset",
+        description=str(d.get("description") or ""),
+        repository=str(d["repository"]),
+        files=(str(d["gpt"]), str(d["sovits"]), str(d["reference"])),
+    )
+
+
+def _user_from_yaml(path: Path, root: Path) -> VoiceSpec:
+    """A user voice: own reference (+ optionally own weights; default: the Doubao weights)."""
+    d = _read_yaml(path)
+    _check_fields(path, d, ("name", "language", "reference"))
+
+    def resolve(value) -> Path:
+        p = expand(str(value))
+        return p if p.is_absolute() else (path.parent / p).resolve()
+
+    default = preset_voice(DEFAULT_VOICE, root)
+    return VoiceSpec(
+        name=str(d["name"]),
+        language=str(d["language"]),
+        prompt_text=str(d.get("prompt_text") or ""),
+        prompt_lang=str(d.get("prompt_lang") or d["language"]),
+        speed_factor=float(d.get("speed_factor", 1.0)),
+        gpt=resolve(d["gpt"]) if d.get("gpt") else default.gpt,
+        sovits=resolve(d["sovits"]) if d.get("sovits") else default.sovits,
+        reference=resolve(d["reference"]),
+        hubert=resolve(d["hubert"]) if d.get("hubert") else default.hubert,
+        bert=resolve(d["bert"]) if d.get("bert") else default.bert,
+        source="user",
+        description=str(d.get("description") or ""),
+    )
+
+
+def preset_names() -> list[str]:
+    return [_read_yaml(p)["name"] for p in sorted(_catalog_dir().glob("*.yaml")) if not p.name.startswith("_")]
+
+
+def preset_voice(name: str, root: Path | None = None) -> VoiceSpec:
+    root = root or model_dir()
+    for p in sorted(_catalog_dir().glob("*.yaml")):
+        if not p.name.startswith("_") and _read_yaml(p).get("name") == name:
+            return _preset_from_yaml(p, root)
+    raise VoiceNotFoundError(f"unknown preset voice {name!r}")
+
+
+def _user_yaml_files(root: Path) -> list[Path]:
+    files = sorted(user_voices_dir(root).glob("*/voice.yaml"))
+    extra = os.environ.get("PRIMESPEECH_VOICES_DIR", "").strip()
+    if extra:
+        files += sorted(expand(extra).glob("*.yaml"))
+    return files
+
+
+def all_voices(root: Path | None = None) -> dict[str, VoiceSpec]:
+    """Presets and user voices by name (a user voice of the same name overrides a preset)."""
+    root = root or model_dir()
+    out: dict[str, VoiceSpec] = {}
+    for p in sorted(_catalog_dir().glob("*.yaml")):
+        if not p.name.startswith("_"):
+            spec = _preset_from_yaml(p, root)
+            out[spec.name] = spec
+    for p in _user_yaml_files(root):
+        spec = _user_from_yaml(p, root)
+        out[spec.name] = spec
+    return out
+
+
+def _match(name: str, names) -> str | None:
+    """Exact name first (the old node's rule), then case/space-insensitive ("luo_xiang" -> "Luo Xiang")."""
+    if name in names:
+        return name
+
+    def norm(s: str) -> str:
+        return "".join(ch for ch in s.lower() if ch.isalnum())
+
+    wanted = norm(name)
+    hits = [n for n in names if norm(n) == wanted]
+    return hits[0] if len(hits) == 1 else None
+
+
+def resolve_voice(name: str, root: Path | None = None, require_installed: bool = True) -> VoiceSpec:
+    """The voice called ``name``; :class:`VoiceNotFoundError` / :class:`VoiceNotInstalledError` otherwise."""
+    root = root or model_dir()
+    voices = all_voices(root)
+    key = _match(str(name).strip(), voices)
+    if key is None:
+        raise VoiceNotFoundError(f"unknown voice {name!r}; known voices: {', '.join(sorted(voices))}")
+    spec = voices[key]
+    if require_installed:
+        ensure_installed(spec, root)
+    return spec
+
+
+def ensure_installed(spec: VoiceSpec, root: Path | None = None) -> None:
+    missing = spec.missing_files()
+    if not missing:
+        return
+    root = root or model_dir()
+    listing = "\n  ".join(str(p) for p in missing)
+    if spec.source == "preset":
+        how = (
+            f"Download it with:  primespeech-mlx download {spec.name!r}\n"
+            f"(needs internet access to huggingface.co), or copy the files of the old dora-primespeech "
+            f"node into {originals_dir(root)}, or set PRIMESPEECH_MODEL_DIR to a folder that has them."
+        )
+    else:
+        how = "Fix the paths in the voice's YAML file, or download the shared encoders with " \
+              "`primespeech-mlx download encoders`."
+    raise VoiceNotInstalledError(f"voice {spec.name!r} is not installed; missing:\n  {listing}\n{how}")
+
+
+def list_voices(root: Path | None = None) -> list[VoiceInfo]:
+    return [
+        VoiceInfo(v.name, v.language, v.installed, v.source, v.speed_factor, v.description)
+        for v in all_voices(root).values()
+    ]
+
+
+def custom_voice(
+    reference: str | os.PathLike,
+    prompt_text: str,
+    language: str,
+    gpt: str | os.PathLike | None = None,
+    sovits: str | os.PathLike | None = None,
+    base: VoiceSpec | str | None = None,
+    root: Path | None = None,
+    name: str | None = None,
+) -> VoiceSpec:
+    """A voice made on the fly: zero-shot cloning of ``reference`` with a base voice's weights
+    (``VOICE:CUSTOM``), or with own weights (``VOICE:TRAINED``)."""
+    root = root or model_dir()
+    if isinstance(base, VoiceSpec):
+        base_spec = base
+    else:
+        base_spec = resolve_voice(base or DEFAULT_VOICE, root, require_installed=False)
+    # The old node's rule: zh/en/ja/auto pass, anything else becomes auto (ja is refused later, clearly).
+    lang = language if language in (*SUPPORTED_LANGS, "ja") else "auto"
+    ref = expand(str(reference))
+    if not ref.is_file():
+        raise VoiceNotInstalledError(f"reference audio {ref} not found")
+    spec = replace(
+        base_spec,
+        name=name or ("TRAINED" if gpt or sovits else "CUSTOM"),
+        language=lang,
+        prompt_lang=lang,
+        prompt_text=prompt_text,
+        reference=ref,
+        gpt=expand(str(gpt)) if gpt else base_spec.gpt,
+        sovits=expand(str(sovits)) if sovits else base_spec.sovits,
+        source="custom",
+        repository=None,
+        files=(),
+    )
+    if gpt or sovits:
+        spec = replace(spec, speed_factor=1.1)
+    ensure_installed(spec, root)
+    return spec
