@@ -335,7 +335,9 @@ def _check_item(norm_text: str, word2ph: Sequence[int]) -> None:
         )
 
 
-def bert_features(model: BertModel, tokenizer: BertTokenizer, norm_text: str, word2ph: Sequence[int]) -> np.ndarray:
+def bert_features(
+    model: BertModel, tokenizer: BertTokenizer, norm_text: str, word2ph: Sequence[int]
+) -> np.ndarray:
     """The GPT's BERT input for one Chinese segment: (H, n_phones) float32."""
     _check_item(norm_text, word2ph)
     ids = tokenizer.encode(norm_text)

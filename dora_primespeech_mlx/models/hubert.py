@@ -103,7 +103,8 @@ class HubertArgs:
                 problems.append(f"{name}={getattr(self, name)!r} (only 'gelu' is supported)")
         if not (len(self.conv_dim) == len(self.conv_kernel) == len(self.conv_stride)):
             problems.append("conv_dim, conv_kernel and conv_stride differ in length")
-        if self.hidden_size % self.num_attention_heads or self.hidden_size % self.num_conv_pos_embedding_groups:
+        d = self.hidden_size
+        if d % self.num_attention_heads or d % self.num_conv_pos_embedding_groups:
             problems.append("hidden_size is not divisible by num_attention_heads / pos-conv groups")
         if problems:
             raise ValueError("unsupported HuBERT config: " + "; ".join(problems))
