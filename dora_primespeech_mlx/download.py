@@ -9,7 +9,10 @@ replaced by placeholder files: a failure raises :class:`DownloadError` that says
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 from .errors import DownloadError
 from .paths import model_dir, originals_dir
@@ -18,10 +21,39 @@ from .voices import VoiceSpec, encoder_info, preset_voice
 log = logging.getLogger(__name__)
 
 
+_HUB_REACHABLE: bool | None = None
+
+
+def _check_hub(target: Path) -> None:
+    """Fail in seconds, not after minutes of retries, when the Hub cannot be reached at all."""
+    global _HUB_REACHABLE
+    if _HUB_REACHABLE is None:
+        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}:
+            _HUB_REACHABLE = False
+        else:
+            endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+            url = urlparse(endpoint)
+            port = url.port or (443 if url.scheme == "https" else 80)
+            try:
+                socket.create_connection((url.hostname, port), timeout=5).close()
+                _HUB_REACHABLE = True
+            except OSError:
+                _HUB_REACHABLE = False
+    if not _HUB_REACHABLE:
+        raise DownloadError(
+            f"cannot reach the Hugging Face Hub (offline, or HF_HUB_OFFLINE=1) to download {target.name}.\n"
+            f"Place the voice files by hand at {target.parent} (the old dora-primespeech node's layout: "
+            "moyoyo/GPT_weights, moyoyo/SoVITS_weights, moyoyo/ref_audios, moyoyo/chinese-hubert-base, "
+            "moyoyo/chinese-roberta-wwm-ext-large), or set PRIMESPEECH_MODEL_DIR to a folder that has them, "
+            "or run `primespeech-mlx download VOICE` on a machine with internet access and copy the folder."
+        )
+
+
 def _fetch(repo: str, filename: str, dest_root: Path) -> Path:
     target = dest_root / filename
     if target.is_file() and target.stat().st_size > 0:
         return target
+    _check_hub(target)
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:  # pragma: no cover - a declared dependency

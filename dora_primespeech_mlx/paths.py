@@ -46,3 +46,18 @@ def text_data_dir() -> Path:
 def nltk_data_dir() -> Path:
     """Where the package downloads NLTK data when none is found on NLTK's own search path."""
     return model_dir() / "nltk_data"
+
+
+def originals_dir(root: Path | None = None) -> Path:
+    """Original (PyTorch-format) downloads, in the old dora-primespeech layout (``moyoyo/...``)."""
+    return (root or model_dir()) / "moyoyo"
+
+
+def mlx_cache_dir(root: Path | None = None) -> Path:
+    """Converted MLX weights (safetensors + JSON config), one folder per source file."""
+    return (root or model_dir()) / "mlx"
+
+
+def user_voices_dir(root: Path | None = None) -> Path:
+    """User-defined voices: ``<model_dir>/voices/<Name>/voice.yaml``."""
+    return (root or model_dir()) / "voices"
