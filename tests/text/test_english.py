@@ -1,0 +1,296 @@
+"""English front end: parity with the original GPT-SoVITS v2 on every English segment of the fixtures,
+focused checks of documented normalisations, and the data layer (checksums, downloads, NLTK data).
+
+Upstream's ``cleaner.clean_text`` returns, for an English segment, ``english.g2p(norm_text)`` with a
+``","`` put in front when that list has fewer than 4 phones. ``english.g2p`` does not add the comma
+(the pipeline does), so the fixture phones are compared with ``[","] + g2p(...)`` in that case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import urllib.error
+from pathlib import Path
+
+import nltk
+import pytest
+from conftest import fixtures_required, load_jsonl, param_or_missing, require_fixture
+
+from dora_primespeech_mlx.text import data
+from dora_primespeech_mlx.text.en_normalization import normalize
+from dora_primespeech_mlx.text.errors import TextFrontendError
+
+CASES = "text/cases_v2.jsonl"
+SYMBOLS = "text/symbols_v2.json"
+
+# The shared data folder as conftest set it up, captured before any test changes the environment.
+_TEXT_DATA = os.environ.get("PRIMESPEECH_TEXT_DATA", "")
+
+
+def _english_segments() -> list[dict]:
+    return [
+        dict(seg, case_id=case["id"], index=i)
+        for case in load_jsonl(CASES)
+        for i, seg in enumerate(case.get("segments") or [])
+        if seg["lang"] == "en"
+    ]
+
+
+def _skip_or_fail(msg: str):
+    if fixtures_required():
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def english():
+    """The English module with its data available offline (skip, or fail in CI, when it is not)."""
+    folder = Path(_TEXT_DATA) if _TEXT_DATA else None
+    if folder is None or not all(
+        (folder / name).is_file() for name in data.DATA_FILES if name.endswith((".rep", ".json"))
+    ):
+        _skip_or_fail("English dictionaries not found: set PRIMESPEECH_TEXT_DATA (see tests/conftest.py)")
+    try:
+        data.ensure_nltk_data()
+    except TextFrontendError as err:
+        _skip_or_fail(f"NLTK data not available offline: {err}")
+    from dora_primespeech_mlx.text import english
+
+    return english
+
+
+def _with_comma_rule(phones: list[str]) -> list[str]:
+    return [","] + phones if len(phones) < 4 else phones
+
+
+# --------------------------------------------------------------------------------- fixture parity
+
+
+@pytest.mark.parametrize("seg", param_or_missing(_english_segments(), lambda s: f"{s['case_id']}-{s['index']}", CASES))
+def test_segment_matches_upstream(seg, english):
+    if seg is None:
+        require_fixture(CASES)
+        pytest.skip(f"{CASES} has no English segments")
+    norm_text = english.text_normalize(seg["text"])
+    assert norm_text == seg["norm_text"]
+    phones = _with_comma_rule(english.g2p(norm_text))
+    assert phones == seg["phones"]
+
+
+def test_phone_ids_use_the_v2_table(english):
+    """Every English phone maps to the fixture ids (so the v2 table really holds what g2p returns)."""
+    table = json.loads(require_fixture(SYMBOLS).read_text(encoding="utf-8"))["id_of"]
+    segments = _english_segments()
+    if not segments:
+        pytest.skip(f"{CASES} has no English segments")
+    for seg in segments:
+        phones = _with_comma_rule(english.g2p(english.text_normalize(seg["text"])))
+        assert [table[p] for p in phones] == seg["phone_ids"], seg["text"]
+
+
+def test_kept_symbols_are_the_v2_symbols_the_dictionaries_use(english):
+    """g2p keeps a fixed English subset of the v2 table; it must lose nothing upstream would keep."""
+    v2 = set(json.loads(require_fixture(SYMBOLS).read_text(encoding="utf-8"))["symbols"])
+    kept = english._V2_ENGLISH
+    assert kept <= v2
+    used = {ph for phones in english.english_dictionary().values() for ph in phones}
+    used |= {ph for phones in english.name_dictionary().values() for ph in phones}
+    used |= set(english.english_g2p()._model.phonemes)
+    assert (used & v2) <= kept
+
+
+# ------------------------------------------------------------------------------ normalisation units
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("He was born in 1987.", "He was born in nineteen eighty-seven."),
+        ("in 2005", "in two thousand five"),
+        ("in 2010", "in twenty ten"),
+        ("in 1905", "in nineteen oh five"),
+        ("1,200 students", "twelve hundred students"),
+        ("I paid $12.50", "I paid twelve dollars and fifty cents"),
+        ("£7.99", "seven pounds and ninety-nine pence"),
+        ("$1", "one dollar"),
+        ("at 10:30", "at ten thirty a.m."),
+        ("at 13:45", "at one forty-five p.m."),
+        ("at 4:00", "at four o'clock a.m."),
+        ("the 3rd of May", "the third of May"),
+        ("ChatGPT", "Chat G P T"),
+        ("NASA", "N A S A"),
+        ("iPhone", "i Phone"),
+        ("Don't worry; everything", "Don't worry everything"),
+        ("calm: sunny", "calm sunny"),
+        ("1. First item", "first, First item"),
+        ("3 + 4 = 7", "three plus four Equals seven"),
+        ("60km/h", "sixty kilometersh"),
+        ("1km and 1.0km", "one kilometer and one point zero kilometers"),
+        ("the 90s", "the ninety seconds"),
+        ("to -5°C", "tonegative five degrees celsius"),
+        ("75%", "seventy-five percent"),
+        ("1/2 and 3/4 and 6/1", "one half and three fourths and six"),
+        ("3.25", "three point two five"),
+        ("café naïve", "cafe naive"),
+        ("e.g. this, i.e. that", "for example this, that is that"),
+        ("Wow!! What?!", "Wow! What?"),
+        ("“Quoted” — dash", "Quoted  dash"),
+    ],
+)
+def test_documented_normalisations(text, expected):
+    from dora_primespeech_mlx.text.english import text_normalize
+
+    assert text_normalize(text) == expected
+
+
+def test_punctuation_map_is_literal():
+    """Upstream re.escape's its map: the bracket entries match only their own literal text."""
+    from dora_primespeech_mlx.text.english import text_normalize
+
+    assert text_normalize("a。b！c？") == "a.b!c?"
+    assert text_normalize("x[;:：，；]y") == "x,y"
+    assert text_normalize('x["’]y') == "x'y"
+    assert text_normalize("a , b") == "a  b"  # a mark after whitespace is dropped
+
+
+def test_normalize_keeps_only_plain_characters():
+    out = normalize("Price: 100 € / 50 ¥ ❤️ #tag @me")
+    assert set(out) <= set(" ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'.,?!-")
+    assert out.startswith("Price one hundred")
+
+
+# ------------------------------------------------------------------------------------- g2p units
+
+
+def test_g2p_letters_and_homographs(english):
+    g2p = english.g2p
+    assert g2p("A") == ["EY1"]
+    assert g2p("a") == ["AH0"]
+    # upstream's fixes: "read" tagged VBP reads R IY1 D; "complex" as an adjective K AH0 M P L EH1 K S
+    assert g2p("We read books every day.")[2:5] == ["R", "IY1", "D"]
+    assert g2p("It is a complex problem.")[5:13] == ["K", "AH0", "M", "P", "L", "EH1", "K", "S"]
+    assert g2p("The complex is big.")[2:10] == ["K", "AA1", "M", "P", "L", "EH0", "K", "S"]
+
+
+def test_g2p_rules(english):
+    g2p, cmu = english.g2p, english.english_dictionary()
+    assert g2p("'") == ["-"]
+    assert g2p("xqz") == cmu["x"] + cmu["q"] + cmu["z"]  # short unknown word is spelled
+    assert g2p("OS") == ["OW1", "EH1", "S"]  # removed from the dictionary, so spelled
+    assert g2p("conda") == ["K", "AA1", "N", "D", "AH0"]  # engdict-hot.rep
+    assert g2p("hello, world.") == cmu["hello"] + [","] + cmu["world"] + ["."]
+    word = english.english_g2p().word
+    # possessive 's: S after a voiceless consonant, AH0 Z after a sibilant, Z otherwise
+    assert word("mailman's") == cmu["mailman"] + ["Z"]
+    assert word("bigbox's") == cmu["big"] + cmu["box"] + ["AH0", "Z"]
+    assert word("newtrip's") == cmu["new"] + cmu["trip"] + ["S"]
+    # compounds: wordsegment splits, each part is looked up
+    assert word("sunflowerfield") == cmu["sunflower"] + cmu["field"]
+
+
+def test_g2p_names_only_for_title_case(english):
+    names, cmu = english.name_dictionary(), english.english_dictionary()
+    name = next(n for n in names if n not in cmu and len(n) > 3 and n.isalpha())
+    assert english.english_g2p().word(name.title()) == names[name]
+
+
+# --------------------------------------------------------------------------------------- data layer
+
+
+def _shared_file(name: str) -> Path:
+    path = Path(_TEXT_DATA) / name if _TEXT_DATA else None
+    if path is None or not path.is_file():
+        _skip_or_fail(f"{name} not found in PRIMESPEECH_TEXT_DATA")
+    return path
+
+
+def test_checksum_mismatch_raises(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path))
+    (tmp_path / "cmudict.rep").write_text("not the dictionary\n")
+    with pytest.raises(TextFrontendError, match=r"cmudict\.rep.*sha256.*PRIMESPEECH_TEXT_DATA"):
+        data.data_file("cmudict.rep")
+
+
+def test_missing_file_without_network_gives_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path))
+
+    def offline(url):
+        raise urllib.error.URLError("network is unreachable")
+
+    monkeypatch.setattr(data, "fetch_url", offline)
+    with pytest.raises(TextFrontendError) as info:
+        data.data_file("cmudict-fast.rep")
+    msg = str(info.value)
+    assert "cmudict-fast.rep" in msg and data.UPSTREAM_COMMIT in msg and "PRIMESPEECH_TEXT_DATA" in msg
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_download_is_verified_and_atomic(tmp_path, monkeypatch):
+    good = _shared_file("engdict-hot.rep").read_bytes()
+    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path))
+    urls = []
+    monkeypatch.setattr(data, "fetch_url", lambda url: urls.append(url) or good + b"tampered")
+    with pytest.raises(TextFrontendError, match="expected"):
+        data.data_file("engdict-hot.rep")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written or wrong is left behind
+
+    monkeypatch.setattr(data, "fetch_url", lambda url: urls.append(url) or good)
+    path = data.data_file("engdict-hot.rep")
+    assert path == tmp_path / "engdict-hot.rep" and path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["engdict-hot.rep"]
+    assert urls[-1] == (
+        f"https://raw.githubusercontent.com/RVC-Boss/GPT-SoVITS/{data.UPSTREAM_COMMIT}/GPT_SoVITS/text/engdict-hot.rep"
+    )
+
+
+def test_namedict_is_converted_from_the_pickle(tmp_path, monkeypatch):
+    names = json.loads(_shared_file("namedict.json").read_text(encoding="utf-8"))
+    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path))
+    monkeypatch.setattr(data, "fetch_url", lambda url: pickle.dumps(names, protocol=4))
+    path = data.data_file("namedict.json")
+    assert json.loads(path.read_text(encoding="utf-8")) == names
+
+
+def test_namedict_unpickler_refuses_code():
+    class Evil:
+        def __reduce__(self):
+            return (os.getcwd, ())
+
+    with pytest.raises(TextFrontendError, match="refusing"):
+        data.namedict_pickle_to_json(pickle.dumps({"x": Evil()}))
+    with pytest.raises(TextFrontendError):
+        data.namedict_pickle_to_json(pickle.dumps(["not", "a", "dict"]))
+    assert data.namedict_pickle_to_json(pickle.dumps({"ann": [("AE1", "N")]})) == b'{"ann":[["AE1","N"]]}'
+
+
+def test_nltk_data_missing_and_offline_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(nltk.data, "path", list(nltk.data.path))
+    monkeypatch.setattr(data, "nltk_data_dir", lambda: tmp_path)
+    monkeypatch.setattr(data, "_nltk_has", lambda resource: False)
+
+    def offline(package, download_dir):
+        raise OSError("no network")
+
+    monkeypatch.setattr(data, "nltk_download", offline)
+    with pytest.raises(TextFrontendError, match=r"averaged_perceptron_tagger_eng.*NLTK_DATA"):
+        data.ensure_nltk_data.__wrapped__()
+
+
+def test_nltk_data_is_downloaded_into_the_model_dir(monkeypatch, tmp_path):
+    monkeypatch.setattr(nltk.data, "path", list(nltk.data.path))
+    present: set[str] = set()
+    calls = []
+    monkeypatch.setattr(data, "nltk_data_dir", lambda: tmp_path)
+    monkeypatch.setattr(data, "_nltk_has", lambda resource: resource in present)
+
+    def download(package, download_dir):
+        calls.append((package, download_dir))
+        present.update(r for p, r in data.NLTK_PACKAGES if p == package)
+        return True
+
+    monkeypatch.setattr(data, "nltk_download", download)
+    data.ensure_nltk_data.__wrapped__()
+    assert str(tmp_path) in nltk.data.path
+    assert calls == [(p, str(tmp_path)) for p, _ in data.NLTK_PACKAGES]
