@@ -105,7 +105,10 @@ def _args_dict(args: Any) -> dict:
 def sanitized(raw: RawCheckpoint) -> tuple[Any, dict[str, np.ndarray]]:
     """(args, sanitized float32 weights) of an original checkpoint."""
     args_cls, model_cls = _model_classes(raw.kind)
-    args = args_cls.from_config(raw.config)
+    if raw.kind == "sovits":
+        args = args_cls.from_config(raw.config, version=raw.version)
+    else:
+        args = args_cls.from_config(raw.config)
     weights = model_cls.sanitize(dict(raw.weights))
     return args, weights
 
