@@ -155,17 +155,18 @@ def _sha256(data: bytes) -> str:
 
 
 def _manual_hint(spec: DataFile) -> str:
-    how = f"download {spec.url}"
+    target = text_data_dir() / spec.name
     if spec.convert is not None:
-        how += (
-            f" and install it with `python -c \"from dora_primespeech_mlx.text.data import install_file; "
-            f"install_file('{spec.name}', '<path to {spec.source}>')\"`"
+        how = (
+            f'download {spec.url} and convert it into {target} with `python -c "from '
+            f"dora_primespeech_mlx.text.data import install_file; install_file('{spec.name}', "
+            f"'<path to {spec.source}>')\"`"
         )
     else:
-        how += f" and save it as {spec.name}"
+        how = f"download {spec.url} and save it as {target}"
     return (
-        f"To provide it manually, {how} into {text_data_dir()}, or set PRIMESPEECH_TEXT_DATA to a folder "
-        f"holding a verified {spec.name} (sha256 {spec.sha256})."
+        f"To provide it manually, {how}; or set PRIMESPEECH_TEXT_DATA to a folder holding a verified "
+        f"{spec.name} (sha256 {spec.sha256})."
     )
 
 
@@ -205,7 +206,12 @@ def _store(spec: DataFile, raw: bytes, path: Path, origin: str) -> None:
             f"{spec.name} obtained from {origin} has sha256 {digest}, expected {spec.sha256}; "
             f"nothing was written. " + _manual_hint(spec)
         )
-    _atomic_write(path, data)
+    try:
+        _atomic_write(path, data)
+    except OSError as err:
+        raise TextFrontendError(
+            f"cannot write text data file {path} ({type(err).__name__}: {err}). " + _manual_hint(spec)
+        ) from err
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -217,6 +223,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are shared read-only data files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -253,6 +253,18 @@ def test_namedict_is_converted_from_the_pickle(tmp_path, monkeypatch):
     assert json.loads(path.read_text(encoding="utf-8")) == names
 
 
+def test_install_file_from_a_local_copy(tmp_path, monkeypatch):
+    names = json.loads(_shared_file("namedict.json").read_text(encoding="utf-8"))
+    local = tmp_path / "namedict_cache.pickle"
+    local.write_bytes(pickle.dumps(names, protocol=4))
+    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path / "data"))
+    path = data.install_file("namedict.json", local)
+    assert path == tmp_path / "data" / "namedict.json"
+    assert data.data_file("namedict.json") == path
+    with pytest.raises(TextFrontendError, match="expected"):
+        data.install_file("cmudict.rep", local)
+
+
 def test_namedict_unpickler_refuses_code():
     class Evil:
         def __reduce__(self):
