@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from .t2s import T2SModel
+from .t2s import BERT_DIM, T2SModel
 
 NoiseSource = Callable[[int, int], np.ndarray]
 
@@ -172,6 +172,8 @@ def _decode(
     seed: int | None,
     cache_step: int,
 ) -> Iterator[_Step]:
+    """Check the inputs now (errors surface at the call, not at the first ``next``) and return the
+    step iterator; the prefill runs when iteration starts."""
     a = model.args
     phones = _as_batch(phones, np.int32, 2, "phones")
     bert = _as_batch(bert, np.float32, 3, "bert features")
@@ -180,12 +182,30 @@ def _decode(
         raise ValueError("phones is empty")
     if phones.min() < 0 or phones.max() >= a.phoneme_vocab_size:
         raise ValueError(f"phone ids must be in [0, {a.phoneme_vocab_size}), got {phones.min()}..{phones.max()}")
+    if bert.shape[1:] != (BERT_DIM, phones.shape[1]):
+        raise ValueError(f"bert features must be (1, {BERT_DIM}, {phones.shape[1]}) for the phones, got {bert.shape}")
     if prompt.size and (prompt.min() < 0 or prompt.max() >= a.eos):
         raise ValueError(f"prompt semantic tokens must be in [0, {a.eos}), got {prompt.min()}..{prompt.max()}")
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    noise = noise or default_noise(seed)
-    seen = np.zeros(a.vocab_size, dtype=bool)
+    return _loop(
+        model, phones, bert, prompt, params, early_stop_num, max_steps, noise or default_noise(seed), cache_step
+    )
+
+
+def _loop(
+    model: T2SModel,
+    phones: np.ndarray,
+    bert: np.ndarray,
+    prompt: np.ndarray,
+    params: SamplingParams,
+    early_stop_num: int,
+    max_steps: int,
+    noise: NoiseSource,
+    cache_step: int,
+) -> Iterator[_Step]:
+    eos = model.args.eos
+    seen = np.zeros(model.args.vocab_size, dtype=bool)
     seen[prompt[0]] = True
     n_prompt = prompt.shape[1]
 
@@ -193,10 +213,10 @@ def _decode(
     logits = model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), cache)
     for idx in range(max_steps):
         raw = np.array(logits[0], dtype=np.float32)
-        row = raw[: a.eos] if idx < EOS_MASKED_STEPS else raw
+        row = raw[:eos] if idx < EOS_MASKED_STEPS else raw
         token, greedy = sample_token(row, seen, params, noise(idx, row.shape[0]))
         stop = None
-        if token == a.eos or greedy == a.eos:
+        if token == eos or greedy == eos:
             stop = "eos"
         elif early_stop_num != -1 and idx + 1 > early_stop_num:
             stop = "early_stop"
@@ -225,9 +245,8 @@ def generate(
     """Yield semantic tokens as soon as they are chosen. ``phones`` (1, Tx) ids, ``bert`` (1, 1024, Tx),
     ``prompt`` (1, Ty) semantic tokens or None; ``early_stop_num`` is ``T2SArgs.early_stop_num`` in the
     pipeline (-1 = off). Stop iterating to cancel."""
-    for s in _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, cache_step):
-        if s.stop is None:
-            yield s.token
+    steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, cache_step)
+    return (s.token for s in steps if s.stop is None)
 
 
 def generate_all(
