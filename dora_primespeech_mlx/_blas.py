@@ -1,0 +1,187 @@
+"""Give MLX a fast CBLAS on Linux before ``mlx`` is imported.
+
+The ``mlx[cpu]`` Linux wheel links the netlib *reference* BLAS: a 512x512 float32 matmul takes ~50 ms
+instead of ~1.5 ms. Symbols bind when ``libmlx.so`` is loaded, and a library already loaded with
+``RTLD_GLOBAL`` wins, so loading a fast ``cblas_sgemm`` first fixes it (performance-notes.md, section 6).
+
+Candidates, in order (``PRIMESPEECH_BLAS`` overrides: ``off``, or the path of a library that exports
+``cblas_sgemm``):
+
+1. pip ``mkl`` (``<prefix>/lib/libmkl_rt.so.*``), when installed;
+2. a system OpenBLAS (Debian ``libopenblas0-pthread``);
+3. numpy's own bundled OpenBLAS (``scipy_openblas64_``), whose symbols are prefixed and 64-bit: a
+   ten-line C shim that forwards ``cblas_sgemm``/``cblas_dgemm`` to it is compiled once with the system C
+   compiler (the same one ``mx.compile`` needs) into a per-user cache.
+
+Each choice is self-checked with a timed matmul after MLX loads (:func:`report`); if none works MLX
+keeps its reference BLAS and a warning says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_STATE: dict[str, str | None] = {"name": None, "path": None, "error": None}
+
+_SHIM_C = r"""
+#include <stdint.h>
+extern void scipy_cblas_sgemm64_(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                                 const float *, int64_t, float, float *, int64_t);
+extern void scipy_cblas_dgemm64_(int, int, int, int64_t, int64_t, int64_t, double, const double *, int64_t,
+                                 const double *, int64_t, double, double *, int64_t);
+void cblas_sgemm(int o, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float beta, float *c, int ldc) {
+  scipy_cblas_sgemm64_(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void cblas_dgemm(int o, int ta, int tb, int m, int n, int k, double alpha, const double *a, int lda,
+                 const double *b, int ldb, double beta, double *c, int ldc) {
+  scipy_cblas_dgemm64_(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+"""
+
+
+def _has_symbol(lib: ctypes.CDLL, name: str) -> bool:
+    try:
+        getattr(lib, name)
+        return True
+    except AttributeError:
+        return False
+
+
+def _load_global(path: str) -> ctypes.CDLL:
+    return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def _mkl_candidates() -> list[str]:
+    out = []
+    for prefix in {sys.prefix, sys.base_prefix}:
+        out += sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")))
+    return out
+
+
+def _system_openblas() -> list[str]:
+    pats = [
+        "/usr/lib/*-linux-gnu/openblas-pthread/libblas.so.3",
+        "/usr/lib/*-linux-gnu/libopenblas.so.0",
+        "/usr/lib64/libopenblas.so.0",
+        "/usr/lib/libopenblas.so.0",
+    ]
+    return [p for pat in pats for p in sorted(glob.glob(pat))]
+
+
+def _numpy_openblas() -> str | None:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    libs = Path(numpy.__file__).resolve().parent.parent / "numpy.libs"
+    hits = sorted(libs.glob("libscipy_openblas64_*.so*"))
+    return str(hits[0]) if hits else None
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dora_primespeech_mlx"
+
+
+def _build_shim(openblas: str) -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise RuntimeError("no C compiler found to build the BLAS shim (install gcc)")
+    digest = hashlib.sha1((_SHIM_C + openblas).encode()).hexdigest()[:12]
+    out = _cache_root() / f"blas-shim-{digest}.so"
+    if out.is_file():
+        return str(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "shim.c"
+        src.write_text(_SHIM_C)
+        tmp_out = Path(tmp) / "shim.so"
+        subprocess.run(
+            [cc, "-O2", "-shared", "-fPIC", str(src), "-o", str(tmp_out), openblas,
+             f"-Wl,-rpath,{Path(openblas).parent}"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        os.replace(tmp_out, out)
+    return str(out)
+
+
+def preload() -> str | None:
+    """Load a fast CBLAS into the global symbol scope. Returns its name, or None. Idempotent."""
+    if _STATE["name"] is not None or _STATE["error"] is not None:
+        return _STATE["name"]
+    if not sys.platform.startswith("linux"):
+        _STATE["name"] = "native"  # macOS: Accelerate; nothing to do
+        return _STATE["name"]
+    choice = os.environ.get("PRIMESPEECH_BLAS", "auto").strip() or "auto"
+    if choice.lower() in {"off", "0", "false", "none"}:
+        _STATE["error"] = "disabled by PRIMESPEECH_BLAS"
+        return None
+    if "mlx.core" in sys.modules:
+        _STATE["error"] = "mlx was imported before dora_primespeech_mlx: the reference BLAS stays in use"
+        log.warning(_STATE["error"])
+        return None
+
+    attempts: list[tuple[str, object]] = []
+    if choice.lower() != "auto":
+        attempts.append(("custom", choice))
+    else:
+        attempts += [("mkl", p) for p in _mkl_candidates()]
+        attempts += [("openblas-system", p) for p in _system_openblas()]
+        attempts.append(("openblas-numpy", None))
+    errors = []
+    for name, path in attempts:
+        try:
+            if name == "openblas-numpy":
+                ob = _numpy_openblas()
+                if ob is None:
+                    raise RuntimeError("numpy has no bundled scipy_openblas64_")
+                _load_global(ob)
+                path = _build_shim(ob)
+            lib = _load_global(str(path))
+            if not _has_symbol(lib, "cblas_sgemm"):
+                raise RuntimeError(f"{path} does not export cblas_sgemm")
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            errors.append(f"{name}: {exc}")
+            continue
+        _STATE["name"], _STATE["path"] = name, str(path)
+        return name
+    _STATE["error"] = "; ".join(errors) or "no candidate"
+    return None
+
+
+def info() -> dict[str, str | None]:
+    """Which BLAS MLX uses on this machine (for stats, logs and the benchmark)."""
+    return dict(_STATE)
+
+
+def report(size: int = 256) -> dict[str, object]:
+    """Self-check: time one float32 matmul on the CPU (reference BLAS: ~6 ms at 256; a fast one: <1 ms)."""
+    import time
+
+    import mlx.core as mx
+
+    a = mx.random.normal((size, size))
+    mx.eval(a @ a)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        mx.eval(a @ a)
+        best = min(best, time.perf_counter() - t)
+    out = dict(_STATE)
+    out["matmul_ms"] = round(best * 1e3, 3)
+    out["fast"] = best * 1e3 < 2.0 * (size / 256) ** 3
+    return out
