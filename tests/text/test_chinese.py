@@ -1,0 +1,176 @@
+"""Chinese front end (text_normalize + g2p) against the original GPT-SoVITS v2 output.
+
+The fixtures (text/cases_v2.jsonl) were made with upstream's ``is_g2pw = False`` branch, which is
+this package's default. Every Chinese segment of every case is checked, plus every preprocessing
+chunk and reference-text prompt of a Chinese case that the pipeline sends whole to the Chinese front
+end (no ASCII letters, so the language splitter returns a single ``zh`` segment).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from conftest import load_jsonl, param_or_missing, require_case
+
+from dora_primespeech_mlx.text import chinese
+from dora_primespeech_mlx.text.chinese import g2p, text_normalize
+from dora_primespeech_mlx.text.errors import TextFrontendError
+
+CASES = "text/cases_v2.jsonl"
+_ROWS = load_jsonl(CASES)
+
+# upstream cleaner.clean_text: a Chinese segment containing one of these is normalised with the
+# symbol replaced by "," and then every "," phone becomes the pause symbol (first match wins).
+_SPECIAL = (("￥", "SP2"), ("^", "SP3"))
+
+
+def clean_zh(text: str) -> tuple[str, list[str], list[int]]:
+    """What upstream's ``clean_text(text, "zh", "v2")`` does, composed from this module."""
+    for symbol, pause in _SPECIAL:
+        if symbol in text:
+            norm = text_normalize(text.replace(symbol, ","))
+            phones, word2ph = g2p(norm)
+            return norm, [pause if p == "," else p for p in phones], word2ph
+    norm = text_normalize(text)
+    phones, word2ph = g2p(norm)
+    return norm, phones, word2ph
+
+
+def _zh_segments() -> list[tuple[str, int, dict]]:
+    return [
+        (row["id"], i, seg) for row in _ROWS for i, seg in enumerate(row.get("segments") or []) if seg["lang"] == "zh"
+    ]
+
+
+@pytest.mark.parametrize("item", param_or_missing(_zh_segments(), lambda it: f"{it[0]}-seg{it[1]}", CASES))
+def test_zh_segment_matches_reference(item):
+    _, _, seg = require_case(item, CASES)
+    norm, phones, word2ph = clean_zh(seg["text"])
+    assert norm == seg["norm_text"]
+    assert phones == seg["phones"]
+    assert word2ph == seg["word2ph"]
+    assert len(word2ph) == len(norm) and sum(word2ph) == len(phones)
+
+
+def _whole_zh_inputs() -> list[tuple[str, str, dict]]:
+    """Chunks/prompts of Chinese cases that reach the Chinese front end as one segment."""
+    items = []
+    for row in _ROWS:
+        if row["language"] not in {"zh", "all_zh"}:
+            continue
+        candidates = [(p["method"], c) for p in row.get("preprocess", []) if "error" not in p for c in p["chunks"]]
+        prompt = row.get("as_prompt") or {}
+        if "phones" in prompt:
+            candidates.append(("prompt", prompt))
+        for j, (where, chunk) in enumerate(candidates):
+            text = chunk["input"]
+            if text.strip() and not re.search("[A-Za-z]", text):
+                items.append((row["id"], f"{where}{j}", chunk))
+    return items
+
+
+@pytest.mark.parametrize("item", param_or_missing(_whole_zh_inputs(), lambda it: f"{it[0]}-{it[1]}", CASES))
+def test_zh_chunk_matches_reference(item):
+    _, _, chunk = require_case(item, CASES)
+    # get_phones_and_bert: collapse runs of spaces; fewer than 6 phones -> once more with "." in front
+    text = re.sub(" {2,}", " ", chunk["input"])
+    norm, phones, _ = clean_zh(text)
+    if len(phones) < 6:
+        norm, phones, _ = clean_zh("." + text)
+    assert norm == chunk["norm_text"]
+    assert phones == chunk["phones"]
+
+
+# ---------------------------------------------------------------------------- documented behaviours
+
+
+@pytest.mark.parametrize(
+    ("text", "phones"),
+    [
+        ("不是", "b u2 sh ir4"),
+        ("去不去", "q v4 b u5 q v4"),
+        ("一样", "y i2 y ang4"),
+        ("一天", "y i4 t ian1"),
+        ("第一", "d i4 y i1"),
+        ("一二三", "y i1 EE er4 s an1"),
+        ("说一说", "sh uo1 y i5 sh uo1"),
+        ("我很好", "w o3 h en2 h ao3"),
+        ("展览馆", "zh an2 l an2 g uan3"),
+        ("看看", "k an4 k an5"),
+        ("朋友", "p eng2 y ou5"),
+        ("箱子", "x iang1 z i05"),
+        ("安", "AA an1"),
+        ("哦", "OO o5"),
+        ("雨", "y v3"),
+        ("学", "x ve2"),
+        ("四", "s i04"),
+        ("是", "sh ir4"),
+        ("也", "y E3"),
+        ("言", "y En2"),
+    ],
+)
+def test_pinyin_and_tone_sandhi(text, phones):
+    got, word2ph = g2p(text)
+    assert " ".join(got) == phones
+    assert word2ph == [2] * len(text)
+
+
+def test_erhua_copies_the_previous_tone_except_listed_words():
+    phones, _ = g2p("小孩儿")
+    assert phones[-4:] == ["h", "ai2", "EE", "er2"]
+    phones, _ = g2p("一会儿")
+    assert phones[-4:] == ["h", "ui4", "EE", "er4"]
+    phones, _ = g2p("女儿")
+    assert phones == ["n", "v3", "EE", "er2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "norm"),
+    [
+        ("你好，世界！", "你好,世界!"),
+        ("真的吗？！", "真的吗?"),
+        ("嗯。。。", "恩."),
+        ("《原神》是（一款）游戏", "原神是一款游戏"),
+        ("好~", "好…"),
+        ("等等...", "等等…"),
+        ("abc你好😀", "你好"),
+        ("第2名", "第两名"),
+        ("9:30", "九点半"),
+        ("呣", "母"),
+    ],
+)
+def test_text_normalize(text, norm):
+    assert text_normalize(text) == norm
+
+
+def test_word2ph_counts_punctuation_once():
+    phones, word2ph = g2p("你好,世界.")
+    assert word2ph == [2, 2, 1, 2, 2, 1]
+    assert phones[4] == "," and phones[-1] == "."
+
+
+@pytest.mark.parametrize("bad", ["你好1", "hello", "你好ㄅ"])
+def test_g2p_rejects_text_that_is_not_normalised(bad):
+    with pytest.raises(TextFrontendError):
+        g2p(bad)
+
+
+def test_empty_text():
+    assert text_normalize("") == ""
+    assert g2p("") == ([], [])
+
+
+def test_runtime_is_built_once():
+    assert chinese.runtime() is chinese.runtime()
+
+
+def test_typical_sentence_takes_a_few_ms():
+    text = "今天是2024年3月15日，天气很好，我们九点半在公司门口见面，然后一起去看展览。"
+    g2p(text_normalize(text))  # warm-up
+    start = time.perf_counter()
+    for _ in range(10):
+        g2p(text_normalize(text))
+    per_call = (time.perf_counter() - start) / 10
+    assert per_call < 0.05, f"{per_call * 1000:.1f} ms per sentence"
