@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from pypinyin import Style, lazy_pinyin
 
@@ -33,6 +34,9 @@ from .errors import TextFrontendError
 from .pinyin_map import pinyin_to_phones
 from .tone_sandhi import ToneSandhi
 from .zh_normalization import normalize
+
+if TYPE_CHECKING:
+    from .g2pw import G2PWPredictor
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +111,7 @@ class _Runtime:
 
     posseg_cut: Callable[[str], list]
     sandhi: ToneSandhi
-    pinyin_predictor: object | None  # g2pw.G2PWPredictor when g2pW is in use
+    pinyin_predictor: G2PWPredictor | None  # set when g2pW is switched on and usable
 
 
 _runtime: _Runtime | None = None

@@ -174,3 +174,44 @@ def test_typical_sentence_takes_a_few_ms():
         g2p(text_normalize(text))
     per_call = (time.perf_counter() - start) / 10
     assert per_call < 0.05, f"{per_call * 1000:.1f} ms per sentence"
+
+
+def test_concurrent_use_gives_the_same_phones():
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [row["text"] for row in _ROWS if row["language"] == "all_zh" and not re.search("[A-Za-z￥^]", row["text"])]
+    texts = [t for t in texts if t.strip()][:20] or ["你好，世界。", "一会儿见。"]
+    expected = [clean_zh(t) for t in texts]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(clean_zh, texts)) == expected
+
+
+# ---------------------------------------------------------------------------- optional g2pW (no model here)
+
+
+def test_g2pw_is_off_by_default(monkeypatch, caplog):
+    from dora_primespeech_mlx.text import g2pw
+
+    monkeypatch.delenv(g2pw.ENV_SWITCH, raising=False)
+    with caplog.at_level("INFO", logger=g2pw.__name__):
+        assert g2pw.load_predictor() is None
+    assert "not in use" in caplog.text
+
+
+def test_g2pw_without_model_falls_back(monkeypatch, tmp_path, caplog):
+    from dora_primespeech_mlx.text import g2pw
+
+    monkeypatch.setenv(g2pw.ENV_SWITCH, "1")
+    monkeypatch.setenv("PRIMESPEECH_MODEL_DIR", str(tmp_path))
+    assert g2pw.load_predictor() is None
+    assert "g2pW.onnx" in caplog.text
+
+
+def test_g2pw_helpers(tmp_path):
+    from dora_primespeech_mlx.text import g2pw
+
+    assert g2pw.split_pinyin(["hang2", "le5", ","]) == (["h", "l", ","], ["ang2", "e5", ","])
+    (tmp_path / "a.rep").write_text("银行: ['yin2', 'hang2']\n长: ['chang2']\n", encoding="utf-8")
+    (tmp_path / "b.rep").write_text("长: ['zhang3']\n", encoding="utf-8")
+    fixes = g2pw.read_word_fixes(tmp_path / "a.rep", tmp_path / "b.rep", tmp_path / "absent.rep")
+    assert fixes == {"银行": ["yin2", "hang2"], "长": ["zhang3"]}
