@@ -4,7 +4,8 @@ MLX on CPU runs ``conv1d`` with ``dilation > 1`` and every ``conv_transpose1d`` 
 (``slow_conv_1D``) that is 50-100x slower than a matrix product (performance-notes.md section 9).
 The functions here express those convolutions as one GEMM each:
 
-- :func:`conv1d_gemm`: pad, stack the K (dilated, strided) shifted slices on the channel axis, one matmul.
+- :func:`conv1d_gemm`: pad, stack the K (dilated, strided) shifted slices on the channel axis (one strided
+  copy), one matmul.
 - :func:`conv_transpose1d_gemm`: ``x @ W[Ci, K*Co]``, then an overlap-add of ``ceil(K/s)`` shifted blocks.
 
 Which path runs is decided in one place, :func:`use_gemm`: ``"auto"`` (the default) takes the GEMM path
@@ -83,14 +84,15 @@ def conv1d_gemm(
     n_out = (length - span) // stride + 1
     if n_out <= 0:
         raise ValueError(f"conv1d: input of length {length} is shorter than the kernel span {span}")
-    w = weight.reshape(c_out, k * c_in)  # row index k * Ci + c, matching the stacked slices below
+    w = weight.reshape(c_out, k * c_in)  # column index j * Ci + c, matching the stacked taps below
     if k == 1:
         cols = x[:, : (n_out - 1) * stride + 1 : stride] if stride > 1 else x
-    elif stride == k and dilation == 1 and length >= n_out * k:
-        cols = x[:, : n_out * k].reshape(x.shape[0], n_out, k * c_in)  # non-overlapping taps
     else:
-        last = (n_out - 1) * stride + 1
-        cols = mx.concatenate([x[:, j * dilation : j * dilation + last : stride] for j in range(k)], axis=-1)
+        # im2col in one copy: a (B, n_out, K, Ci) strided view of the padded input (as_strided reads the
+        # row-major data of x, copying it first if x is not contiguous), flattened to (B, n_out, K*Ci).
+        batch = x.shape[0]
+        view = mx.as_strided(x, (batch, n_out, k, c_in), (length * c_in, stride * c_in, dilation * c_in, 1))
+        cols = view.reshape(batch, n_out, k * c_in)
     y = cols @ w.T
     return y + bias if bias is not None else y
 

@@ -165,3 +165,13 @@ def test_resblock_dilated_paths_agree(conv_impl):
     a = np.asarray(block(x))
     conv_impl("native")
     np.testing.assert_allclose(a, np.asarray(block(x)), atol=ATOL)
+
+
+def test_conv1d_gemm_on_views():
+    """The strided im2col must read views (transposes, offset slices) correctly, without padding."""
+    rng = np.random.default_rng(8)
+    base = _rand(rng, (3, 8, 40))
+    w = _rand(rng, (5, 3, 8), 24)
+    for x in (base.transpose(0, 2, 1), base.transpose(0, 2, 1)[1:2, 5:31]):
+        ref = _np_conv1d(x, w, np.zeros(5), 1, 0, 0, 2)
+        np.testing.assert_allclose(np.asarray(conv.conv1d_gemm(x, w, None, 1, 0, 2)), ref, atol=ATOL)
