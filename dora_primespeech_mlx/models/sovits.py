@@ -71,8 +71,7 @@ class SoVITSArgs:
         if "filter_length" in kwargs:
             kwargs["spec_channels"] = kwargs["filter_length"] // 2 + 1
         kwargs["version"] = version or model.get("version") or "v2"
-        if kwargs.get("semantic_frame_rate") is None:
-            kwargs["semantic_frame_rate"] = "25hz"
+        kwargs["semantic_frame_rate"] = "25hz"  # TTS.init_vits_weights forces it, whatever the config says
         args = cls(**kwargs)
         args.validate()
         return args
