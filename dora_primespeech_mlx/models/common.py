@@ -33,7 +33,8 @@ def fold_weight_norm(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             raise ValueError(f"incomplete weight-norm pair for '{prefix}' (have {sorted(pair)})")
         g = pair["g"].astype(np.float32)
         v = pair["v"].astype(np.float32)
-        axes = tuple(d for d in range(v.ndim) if g.shape[d] == 1 and not (g.ndim == v.ndim and v.shape[d] == 1 and d == 0))
+        # Size-1 axes of v add nothing to the sum, so including them where g is also 1 is harmless.
+        axes = tuple(d for d in range(v.ndim) if g.shape[d] == 1)
         norm = np.sqrt(np.sum(v.astype(np.float64) ** 2, axis=axes, keepdims=True)).astype(np.float32)
         out[prefix + ".weight"] = g * v / norm
     return out
