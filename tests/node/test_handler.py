@@ -1,0 +1,210 @@
+"""The node's message handler with a recording ``send`` and the REAL engine on the fixture voice."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from tiny_voice import VOICE, VOICE_2, make_model_dir, reference_wav
+
+from dora_primespeech_mlx.node import CANCELLED, MessageHandler, engine_factory
+from dora_primespeech_mlx.settings import Settings
+
+TEXT = "Hello world, this is a small test."
+LONG = "One small test. Two small tests. Three small tests. Four small tests. Five small tests."
+
+
+class Recorder:
+    """A fake ``send_output``: records (output, array, metadata) from any thread."""
+
+    def __init__(self):
+        self.sent: list[tuple[str, pa.Array, dict]] = []
+        self.cv = threading.Condition()
+
+    def __call__(self, output, array, metadata):
+        assert isinstance(array, pa.Array)
+        assert all(isinstance(k, str) for k in metadata)
+        with self.cv:
+            self.sent.append((output, array, dict(metadata)))
+            self.cv.notify_all()
+
+    def of(self, output):
+        with self.cv:
+            return [(a, m) for o, a, m in self.sent if o == output]
+
+    def statuses(self):
+        return [json.loads(a[0].as_py()) for a, _ in self.of("status")]
+
+    def wait(self, pred, timeout=300.0):
+        with self.cv:
+            assert self.cv.wait_for(lambda: pred(self), timeout), "timed out"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_model_dir(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def shared_engine(model_dir):
+    """One real engine for the module (loading costs seconds); each test gets its own handler."""
+    settings = Settings.from_env({"VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": str(model_dir),
+                                  "GPTSVITS_WARMUP": "false", "TOP_K": "1"})
+    messages = []
+    engine, spec = engine_factory(settings)(messages.append)
+    assert any("loaded" in m for m in messages)
+    return engine, spec
+
+
+def make_handler(model_dir, shared_engine, **env):
+    base = {"VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": str(model_dir), "TOP_K": "1", "LOG_LEVEL": "DEBUG"}
+    settings = Settings.from_env({**base, **env})
+    rec = Recorder()
+    handler = MessageHandler(settings, lambda progress: shared_engine, rec)
+    handler.start()
+    assert handler.ready.wait(60) and handler.startup_error is None
+    return handler, rec
+
+
+def text(handler, value, **md):
+    handler.on_input("text", pa.array([value]) if isinstance(value, str) else value, md)
+
+
+def completes(rec):
+    return rec.of("segment_complete")
+
+
+def test_batch_text_gets_audio_and_one_segment_complete(model_dir, shared_engine):
+    handler, rec = make_handler(model_dir, shared_engine)
+    md = {"question_id": "q1", "segment_index": "0", "session_status": "started", "session_id": "s",
+          "custom": 7, "ratio": 0.5, "flag": True, "np_int": np.int64(3), "nothing": None}
+    text(handler, TEXT, **md)
+    rec.wait(lambda r: len(completes(r)) == 1)
+    handler.close()
+    audio = rec.of("audio")
+    assert len(audio) == 1
+    arr, amd = audio[0]
+    assert pa.types.is_list(arr.type) and len(arr) == 1  # pa.array([float32 samples])
+    samples = np.asarray(arr[0].as_py(), dtype=np.float32)
+    assert samples.size > 0 and np.isfinite(samples).all() and np.abs(samples).max() <= 1.0
+    assert amd["sample_rate"] == 32000 and type(amd["sample_rate"]) is int
+    assert amd["duration"] == pytest.approx(samples.size / 32000) and type(amd["duration"]) is float
+    assert (amd["chunk_index"], amd["fragment_num"], amd["is_final"], amd["is_streaming"]) == (0, 1, True, False)
+    assert amd["voice"] == VOICE and amd["language"] == "en"
+    for key in ("question_id", "segment_index", "session_status", "session_id", "custom", "ratio", "flag"):
+        assert amd[key] == md[key] and type(amd[key]) is type(md[key]), key
+    assert amd["np_int"] == 3 and type(amd["np_int"]) is int and amd["nothing"] == "None"
+    (value, cmd), = completes(rec)
+    assert value.to_pylist() == ["completed"]
+    assert cmd["question_id"] == "q1" and cmd["segment_index"] == "0" and cmd["session_status"] == "started"
+    assert [s["status"] for s in rec.statuses()] == ["synthesizing", "done"]
+    logs = [json.loads(a[0].as_py()) for a, _ in rec.of("log")]
+    assert all(set(entry) == {"node", "level", "message", "timestamp"} for entry in logs)
+
+
+def test_flat_audio_format_and_volume(model_dir, shared_engine):
+    handler, rec = make_handler(model_dir, shared_engine, AUDIO_FORMAT="flat")
+    text(handler, json.dumps({"prompt": "Hi there.", "volume": 0.0}), question_id="v")
+    rec.wait(lambda r: len(completes(r)) == 1)
+    handler.close()
+    (arr, _), = rec.of("audio")
+    assert arr.type == pa.float32() and len(arr) > 0
+    assert np.all(arr.to_numpy() == 0.0)  # volume 0 silences it
+    assert completes(rec)[0][0].to_pylist() == ["completed"]
+
+
+def test_bad_inputs_are_answered_and_the_node_keeps_serving(model_dir, shared_engine):
+    handler, rec = make_handler(model_dir, shared_engine, MAX_TEXT_CHARS="1000")
+    cases = [
+        ("empty", "", "skipped"),
+        ("punct", "。，！？...", "skipped"),
+        ("flush", "", "skipped"),  # the segmenter's flush (session_status ended)
+        ("long", "word " * 20000, "error"),
+        ("utf8", pa.array(np.frombuffer(b"bad \xff\xfe", dtype=np.uint8)), "error"),
+        ("float", pa.array([0.5, 1.5], type=pa.float32()), "error"),
+        ("voice", "VOICE:Nobody At All|Hello", "error"),
+        ("json", '{"speed": 1.2}', "error"),
+        ("ja", f"VOICE:CUSTOM|{reference_wav()}|Good morning, this is my voice|ja|Hello", "error"),
+    ]
+    for i, (name, value, _) in enumerate(cases):
+        status = "ended" if name == "flush" else "ongoing"
+        text(handler, value, question_id=name, segment_index=i, session_status=status)
+    handler.on_input("control", pa.array(["restart everything"]), {"control_id": 1})
+    handler.on_input("text", pa.array([TEXT]), {"question_id": "after", "segment_index": "x"})
+    rec.wait(lambda r: len(completes(r)) == len(cases) + 1)
+    handler.close()
+    got = {m["question_id"]: (a.to_pylist(), m) for a, m in completes(rec)}
+    assert len(completes(rec)) == len(cases) + 1  # exactly one each
+    for name, _, outcome in cases:
+        values, md = got[name]
+        assert values == [outcome], name
+        if outcome == "error":
+            assert md["session_status"] == "error" and md["error"] and md["error_stage"], name
+    assert got["flush"][1]["session_status"] == "ended"
+    assert "too long" in got["long"][1]["error"]
+    assert "UTF-8" in got["utf8"][1]["error"]
+    assert "unknown voice" in got["voice"][1]["error"] and got["voice"][1]["error_stage"] == "voice"
+    assert "ja" in got["ja"][1]["error"].lower() and got["ja"][1]["error_stage"] == "text"
+    assert got["after"][0] == ["completed"]  # still serving
+    errors = [s for s in rec.statuses() if s["status"] == "error"]
+    assert any("unknown control command" in s["error"] for s in errors)
+    # answers come in input order
+    assert [m["question_id"] for _, m in completes(rec)] == [c[0] for c in cases] + ["after"]
+
+
+def test_control_commands(model_dir, shared_engine):
+    handler, rec = make_handler(model_dir, shared_engine)
+    for i, cmd in enumerate(["list_voices", "stats", "change_voice:No Such Voice", f"change_voice:{VOICE_2}",
+                             "cleanup"]):
+        handler.on_input("control", pa.array([cmd]), {"control_id": i})
+    rec.wait(lambda r: len(r.of("status")) >= 5)
+    text(handler, "Hi there.", question_id="after-change")
+    rec.wait(lambda r: len(completes(r)) == 1)
+    handler.close()
+    answers = {m["control_id"]: json.loads(a[0].as_py()) for a, m in rec.of("status") if "control_id" in m}
+    voices = answers[0]
+    assert voices["status"] == "voices" and voices["current"] == VOICE
+    listed = {v["name"]: v for v in voices["voices"]}
+    assert listed[VOICE]["installed"] is True and listed[VOICE_2]["installed"] is True
+    assert "Doubao" in listed  # presets are listed with their installed flag
+    assert answers[1]["status"] == "stats" and "requests" in answers[1]["stats"]
+    assert answers[2]["status"] == "error" and "No Such Voice" in answers[2]["error"]
+    assert answers[2]["voice"] == VOICE  # kept the old voice
+    assert answers[3]["status"] == "voice_changed" and answers[3]["voice"] == VOICE_2
+    assert answers[3]["language"] == "en"
+    assert answers[4]["status"] == "cleanup"
+    (_, amd), = rec.of("audio")
+    assert amd["voice"] == VOICE_2
+
+
+def test_reset_cancels_a_long_streaming_synthesis_and_the_queue(model_dir, shared_engine):
+    handler, rec = make_handler(model_dir, shared_engine, STREAMING="true")
+    text(handler, LONG, question_id="long", segment_index=0)
+    text(handler, TEXT, question_id="queued1", segment_index=1)
+    text(handler, TEXT, question_id="queued2", segment_index=2)
+    rec.wait(lambda r: len(r.of("audio")) >= 1)
+    t0 = time.monotonic()
+    handler.on_input("control", pa.array(["reset"]), {"control_id": "r"})
+    rec.wait(lambda r: len(completes(r)) == 3)
+    cancel_s = time.monotonic() - t0
+    text(handler, "Hi there.", question_id="after", segment_index=3)
+    rec.wait(lambda r: len(completes(r)) == 4)
+    handler.close()
+    got = [(a.to_pylist(), m) for a, m in completes(rec)]
+    assert [m["question_id"] for _, m in got].count("long") == 1
+    for values, md in got[:3]:
+        assert values == ["error"] and md["error"] == CANCELLED and md["error_stage"] == "reset"
+    assert got[3][0] == ["completed"]
+    reset = next(s for s in rec.statuses() if s["status"] == "reset")
+    assert reset["cancelled"] == 3
+    long_chunks = [m for _, m in rec.of("audio") if m["question_id"] == "long"]
+    assert long_chunks and not any(m["is_final"] for m in long_chunks)  # cut short
+    after = [m for _, m in rec.of("audio") if m["question_id"] == "after"]
+    assert [m["chunk_index"] for m in after] == list(range(len(after)))
+    assert [m["fragment_num"] for m in after] == [i + 1 for i in range(len(after))]
+    assert after[-1]["is_final"] and all(m["is_streaming"] for m in after)
+    assert cancel_s < 60, f"reset took {cancel_s:.1f} s"
