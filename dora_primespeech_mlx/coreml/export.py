@@ -92,17 +92,18 @@ class ExportSpec:
 
 def _ct():
     """Import coremltools quietly (on Linux it prints 'Failed to load ...' lines for the missing
-    prediction library, which is expected there)."""
-    if "coremltools" in sys.modules:
-        return sys.modules["coremltools"]
+    prediction library, which is expected there). Raises ImportError when it is not installed."""
+    mod = sys.modules.get("coremltools")
+    if mod is not None:
+        return mod
     stderr = sys.stderr
     try:
         with open(os.devnull, "w") as devnull:
             sys.stderr = devnull
-            import coremltools  # noqa: F401
+            import coremltools
     finally:
         sys.stderr = stderr
-    return sys.modules["coremltools"]
+    return coremltools
 
 
 def _f32(a) -> np.ndarray:

@@ -71,7 +71,10 @@ def load_model(package: str | os.PathLike, units: str | None = None):
         raise CoreMLError(f"CoreML prediction needs macOS (this is {sys.platform})")
     if not package.is_dir():
         raise CoreMLError(f"CoreML package {package} not found")
-    ct = _ct()
+    try:
+        ct = _ct()
+    except ImportError as exc:
+        raise CoreMLError(f"coremltools is not installed ({exc}); pip install 'dora-primespeech-mlx[coreml]'") from None
     cu = getattr(ct.ComputeUnit, compute_units(units))
     compiled = compiled_path(package)
     if compiled.is_dir() and compiled.stat().st_mtime >= package.stat().st_mtime:
