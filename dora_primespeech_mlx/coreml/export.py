@@ -320,6 +320,10 @@ def _convert(prog, inputs, precision: str):
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}")
     cp = ct.precision.FLOAT16 if precision == "fp16" else ct.precision.FLOAT32
+    # No int16 casts: they would wrap the frame counts of long waveforms (33919 conv-0 frames for the
+    # 10.6 s bucket > 32767) and empty the masks derived from them.
+    pipeline = ct.PassPipeline.DEFAULT
+    pipeline.remove_passes({"common::add_int16_cast"})
     return ct.convert(
         prog,
         convert_to="mlprogram",
@@ -327,6 +331,7 @@ def _convert(prog, inputs, precision: str):
         compute_precision=cp,
         minimum_deployment_target=ct.target.macOS14,
         compute_units=ct.ComputeUnit.CPU_AND_NE,
+        pass_pipeline=pipeline,
     )
 
 
