@@ -75,7 +75,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s = subparsers.add_parser(
         "export-coreml",
         help="export the HuBERT and BERT encoders to CoreML .mlpackage files (ANE; no torch needed)",
-        description=__doc__,
+        description="Build the CoreML packages of the encoders (works on Linux too). Targets are voice names "
+        "(their HuBERT and BERT) or model folders (original or converted); with no target the shared encoders "
+        "of the model directory are exported. Without --output the packages go to the cache the runtime uses "
+        "(<model_dir>/coreml; existing ones are kept unless --force).",
     )
     s.add_argument("targets", nargs="*", help="voice names or model folders (default: the shared encoders)")
     s.add_argument("--kind", choices=["hubert", "bert"], help="only this encoder (or the kind of a folder)")
