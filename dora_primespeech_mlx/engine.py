@@ -221,35 +221,33 @@ def _fade(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Stitcher:
-    """Joins the overlapping SoVITS window decodes of one streamed sentence into seamless pieces."""
+    """Joins the overlapping SoVITS window decodes of one streamed sentence into seamless pieces.
+
+    Output frames (50 Hz / speed) lie on one grid for the whole sentence: frame ``i`` interpolates
+    the 50 Hz features at source position ``(i + 0.5) * speed - 0.5`` (torch's align_corners=False
+    rule with the nominal ratio), so every window places the same sound at the same sample."""
 
     def __init__(self, hop: int, speed: float, crossfade: int):
         self.hop = hop
         self.speed = speed
         self.crossfade = crossfade
         self.done_tokens = 0  # audio up to this token boundary was emitted (minus `pending`)
-        self.pending = np.zeros(0, dtype=np.float32)  # emitted-later tail of the previous window
+        self.pending = np.zeros(0, dtype=np.float32)  # held-back tail of the previous piece
 
-    def frames(self, n_tokens: int) -> int:
-        """50 Hz output frames of a decode of ``n_tokens`` tokens (``int(2T/speed)+1`` if speed != 1)."""
-        frames = 2 * n_tokens
-        return frames if self.speed == 1 else int(frames / self.speed) + 1
+    def frame(self, token: int) -> int:
+        """Output frame where token boundary ``token`` falls."""
+        return 2 * token if self.speed == 1 else round(2 * token / self.speed)
 
-    def window_sample(self, n_window: int, tokens_in: int) -> int:
-        """Sample offset of the token boundary ``tokens_in`` tokens into a window of ``n_window``."""
-        if self.speed == 1:
-            return 2 * tokens_in * self.hop
-        return round(2 * tokens_in * self.frames(n_window) / (2 * n_window) * self.hop)
+    def end_frame(self, n_tokens: int) -> int:
+        """Output frames of a whole sentence of ``n_tokens`` (upstream: ``int(2T/speed)+1`` if speed != 1)."""
+        return 2 * n_tokens if self.speed == 1 else int(2 * n_tokens / self.speed) + 1
 
-    def first_frame(self, start_token: int) -> int:
-        """Absolute output frame where a window starting at ``start_token`` begins (noise alignment)."""
-        return 2 * start_token if self.speed == 1 else round(2 * start_token / self.speed)
-
-    def piece(self, audio: np.ndarray, start: int, n_window: int, stop: int, final: bool) -> np.ndarray:
-        """New audio from a decode of tokens [start, start + n_window): everything after
-        ``done_tokens`` up to ``stop`` (or the end when ``final``), crossfaded with the held tail."""
-        a = self.window_sample(n_window, self.done_tokens - start)
-        b = len(audio) if final else self.window_sample(n_window, stop - start)
+    def piece(self, audio: np.ndarray, start: int, stop: int, final: bool) -> np.ndarray:
+        """New audio from a window decode that begins at token ``start``'s frame: everything after
+        ``done_tokens`` up to ``stop`` (to the end when ``final``), crossfaded with the held tail;
+        the last ``crossfade`` samples are held back for the next piece unless ``final``."""
+        a = (self.frame(self.done_tokens) - self.frame(start)) * self.hop
+        b = len(audio) if final else (self.frame(stop) - self.frame(start)) * self.hop
         xf = min(len(self.pending), a)
         out = audio[a:b]
         if xf:
@@ -727,10 +725,35 @@ class GPTSoVITSEngine:
             return np.zeros(0, dtype=np.float32)
         start = max(0, stitcher.done_tokens - cfg.stream_context_tokens)
         window = np.asarray(tokens[start:], dtype=np.int32)
-        audio = self._decode(
-            models, ref, window, chunk.phones, speed, cfg.noise_scale, bank, stitcher.first_frame(start)
-        )
-        return stitcher.piece(audio, start, len(window), stop, done)
+        audio = self._decode_window(models, ref, window, chunk.phones, cfg.noise_scale, bank, stitcher, start, done)
+        return stitcher.piece(audio, start, stop, done)
+
+    @staticmethod
+    def _decode_window(
+        models, ref, window: np.ndarray, phones: np.ndarray, noise_scale: float, bank, stitcher: _Stitcher,
+        start: int, final: bool,
+    ) -> np.ndarray:
+        """SoVITS decode of the tokens ``window`` (which begin at token ``start``) onto the sentence's
+        output-frame grid: frames [frame(start), frame(end)) (to the sentence's end frame when final).
+        Same stages as ``decode``; only the speed interpolation uses the fixed grid."""
+        sovits = models.sovits
+        feats = sovits.encode_features(mx.array(window[None, None]), mx.array(phones[None]), ref.ge)
+        n = start + len(window)
+        f0 = stitcher.frame(start)
+        f1 = stitcher.end_frame(n) if final else stitcher.frame(n)
+        if stitcher.speed != 1:
+            length = feats.shape[2]
+            src = (np.arange(f0, f1) + 0.5) * stitcher.speed - 0.5 - 2 * start
+            src = np.clip(src, 0, length - 1)
+            lo = np.floor(src).astype(np.int32)
+            hi = np.minimum(lo + 1, length - 1)
+            w = mx.array((src - lo).astype(np.float32))
+            feats = feats[:, :, mx.array(lo)] * (1 - w) + feats[:, :, mx.array(hi)] * w
+        _, m_p, logs_p, y_mask = sovits.project(feats, 1.0)
+        noise = mx.array(bank.take(f0, m_p.shape[2])) if noise_scale > 0 else None
+        z_p = sovits.sample_prior(m_p, logs_p, noise_scale, noise=noise)
+        audio = sovits.vocode(sovits.flow_reverse(z_p, y_mask, ref.ge), ref.ge, y_mask)
+        return np.array(audio).reshape(-1).astype(np.float32)
 
     # ---- bookkeeping -----------------------------------------------------------------------------
     def _record(self, timer: _Timer, audio_seconds: float, tokens: int, streams: int) -> None:

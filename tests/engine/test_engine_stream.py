@@ -1,0 +1,180 @@
+"""GPTSoVITSEngine.synthesize_stream: audio comes out while the GPT is still generating, the stream
+matches the whole-utterance audio, its seams are smooth, and cancel stops generation between tokens.
+
+The seam logic (_Stitcher) is also checked on a synthetic smooth signal, where a missing crossfade
+would show as a jump (the fixture models' audio is noise-like, so jumps there say little).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from test_engine import GenerateSpy, case, model_dir, voice  # noqa: F401  (shared fixtures)
+from test_engine import engine as engine  # noqa: F401,F811
+
+from dora_primespeech_mlx.engine import AudioChunk, _Stitcher
+from dora_primespeech_mlx.errors import NothingToSpeakError
+
+TEXT = "Hello world, this is a small test."
+# small pieces so that one 50-token sentence of the tiny GPT gives several seams
+SMALL = {
+    "stream_first_tokens": 12, "stream_chunk_tokens": 10, "stream_context_tokens": 8, "stream_lookahead_tokens": 3,
+    "text_split_method": "cut0", "top_k": 1, "seed": 7,
+}
+
+
+def _collect(stream, events=None) -> list[AudioChunk]:
+    out = []
+    for c in stream:
+        if events is not None:
+            events.append(("chunk", c.chunk_index))
+        out.append(c)
+    return out
+
+
+def test_first_audio_before_generation_ends(engine, monkeypatch):
+    spy = GenerateSpy(monkeypatch)
+    chunks = _collect(engine.synthesize_stream(TEXT, **SMALL), spy.events)
+    events = spy.events
+    tokens = [i for i, e in enumerate(events) if e[0] == "token"]
+    first_chunk = next(i for i, e in enumerate(events) if e[0] == "chunk")
+    assert first_chunk < tokens[-1], "the first chunk must be yielded while tokens are still produced"
+    # it came right after the configured number of tokens
+    assert sum(1 for e in events[:first_chunk] if e[0] == "token") == SMALL["stream_first_tokens"]
+    assert len(chunks) >= 3
+    assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
+    assert [c.is_final for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert all(c.sentence_index == 0 and c.sample_rate == 32000 for c in chunks)
+    assert all(c.audio.dtype == np.float32 and c.duration == len(c.audio) / 32000 for c in chunks)
+    st = engine.stats()
+    assert st["streams"] >= 1 and st["mean_timings"]["time_to_first_audio"] > 0
+
+
+def _seams(chunks) -> np.ndarray:
+    return np.cumsum([len(c.audio) for c in chunks])[:-1]
+
+
+def _rel_error(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_stream_matches_whole_utterance(engine):
+    """Same seed and greedy tokens: the streamed audio equals the whole decode up to the context
+    effects of the window decodes. Metric: relative L2 error of the speech part (a misaligned,
+    repeated or missing piece gives ~1 or more on this noise-like audio)."""
+    whole = engine.synthesize(TEXT, speed_factor=1.0, **{k: SMALL[k] for k in ("text_split_method", "top_k", "seed")})
+    chunks = _collect(engine.synthesize_stream(TEXT, speed_factor=1.0, **SMALL))
+    streamed = np.concatenate([c.audio for c in chunks])
+    gap = int(0.3 * 32000)
+    assert len(streamed) == len(whole.audio)
+    assert not streamed[-gap:].any(), "the sentence ends with fragment_interval of silence"
+    rel = _rel_error(streamed[:-gap], whole.audio[:-gap])
+    print(f"{len(chunks)} chunks, relative L2 error streamed vs whole {rel:.3f}")
+    assert rel < 0.3
+    # no seam makes a bigger step than the whole utterance has anywhere
+    jumps = np.abs(np.diff(streamed))
+    limit = np.abs(np.diff(whole.audio)).max()
+    for b in _seams(chunks):
+        assert jumps[max(0, b - 700) : b + 700].max() <= limit * 1.05
+
+
+def test_stream_with_speed_factor(engine):
+    """speed != 1: every window is resampled onto one output grid, so streamed pieces agree with a
+    single-window stream of the same sentence; the length is upstream's int(2T/speed)+1 frames."""
+    kw = {**SMALL, "speed_factor": 1.1, "fragment_interval": 0.0}
+    whole = engine.synthesize(TEXT, **{k: kw[k] for k in ("text_split_method", "top_k", "seed", "speed_factor")},
+                              fragment_interval=0.0)
+    one = np.concatenate([c.audio for c in engine.synthesize_stream(TEXT, **{**kw, "stream_first_tokens": 1500})])
+    chunks = _collect(engine.synthesize_stream(TEXT, **kw))
+    streamed = np.concatenate([c.audio for c in chunks])
+    assert len(chunks) >= 3
+    assert len(streamed) == len(one) == len(whole.audio) == (int(2 * len(whole.semantic_tokens) / 1.1) + 1) * 640
+    rel = _rel_error(streamed, one)
+    print(f"speed 1.1: {len(chunks)} chunks, relative L2 error vs one window {rel:.3f}")
+    assert rel < 0.3
+
+
+def _smooth_decoder(sr: int, hop: int, offsets):
+    """A fake window decoder: a 150 Hz sine at absolute time plus an offset that differs per window
+    (the decode of a window differs slightly from the next one), 2 * 640 samples per token."""
+    t_abs = np.arange(200 * 2 * hop) / sr
+    signal = 0.5 * np.sin(2 * np.pi * 150 * t_abs).astype(np.float32)
+
+    def decode(start: int, n: int) -> np.ndarray:
+        a = start * 2 * hop
+        return signal[a : a + n * 2 * hop] + next(offsets)
+
+    return signal, decode
+
+
+@pytest.mark.parametrize("crossfade", [480, 0])
+def test_stitcher_seams_are_smooth(crossfade):
+    sr, hop, total = 32000, 640, 60
+    offsets = iter([0.0, 0.04, -0.04, 0.03, -0.02, 0.04, 0.0, 0.02] * 4)
+    signal, decode = _smooth_decoder(sr, hop, offsets)
+    st = _Stitcher(hop, 1.0, crossfade)
+    pieces, n, context, lookahead = [], 0, 5, 2
+    while n < total:
+        n = min(total, n + 9)
+        done = n == total
+        stop = n if done else n - lookahead
+        start = max(0, st.done_tokens - context)
+        pieces.append(st.piece(decode(start, n - start), start, stop, done))
+    out = np.concatenate(pieces)
+    assert len(out) == total * 2 * hop
+    natural = np.abs(np.diff(signal)).max()
+    worst = np.abs(np.diff(out)).max()
+    assert np.abs(out - signal[: len(out)]).max() <= 0.04 + 1e-6
+    if crossfade:
+        assert worst <= natural * 1.1, f"seam step {worst:.4f} vs signal's own {natural:.4f}"
+    else:  # the negative control: without a crossfade the offsets show up as steps
+        assert worst > natural * 1.3
+
+
+def test_cancel_stops_between_tokens(engine, monkeypatch):
+    spy = GenerateSpy(monkeypatch)
+    cancel = threading.Event()
+    before = engine.stats()["cancelled"]
+    got = []
+    for c in engine.synthesize_stream(TEXT, cancel=cancel, **SMALL):
+        got.append(c)
+        cancel.set()
+        n_tokens = len([e for e in spy.events if e[0] == "token"])
+    assert len(got) == 1
+    assert len([e for e in spy.events if e[0] == "token"]) == n_tokens, "no token after cancel"
+    assert n_tokens < 40
+    assert engine.stats()["cancelled"] == before + 1
+
+    cancel_now = threading.Event()
+    cancel_now.set()
+    assert list(engine.synthesize_stream(TEXT, cancel=cancel_now, **SMALL)) == []
+
+
+def test_cancel_from_another_thread(engine):
+    cancel = threading.Event()
+    got = []
+    for c in engine.synthesize_stream("Hello world. This is a test. One more sentence here.", cancel=cancel, **SMALL):
+        got.append(c)
+        if len(got) == 1:
+            threading.Thread(target=cancel.set).start()
+            threading.Event().wait(0.2)
+    assert not got[-1].is_final
+
+
+def test_stream_errors_raise_at_the_call(engine):
+    with pytest.raises(NothingToSpeakError):
+        engine.synthesize_stream("。。。")
+
+
+def test_several_sentences_each_end_with_silence(engine):
+    text = "Hello world. This is a test!"
+    chunks = _collect(engine.synthesize_stream(text, **{**SMALL, "text_split_method": "cut5"}))
+    sentences = sorted({c.sentence_index for c in chunks})
+    assert sentences == [0, 1]
+    gap = int(0.3 * 32000)
+    for s in sentences:
+        last = [c for c in chunks if c.sentence_index == s][-1]
+        assert len(last.audio) >= gap and not last.audio[-gap:].any()
+    assert chunks[-1].is_final and sum(c.is_final for c in chunks) == 1
