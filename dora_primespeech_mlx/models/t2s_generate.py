@@ -26,6 +26,7 @@ noise can be replayed exactly; by default it is drawn from ``numpy.random.defaul
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -39,6 +40,19 @@ NoiseSource = Callable[[int, int], np.ndarray]
 EOS_MASKED_STEPS = 11  # steps 0..10 cannot end the sentence
 MAX_STEPS = 1500
 CACHE_STEP = 256
+DECODE_BACKENDS = ("auto", "mlx", "numpy")
+
+
+def decode_backend(override: str | None = None) -> str:
+    """Which implementation runs the one-token decode steps: ``"numpy"`` (``t2s_numpy``: gemv, about
+    twice as fast as MLX's M=1 sgemm on the CPU) when MLX computes on the CPU, ``"mlx"`` otherwise
+    (Metal/CUDA). ``override`` or ``PRIMESPEECH_T2S_DECODE`` (auto | mlx | numpy) forces one."""
+    choice = (override or os.environ.get("PRIMESPEECH_T2S_DECODE", "auto")).strip().lower() or "auto"
+    if choice not in DECODE_BACKENDS:
+        raise ValueError(f"GPT decode backend {choice!r}: expected one of {', '.join(DECODE_BACKENDS)}")
+    if choice == "auto":
+        return "numpy" if mx.default_device().type == mx.cpu else "mlx"
+    return choice
 
 
 class KVCache:
@@ -171,6 +185,7 @@ def _decode(
     noise: NoiseSource | None,
     seed: int | None,
     cache_step: int,
+    backend: str | None = None,
 ) -> Iterator[_Step]:
     """Check the inputs now (errors surface at the call, not at the first ``next``) and return the
     step iterator; the prefill runs when iteration starts."""
@@ -188,8 +203,10 @@ def _decode(
         raise ValueError(f"prompt semantic tokens must be in [0, {a.eos}), got {prompt.min()}..{prompt.max()}")
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    backend = decode_backend(backend)
     return _loop(
-        model, phones, bert, prompt, params, early_stop_num, max_steps, noise or default_noise(seed), cache_step
+        model, phones, bert, prompt, params, early_stop_num, max_steps, noise or default_noise(seed), cache_step,
+        backend,
     )
 
 
@@ -203,6 +220,7 @@ def _loop(
     max_steps: int,
     noise: NoiseSource,
     cache_step: int,
+    backend: str,
 ) -> Iterator[_Step]:
     eos = model.args.eos
     seen = np.zeros(model.args.vocab_size, dtype=bool)
@@ -211,8 +229,22 @@ def _loop(
 
     cache = KVCache.for_model(model, cache_step)
     logits = model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), cache)
+    raw = np.array(logits[0], dtype=np.float32)
+    if backend == "numpy":
+        from .t2s_numpy import NumpyDecoder
+
+        n_new = max_steps if early_stop_num == -1 else min(max_steps, early_stop_num + 1)
+        state = NumpyDecoder.for_model(model).start(model, cache, n_new)
+        del cache  # the numpy state holds its own copy of the prefix keys/values
+
+        def next_logits(token: int, position: int) -> np.ndarray:
+            return state.step(token, position)
+    else:
+
+        def next_logits(token: int, position: int) -> np.ndarray:
+            return np.array(model.step(token, position, cache)[0], dtype=np.float32)
+
     for idx in range(max_steps):
-        raw = np.array(logits[0], dtype=np.float32)
         row = raw[:eos] if idx < EOS_MASKED_STEPS else raw
         token, greedy = sample_token(row, seen, params, noise(idx, row.shape[0]))
         stop = None
@@ -227,7 +259,7 @@ def _loop(
             return
         seen[token] = True
         # the k-th generated token (k = idx) is fed at audio position Ty + k
-        logits = model.step(token, n_prompt + idx, cache)
+        raw = next_logits(token, n_prompt + idx)
 
 
 def generate(
@@ -241,11 +273,13 @@ def generate(
     noise: NoiseSource | None = None,
     seed: int | None = None,
     cache_step: int = CACHE_STEP,
+    backend: str | None = None,
 ) -> Iterator[int]:
     """Yield semantic tokens as soon as they are chosen. ``phones`` (1, Tx) ids, ``bert`` (1, 1024, Tx),
     ``prompt`` (1, Ty) semantic tokens or None; ``early_stop_num`` is ``T2SArgs.early_stop_num`` in the
-    pipeline (-1 = off). Stop iterating to cancel."""
-    steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, cache_step)
+    pipeline (-1 = off). Stop iterating to cancel. ``backend`` picks the decode-step implementation
+    (:func:`decode_backend`; default: numpy on the CPU, MLX on a GPU)."""
+    steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, cache_step, backend)
     return (s.token for s in steps if s.stop is None)
 
 
@@ -262,9 +296,10 @@ def generate_all(
     cache_step: int = CACHE_STEP,
     return_logits: bool = False,
     progress: bool = False,
+    backend: str | None = None,
 ) -> GenerationResult:
     """Run the whole decode; optionally keep every step's raw logits (tests) and show tqdm progress."""
-    steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, cache_step)
+    steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, cache_step, backend)
     if progress:
         from tqdm import tqdm
 

@@ -1,0 +1,130 @@
+"""The GPT's one-token decode step in numpy, for the CPU.
+
+On the CPU a decode step is memory-bound: it reads all block weights (about 300 MB for v2) for one
+token. MLX's CPU backend sends (1, D) @ (D, N) products through ``sgemm`` (~230 us for 512x2048),
+numpy through ``gemv`` (~60 us), so the same math runs about twice as fast in numpy
+(performance-notes.md section 8). :class:`NumpyDecoder` is that step, reading the model's own weights
+through zero-copy numpy views of the MLX arrays (no second copy in memory). The prefill stays in MLX
+(it is a real matrix product); its KV cache is copied once into preallocated numpy buffers.
+
+The math is :meth:`T2SModel.decode` (float32): embedding + alpha * pe, post-norm blocks with packed
+qkv, attention over the cache rows 0..slot, ReLU FFN, bias-free head. Which backend the decode loop
+uses is decided in ``t2s_generate.decode_backend``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import mlx.core as mx
+import numpy as np
+
+if TYPE_CHECKING:
+    from .t2s import T2SModel
+    from .t2s_generate import KVCache
+
+
+def _view(a: mx.array) -> np.ndarray:
+    """Zero-copy float32 numpy view of an evaluated MLX array (on the CPU / unified memory)."""
+    mx.eval(a)
+    out = np.array(a, copy=False)
+    if out.dtype != np.float32:
+        out = out.astype(np.float32)
+    return out
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    mu = x.mean()
+    d = x - mu
+    var = np.dot(d, d) / np.float32(d.shape[0])
+    return d * (w / np.sqrt(var + np.float32(eps))) + b
+
+
+class _Layer:
+    __slots__ = ("qkv_w", "qkv_b", "out_w", "out_b", "n1_w", "n1_b", "fc1_w", "fc1_b", "fc2_w", "fc2_b",
+                 "n2_w", "n2_b")
+
+    def __init__(self, block):
+        self.qkv_w, self.qkv_b = _view(block.attn.qkv.weight), _view(block.attn.qkv.bias)
+        self.out_w, self.out_b = _view(block.attn.out.weight), _view(block.attn.out.bias)
+        self.n1_w, self.n1_b = _view(block.norm1.weight), _view(block.norm1.bias)
+        self.fc1_w, self.fc1_b = _view(block.mlp.fc1.weight), _view(block.mlp.fc1.bias)
+        self.fc2_w, self.fc2_b = _view(block.mlp.fc2.weight), _view(block.mlp.fc2.bias)
+        self.n2_w, self.n2_b = _view(block.norm2.weight), _view(block.norm2.bias)
+
+
+class NumpyDecoder:
+    """Numpy views of one :class:`T2SModel`'s decode weights. Build with :meth:`for_model` (cached on
+    the model and rebuilt when its weights are replaced)."""
+
+    def __init__(self, model: T2SModel):
+        a = model.args
+        self.num_heads, self.head_dim, self.dim = a.num_heads, a.head_dim, a.hidden_dim
+        self.scale = np.float32(1.0 / np.sqrt(a.head_dim))
+        self.layers = [_Layer(b) for b in model.layers]
+        self.embedding = _view(model.audio_embedding.weight)
+        self.alpha = np.float32(_view(model.audio_position.alpha)[0])
+        self.predict = _view(model.predict.weight)
+        self._source = model.predict.weight  # identity check for stale views
+
+    @classmethod
+    def for_model(cls, model: T2SModel) -> NumpyDecoder:
+        dec = getattr(model, "_numpy_decoder", None)
+        if dec is None or dec._source is not model.predict.weight:
+            dec = cls(model)
+            object.__setattr__(model, "_numpy_decoder", dec)  # a plain attribute, not a parameter
+        return dec
+
+    def start(self, model: T2SModel, cache: KVCache, max_new: int) -> NumpyDecodeState:
+        """Copy the prefilled MLX cache (``cache.offset`` rows) into numpy buffers with room for
+        ``max_new`` more rows (zero pages: memory is only touched as rows are written)."""
+        return NumpyDecodeState(self, model, cache, max_new)
+
+
+class NumpyDecodeState:
+    """The numpy KV cache of one generation and its :meth:`step`."""
+
+    def __init__(self, dec: NumpyDecoder, model: T2SModel, cache: KVCache, max_new: int):
+        self.dec = dec
+        self.pe_source = model
+        n = cache.offset
+        cap = n + max(int(max_new), 1)
+        H, hd = dec.num_heads, dec.head_dim
+        self.keys = [np.zeros((H, cap, hd), dtype=np.float32) for _ in dec.layers]
+        self.values = [np.zeros((H, cap, hd), dtype=np.float32) for _ in dec.layers]
+        for i in range(len(dec.layers)):
+            k, v = cache.keys[i][0, :, :n], cache.values[i][0, :, :n]
+            self.keys[i][:, :n] = np.array(k, dtype=np.float32)
+            self.values[i][:, :n] = np.array(v, dtype=np.float32)
+        self.offset = n
+        self._pe_src: mx.array | None = None
+        self._pe = np.zeros((0, dec.dim), dtype=np.float32)
+
+    def step(self, token: int, position: int) -> np.ndarray:
+        """Feed ``token`` at audio position ``position`` into cache row ``offset``; returns the raw
+        logits (V,) for the next token."""
+        d = self.dec
+        t = self.offset
+        if t >= self.keys[0].shape[1]:
+            raise RuntimeError(f"numpy KV cache is full ({t} rows)")
+        pe = self.pe_source.positions(position + 1)
+        if pe is not self._pe_src:
+            self._pe_src, self._pe = pe, _view(pe)
+        x = d.embedding[token] + d.alpha * self._pe[position]
+        H, hd = d.num_heads, d.head_dim
+        n = t + 1
+        for layer, K, V in zip(d.layers, self.keys, self.values):
+            qkv = layer.qkv_w @ x + layer.qkv_b
+            q = qkv[: d.dim].reshape(H, hd, 1)
+            K[:, t] = qkv[d.dim : 2 * d.dim].reshape(H, hd)
+            V[:, t] = qkv[2 * d.dim :].reshape(H, hd)
+            s = np.matmul(K[:, :n], q)[:, :, 0] * d.scale  # (H, n)
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            s /= s.sum(axis=1, keepdims=True)
+            o = np.matmul(s[:, None, :], V[:, :n]).reshape(d.dim)  # (H, 1, hd) -> (D,)
+            x = _layer_norm(x + layer.out_w @ o + layer.out_b, layer.n1_w, layer.n1_b)
+            h = layer.fc1_w @ x + layer.fc1_b
+            np.maximum(h, 0, out=h)
+            x = _layer_norm(x + layer.fc2_w @ h + layer.fc2_b, layer.n2_w, layer.n2_b)
+        self.offset = n
+        return d.predict @ x
