@@ -160,9 +160,6 @@ class _Models:
     gpt: Any
     sovits: Any
     hubert: Any
-    bert_dir: Path
-    gpt_path: Path
-    sovits_path: Path
 
 
 @dataclass
@@ -304,6 +301,7 @@ class GPTSoVITSEngine:
             "requests": 0,
             "streams": 0,
             "failures": 0,
+            "skipped": 0,
             "cancelled": 0,
             "chunks": 0,
             "tokens": 0,
@@ -353,9 +351,6 @@ class GPTSoVITSEngine:
             gpt=self._cached_model("gpt", spec.gpt, lambda p: load.load_gpt(p, root=root)),
             sovits=self._cached_model("sovits", spec.sovits, lambda p: load.load_sovits(p, root=root)),
             hubert=self._cached_model("hubert", spec.hubert, lambda p: load.load_hubert(p, root=root)),
-            bert_dir=Path(spec.bert),
-            gpt_path=Path(spec.gpt),
-            sovits_path=Path(spec.sovits),
         )
 
     def _bert(self, spec_bert: Path):
@@ -369,6 +364,7 @@ class GPTSoVITSEngine:
                 raise ConfigError("no voice loaded: call load_voice(name) or pass voice=...")
             return self.voice
         if isinstance(voice, VoiceSpec):
+            voices_mod.ensure_installed(voice, self.model_dir)  # missing files: VoiceNotInstalledError
             return voice
         if isinstance(voice, str):
             return voices_mod.resolve_voice(voice, self.model_dir)
@@ -378,10 +374,18 @@ class GPTSoVITSEngine:
         """Make ``name_or_spec`` the current voice: load its models and compute its reference side."""
         spec = self._resolve(name_or_spec)
         with self._lock, self._on_device():
+            if self.voice is not None and self.voice != spec:
+                self._drop_models_except(spec)
             models = self._models(spec)
-            self._reference(spec, models, spec.prompt_lang, _Timer())
+            self._reference(spec, models, self.config.prompt_lang or spec.prompt_lang, _Timer())
             self.voice = spec
         return spec
+
+    def _drop_models_except(self, spec: VoiceSpec) -> None:
+        """Free the previous voice's GPT/SoVITS when switching voices (the encoders are shared)."""
+        keep = {str(Path(p).resolve()) for p in (spec.gpt, spec.sovits)}
+        for key in [k for k in self._model_cache if k[0] in ("gpt", "sovits") and k[1] not in keep]:
+            del self._model_cache[key]
 
     # ---- reference side --------------------------------------------------------------------------
     def _reference(self, spec: VoiceSpec, models: _Models, prompt_lang: str, timer: _Timer) -> _Reference:
@@ -608,18 +612,19 @@ class GPTSoVITSEngine:
                         audio = self._decode(models, ref, tokens, chunk.phones, speed, cfg.noise_scale, bank, 0)
                     pieces.append(_postprocess(audio, sr, cfg.fragment_interval))
                     all_tokens.append(tokens)
-            except BaseException:
-                self._stats["failures"] += 1
+            except BaseException as exc:
+                self._count_failure(exc)
                 raise
             audio = np.concatenate(pieces).astype(np.float32)
             tokens = np.concatenate(all_tokens).astype(np.int32)
             timer.add("total", time.perf_counter() - t_start)
-            self._record(timer, len(audio) / sr, len(tokens), streams=0)
+            self._record(timer, len(audio) / sr, len(tokens), len(chunks), streams=0)
         return SynthesisResult(audio, sr, len(audio) / sr, tokens, timer.timings, spec.name)
 
     def _generate_all(self, models, ref, chunk, cfg, seed, timer: _Timer) -> np.ndarray:
         tokens: list[int] = []
-        gen = self._token_stream(models, ref, chunk, cfg, seed)
+        with _stage("gpt", None, "gpt"):
+            gen = self._token_stream(models, ref, chunk, cfg, seed)
         while True:
             t0 = time.perf_counter()
             with _stage("gpt", None, "gpt"):
@@ -647,22 +652,22 @@ class GPTSoVITSEngine:
         with self._lock, self._on_device():
             try:
                 prepared = self._prepare(text, voice, config, overrides, timer)
-            except BaseException:
-                self._stats["failures"] += 1
+            except BaseException as exc:
+                self._count_failure(exc)
                 raise
         return self._stream(prepared, timer, t_start, cancel)
 
     def _stream(self, prepared, timer: _Timer, t_start: float, cancel: threading.Event | None) -> Iterator[AudioChunk]:
         cfg, spec, models, ref, chunks, speed, seed = prepared
         sr = _sovits_rate(models.sovits)
-        index = n_audio = n_tokens = 0
+        index = n_audio = n_tokens = n_chunks = 0
         first_audio = None
         cancelled = False
         try:
             for s, chunk in enumerate(chunks):
                 stitcher = _Stitcher(_sovits_hop(models.sovits), speed, round(cfg.stream_crossfade_ms * sr / 1000))
                 bank = self._new_noise_bank(seed, s, _prior_channels(models.sovits))
-                with self._lock, self._on_device():
+                with self._lock, self._on_device(), _stage("gpt", None, "gpt"):
                     gen = self._token_stream(models, ref, chunk, cfg, seed + s)
                 tokens: list[int] = []
                 next_at = cfg.stream_first_tokens
@@ -678,6 +683,7 @@ class GPTSoVITSEngine:
                     done = tok is None
                     if not done:
                         tokens.append(int(tok))
+                        n_tokens += 1
                         if len(tokens) < next_at:
                             continue
                         next_at = len(tokens) + cfg.stream_chunk_tokens
@@ -694,19 +700,19 @@ class GPTSoVITSEngine:
                         n_audio += len(piece)
                     if done:
                         break
-                n_tokens += len(tokens)
+                n_chunks += 1
         except GeneratorExit:
             cancelled = True
             raise
-        except BaseException:
-            self._stats["failures"] += 1
+        except BaseException as exc:
+            self._count_failure(exc)
             raise
         finally:
             if first_audio is not None:
                 timer.add("time_to_first_audio", first_audio)
             timer.add("total", time.perf_counter() - t_start)
             with self._lock:
-                self._record(timer, n_audio / sr, n_tokens, streams=1)
+                self._record(timer, n_audio / sr, n_tokens, n_chunks, streams=1)
                 if cancelled:
                     self._stats["cancelled"] += 1
 
@@ -756,10 +762,15 @@ class GPTSoVITSEngine:
         return np.array(audio).reshape(-1).astype(np.float32)
 
     # ---- bookkeeping -----------------------------------------------------------------------------
-    def _record(self, timer: _Timer, audio_seconds: float, tokens: int, streams: int) -> None:
+    def _count_failure(self, exc: BaseException) -> None:
+        with self._lock:
+            self._stats["skipped" if isinstance(exc, NothingToSpeakError) else "failures"] += 1
+
+    def _record(self, timer: _Timer, audio_seconds: float, tokens: int, chunks: int, streams: int) -> None:
         st = self._stats
         st["requests"] += 1
         st["streams"] += streams
+        st["chunks"] += chunks
         st["tokens"] += tokens
         st["audio_seconds"] += audio_seconds
         for stage, seconds in timer.timings.items():
@@ -767,29 +778,26 @@ class GPTSoVITSEngine:
             st["timings"][stage] = (total + seconds, count + 1)
 
     def stats(self) -> dict:
-        """Counts, total audio, mean stage timings (seconds per request), voice and backends."""
+        """Counts, audio and compute seconds, mean stage timings (seconds per request that had the
+        stage), the current voice and the backends."""
         with self._lock:
             st = self._stats
             means = {k: total / count for k, (total, count) in st["timings"].items() if count}
-            total = sum(t for t, _ in [st["timings"].get("total", (0.0, 0))])
+            compute = st["timings"].get("total", (0.0, 0))[0]
             return {
-                "requests": st["requests"],
-                "streams": st["streams"],
-                "failures": st["failures"],
-                "cancelled": st["cancelled"],
-                "tokens": st["tokens"],
+                **{k: st[k] for k in ("requests", "streams", "failures", "skipped", "cancelled", "chunks", "tokens")},
                 "audio_seconds": st["audio_seconds"],
-                "compute_seconds": total,
-                "rtf": (total / st["audio_seconds"]) if st["audio_seconds"] else None,
+                "compute_seconds": compute,
+                "rtf": compute / st["audio_seconds"] if st["audio_seconds"] else None,
                 "mean_timings": means,
                 "reference_computations": st["reference_computations"],
                 "cached_references": len(self._ref_cache),
-                "loaded_models": sorted({k[0] + ":" + Path(k[1]).name for k in self._model_cache}),
+                "loaded_models": sorted(f"{k[0]}:{Path(k[1]).name}" for k in self._model_cache),
                 "voice": self.voice.name if self.voice else None,
                 "backends": {
                     "device": str(self.device if self.device is not None else mx.default_device()),
                     "encoders": self.encoders,
-                    "gpt": "mlx",
+                    "gpt": _gpt_backend(),
                     "sovits": "mlx",
                 },
             }
@@ -854,6 +862,17 @@ def _sovits_rate(sovits) -> int:
 def _sovits_hop(sovits) -> int:
     """Output samples per 50 Hz latent frame (640)."""
     return int(sovits.samples_per_frame)
+
+
+def _gpt_backend() -> str:
+    """The GPT decode-step implementation in use (t2s_generate picks numpy or MLX when it offers both)."""
+    from .models import t2s_generate
+
+    pick = getattr(t2s_generate, "decode_backend", None)
+    try:
+        return str(pick()) if pick is not None else "mlx"
+    except Exception:  # a bad override is reported by the GPT stage itself
+        return "unknown"
 
 
 def _symbol_version(models: _Models) -> str:
