@@ -15,6 +15,13 @@ Candidates, in order (``PRIMESPEECH_BLAS`` overrides: ``off``, or the path of a 
 
 Each choice is self-checked with a timed matmul after MLX loads (:func:`report`); if none works MLX
 keeps its reference BLAS and a warning says so.
+
+Threads (:func:`configure_threads`, run by :func:`preload`): on a machine with at most two usable CPUs
+the BLAS runs single-threaded. Spinning BLAS threads collapse as soon as a neighbour process takes a
+core: measured on a 2-vCPU VM at load 3.4, a real-size GPT decode step's gemvs took 21 ms with one
+thread and 37-78 ms with two; a 256x256 MLX matmul 0.38 ms vs 0.25-15 ms (performance-notes.md
+section 10). ``PRIMESPEECH_THREADS`` (a number, or ``auto``) overrides; explicit
+``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` settings are respected.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 _STATE: dict[str, str | None] = {"name": None, "path": None, "error": None}
+_THREADS: dict[str, object] = {}
+SMALL_MACHINE_CPUS = 2
+_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 
 _SHIM_C = r"""
 #include <stdint.h>
@@ -119,10 +129,102 @@ def _build_shim(openblas: str) -> str:
     return str(out)
 
 
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _wanted_threads() -> tuple[int | None, str]:
+    """(BLAS threads to use or None = library default, why)."""
+    value = os.environ.get("PRIMESPEECH_THREADS", "auto").strip().lower() or "auto"
+    if value != "auto":
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(f"PRIMESPEECH_THREADS={value!r}: expected a positive number or 'auto'") from None
+        if n < 1:
+            raise ValueError(f"PRIMESPEECH_THREADS={value!r}: expected a positive number or 'auto'")
+        return n, "PRIMESPEECH_THREADS"
+    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get(name, "").strip():
+            return None, f"{name} set by the user"
+    cpus = usable_cpus()
+    if cpus <= SMALL_MACHINE_CPUS:
+        return 1, f"{cpus} usable CPUs (single-threaded BLAS is robust to busy neighbours)"
+    return None, f"{cpus} usable CPUs (library default)"
+
+
+def _runtime_setters() -> list[tuple[str, object]]:
+    """Thread-count setters of the BLAS libraries loaded in this process (numpy's and ours)."""
+    setters = []
+    libs = []
+    ob = _numpy_openblas()
+    if ob:
+        libs.append(("numpy-openblas", ob))
+    if _STATE["path"]:
+        libs.append((_STATE["name"] or "blas", _STATE["path"]))
+    for tag, path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for sym in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads",
+                    "MKL_Set_Num_Threads"):
+            if _has_symbol(lib, sym):
+                fn = getattr(lib, sym)
+                fn.argtypes = [ctypes.c_int]
+                fn.restype = None
+                setters.append((f"{tag}:{sym}", fn))
+                break
+    return setters
+
+
+def configure_threads(threads: int | None = None) -> dict[str, object]:
+    """Set the BLAS thread count (see the module docstring): ``threads`` or the automatic choice.
+    Sets the environment defaults for libraries not loaded yet and calls the loaded libraries'
+    setters. Returns what was done (also in :func:`thread_settings`)."""
+    if threads is not None:
+        n, why = int(threads), "explicit"
+    else:
+        n, why = _wanted_threads()
+    applied = []
+    if n is not None:
+        for name in _THREAD_ENV:
+            if threads is not None or not os.environ.get(name, "").strip():
+                os.environ[name] = str(n)
+        for tag, fn in _runtime_setters():
+            try:
+                fn(n)
+                applied.append(tag)
+            except Exception as exc:  # a foreign library: report, never fail the import
+                log.debug("cannot set BLAS threads with %s: %s", tag, exc)
+    _THREADS.clear()
+    _THREADS.update({"blas_threads": n if n is not None else "default", "reason": why, "applied": applied,
+                     "usable_cpus": usable_cpus()})
+    return dict(_THREADS)
+
+
+def thread_settings() -> dict[str, object]:
+    return dict(_THREADS)
+
+
 def preload() -> str | None:
-    """Load a fast CBLAS into the global symbol scope. Returns its name, or None. Idempotent."""
+    """Load a fast CBLAS into the global symbol scope and set the BLAS threads. Returns the BLAS's
+    name, or None. Idempotent."""
     if _STATE["name"] is not None or _STATE["error"] is not None:
         return _STATE["name"]
+    try:
+        return _preload()
+    finally:
+        try:
+            configure_threads()
+        except ValueError as exc:
+            log.warning("%s; keeping the BLAS default threads", exc)
+
+
+def _preload() -> str | None:
     if not sys.platform.startswith("linux"):
         _STATE["name"] = "native"  # macOS: Accelerate; nothing to do
         return _STATE["name"]
