@@ -51,9 +51,7 @@ _KANA_RE = re.compile(r"[\u3040-\u30ff々]")
 # Script rule used instead of fastText.
 _SCRIPT_KANA_RE = re.compile(r"[\u3040-\u30ff々\u31f0-\u31ff\uff66-\uff9d]")
 _SCRIPT_HANGUL_RE = re.compile(r"[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff]")
-_SCRIPT_HAN_RE = re.compile(
-    r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef\U00030000-\U000323af]"
-)
+_SCRIPT_HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef\U00030000-\U000323af]")
 _SCRIPT_LATIN_RE = re.compile(r"[A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff]")
 
 # LangSegmenter.full_en (note: "." does not cross a newline, so the first line needs a letter).
@@ -110,13 +108,35 @@ def full_cjk(text: str) -> str:
 # Stage 1: split-lang's LangSplitter.split_by_lang (merge_across_digit=False)
 
 
-@dataclass
 class Piece:
-    """A language-tagged substring (mutable while merging). ``lang`` is a language code or one of
-    "digit", "punctuation", "newline", "x" (unknown)."""
+    """A language-tagged substring, grown by :meth:`add` while merging (in amortised linear time).
+    ``lang`` is a language code or one of "digit", "punctuation", "newline", "x" (unknown)."""
 
-    lang: str
-    text: str
+    __slots__ = ("_parts", "lang", "size")
+
+    def __init__(self, lang: str, text: str):
+        self.lang = lang
+        self._parts = [text]
+        self.size = len(text)
+
+    @property
+    def text(self) -> str:
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0]
+
+    def add(self, text: str) -> None:
+        self._parts.append(text)
+        self.size += len(text)
+
+    def first_char(self) -> str:
+        return next(p for p in self._parts if p)[0]
+
+    def last_char(self) -> str:
+        return next(p for p in reversed(self._parts) if p)[-1]
+
+    def __repr__(self) -> str:
+        return f"Piece({self.lang!r}, {self.text!r})"
 
 
 # pre-split section kinds
@@ -231,7 +251,7 @@ def _merge_same(pieces: list[Piece]) -> list[Piece]:
     out: list[Piece] = []
     for p in pieces:
         if out and out[-1].lang == p.lang:
-            out[-1].text += p.text
+            out[-1].add(p.text)
         else:
             out.append(p)
     return out
@@ -246,7 +266,7 @@ def _merge_middle(pieces: list[Piece]) -> list[Piece]:
         if (
             (left.lang in _possible_languages(middle.text) and no_kana)
             or middle.lang == "x"
-            or (len(middle.text) <= 4 and len(left.text) + len(right.text) >= 6 and no_kana)
+            or (middle.size <= 4 and left.size + right.size >= 6 and no_kana)
         ):
             middle.lang = left.lang
     return pieces
@@ -270,14 +290,14 @@ def _fill_unknown(pieces: list[Piece]) -> list[Piece]:
         elif i == last:
             p.lang = _nearest_lang(pieces, i, search_left=True)
         else:
-            left_longer = len(pieces[i - 1].text) >= len(pieces[i + 1].text)
+            left_longer = pieces[i - 1].size >= pieces[i + 1].size
             p.lang = _nearest_lang(pieces, i, search_left=left_longer)
     return pieces
 
 
 def _short_beside_long(cur: Piece, near: Piece) -> bool:
     no_kana = not _has_kana(cur.text) and not _has_kana(near.text)
-    near_long_zh = len(near.text) > len(cur.text) and len(near.text) >= 6 and near.lang == "zh"
+    near_long_zh = near.size > cur.size and near.size >= 6 and near.lang == "zh"
     return no_kana and (near_long_zh or near.lang in _possible_languages(cur.text))
 
 
@@ -288,7 +308,7 @@ def _merge_sides(pieces: list[Piece]) -> list[Piece]:
         if len(pieces) >= 2:
             near = pieces[near_index]
             merge = merge or _short_beside_long(cur, near)
-            merge = merge or (near.lang in _possible_languages(cur.text) and len(near.text) <= 5)
+            merge = merge or (near.lang in _possible_languages(cur.text) and near.size <= 5)
         if merge:
             cur.lang = _nearest_lang(pieces, index, search_left=index != 0)
     return pieces
@@ -325,9 +345,9 @@ def _merge_across(pieces: list[Piece], marker: str) -> list[Piece]:
         if not out:
             out.append(p)
         elif p.lang == marker:
-            out[-1].text += p.text
+            out[-1].add(p.text)
         elif p.lang == last_lang:
-            out[-1].text += p.text
+            out[-1].add(p.text)
             if out[-1].lang == marker:
                 out[-1].lang = p.lang
         else:
@@ -352,11 +372,11 @@ def _attach_punctuation(sections: list[_Section]) -> list[_Section]:
         prev = out[-1]
         if prev.kind == _PUNCT:  # leading marks go to the next section's first piece
             prev.kind = cur.kind
-            prev.pieces[-1].text += cur.pieces[0].text
+            prev.pieces[-1].add(cur.pieces[0].text)
             prev.pieces[-1].lang = cur.pieces[0].lang
             prev.pieces.extend(cur.pieces[1:])
         elif cur.kind == _PUNCT:  # other marks go to the end of the previous section
-            prev.pieces[-1].text += cur.pieces[0].text
+            prev.pieces[-1].add(cur.pieces[0].text)
             prev.pieces.extend(cur.pieces[1:])
         else:
             out.append(cur)
@@ -393,22 +413,18 @@ def _special_merge_zh_ja(pieces: list[Piece]) -> list[Piece]:
     i = 0
     while i < len(pieces):
         cur = pieces[i]
-        count[cur.lang] = count.get(cur.lang, 0) + len(cur.text)
+        count[cur.lang] = count.get(cur.lang, 0) + cur.size
         if i == 0:
             right = pieces[1]
-            if right.lang in ("zh", "ja") and cur.lang in ("zh", "ja", "x") and len(cur.text) * 10 < len(
-                right.text
-            ):
+            if right.lang in ("zh", "ja") and cur.lang in ("zh", "ja", "x") and cur.size * 10 < right.size:
                 out.append(Piece(right.lang, cur.text + right.text))
                 i += 1
             else:
                 out.append(cur)
         elif i == len(pieces) - 1:
             left = out[-1]
-            if left.lang in ("zh", "ja") and cur.lang in ("zh", "ja", "x") and len(cur.text) * 10 < len(
-                left.text
-            ):
-                left.text += cur.text
+            if left.lang in ("zh", "ja") and cur.lang in ("zh", "ja", "x") and cur.size * 10 < left.size:
+                left.add(cur.text)
             else:
                 out.append(cur)
         else:
@@ -417,9 +433,10 @@ def _special_merge_zh_ja(pieces: list[Piece]) -> list[Piece]:
                 out[-1].lang == right.lang
                 and right.lang in ("zh", "ja")
                 and cur.lang != "en"
-                and len(cur.text) * 10 < len(out[-1].text) + len(right.text)
+                and cur.size * 10 < out[-1].size + right.size
             ):
-                out[-1].text += cur.text + right.text
+                out[-1].add(cur.text)
+                out[-1].add(right.text)
                 i += 1
             else:
                 out.append(cur)
@@ -458,7 +475,7 @@ def split_by_script(text: str) -> list[Piece]:
 
 def _merge_lang(pieces: list[Piece], item: Piece) -> None:
     if pieces and pieces[-1].lang == item.lang:
-        pieces[-1].text += item.text
+        pieces[-1].add(item.text)
     else:
         pieces.append(item)
 
@@ -472,7 +489,7 @@ def _split_jako(tag: str, item: Piece) -> list[Piece]:
             out.append(Piece(item.lang, item.text[pos : m.start()]))
         pos = m.end()
         out.append(Piece(tag, m.group()))
-    if pos < len(item.text):
+    if pos < item.size:
         out.append(Piece(item.lang, item.text[pos:]))
     return out
 
@@ -492,13 +509,13 @@ def _resolve_digit(item: Piece, i: int, items: list[Piece], done: list[Piece]) -
         prev, nxt = done[-1], items[i + 1]
         if prev.lang == nxt.lang:
             return prev.lang
-        if prev.text[-1] in _DIGIT_NEIGHBOUR_PUNCT:
+        if prev.last_char() in _DIGIT_NEIGHBOUR_PUNCT:
             return nxt.lang
-        if nxt.text[0] in _DIGIT_NEIGHBOUR_PUNCT:
+        if nxt.first_char() in _DIGIT_NEIGHBOUR_PUNCT:
             return prev.lang
-        if item.text[-1] in "。.":
+        if item.last_char() in "。.":
             return prev.lang
-        return prev.lang if len(prev.text) >= len(nxt.text) else nxt.lang
+        return prev.lang if prev.size >= nxt.size else nxt.lang
     return "zh"
 
 
@@ -589,11 +606,7 @@ def split_languages(text: str, option: str) -> list[tuple[str, str]]:
                     f"language {p.lang!r} is not supported yet: 'auto' detected it in {p.text[:40]!r}"
                 )
         return [(p.lang, p.text) for p in pieces]
-    segments: list[tuple[str, str]] = []
+    merged: list[Piece] = []
     for p in pieces:  # option "zh"
-        lang = "en" if p.lang == "en" else option
-        if segments and segments[-1][0] == lang:
-            segments[-1] = (lang, segments[-1][1] + p.text)
-        else:
-            segments.append((lang, p.text))
-    return segments
+        _merge_lang(merged, Piece("en" if p.lang == "en" else option, p.text))
+    return [(p.lang, p.text) for p in merged]

@@ -1,0 +1,41 @@
+"""Text front end of GPT-SoVITS v2: text -> chunks -> language segments -> phones and phone ids.
+
+No MLX here: the engine turns :class:`PhoneResult` segments into BERT features and model inputs.
+The Chinese and English G2P libraries are loaded on first use.
+"""
+
+from .errors import TextFrontendError, UnsupportedLanguageError
+from .frontend import (
+    Chunk,
+    PhoneResult,
+    Segment,
+    clean_text,
+    get_phones,
+    phones_json,
+    preprocess,
+    prompt_phones,
+    prompt_text_input,
+)
+from .langsplit import SUPPORTED_OPTIONS, split_languages
+from .segmentation import get_method, split_text
+from .symbols import cleaned_text_to_sequence, symbol_to_id
+
+__all__ = [
+    "SUPPORTED_OPTIONS",
+    "Chunk",
+    "PhoneResult",
+    "Segment",
+    "TextFrontendError",
+    "UnsupportedLanguageError",
+    "clean_text",
+    "cleaned_text_to_sequence",
+    "get_method",
+    "get_phones",
+    "phones_json",
+    "preprocess",
+    "prompt_phones",
+    "prompt_text_input",
+    "split_languages",
+    "split_text",
+    "symbol_to_id",
+]
