@@ -47,6 +47,7 @@ REF_MIN_SECONDS, REF_MAX_SECONDS = 3.0, 10.0  # upstream: 48000 <= len(wav16k) <
 HUBERT_SR = 16000
 BERT_DIM = 1024  # the GPT's bert_proj input width (chinese-roberta-wwm-ext-large)
 NOISE_BLOCK_FRAMES = 256
+ENCODER_MODES = ("auto", "coreml", "mlx")
 _WORD_RE = re.compile(r"[^\W_]")  # something speakable: a letter or a digit of any script
 
 
@@ -159,7 +160,7 @@ class AudioChunk:
 class _Models:
     gpt: Any
     sovits: Any
-    hubert: Any
+    encoders: Any  # encoders.EncoderBackends: HuBERT and BERT on CoreML or MLX
 
 
 @dataclass
@@ -281,14 +282,9 @@ class GPTSoVITSEngine:
     ):
         self.model_dir = Path(model_dir).expanduser() if model_dir else default_model_dir()
         self.device = self._pick_device(device)
-        if encoders not in ("auto", "mlx", "coreml"):
-            raise ConfigError(f"encoders={encoders!r} is invalid: use 'auto', 'mlx' or 'coreml'")
-        if encoders == "coreml":
-            raise ConfigError(
-                "encoders='coreml' is not available in this engine yet; use 'auto' or 'mlx' "
-                "(HuBERT and BERT run on MLX and their results are cached per voice)"
-            )
-        self.encoders = "mlx"
+        if encoders not in ENCODER_MODES:
+            raise ConfigError(f"encoders={encoders!r} is invalid: use one of {', '.join(ENCODER_MODES)}")
+        self.encoders = encoders  # CoreML on macOS ("auto"/"coreml"), MLX otherwise; see encoders.py
         self.config = config if config is not None else SynthesisConfig()
         if not isinstance(self.config, SynthesisConfig):
             raise ConfigError(f"config must be a SynthesisConfig, not {type(self.config).__name__}")
@@ -297,6 +293,7 @@ class GPTSoVITSEngine:
         self._lock = threading.RLock()
         self._model_cache: dict[tuple, Any] = {}
         self._ref_cache: dict[tuple, _Reference] = {}
+        self._encoder_cache: dict[tuple, Any] = {}
         self._stats = {
             "requests": 0,
             "streams": 0,
@@ -350,8 +347,27 @@ class GPTSoVITSEngine:
         return _Models(
             gpt=self._cached_model("gpt", spec.gpt, lambda p: load.load_gpt(p, root=root)),
             sovits=self._cached_model("sovits", spec.sovits, lambda p: load.load_sovits(p, root=root)),
-            hubert=self._cached_model("hubert", spec.hubert, lambda p: load.load_hubert(p, root=root)),
+            encoders=self._encoders(spec),
         )
+
+    def _encoders(self, spec: VoiceSpec):
+        """The voice's HuBERT/BERT behind one interface (CoreML with MLX fallback); the MLX models come
+        from this engine's model cache, BERT only when Chinese text needs it."""
+        from .convert import load
+        from .encoders import EncoderBackends
+
+        key = (str(spec.hubert), str(spec.bert))
+        if key not in self._encoder_cache:
+            root = self.model_dir
+            self._encoder_cache[key] = EncoderBackends(
+                spec.hubert,
+                spec.bert,
+                mode=self.encoders,
+                root=root,
+                mlx_hubert=lambda: self._cached_model("hubert", spec.hubert, lambda p: load.load_hubert(p, root=root)),
+                mlx_bert=lambda: self._bert(spec.bert),
+            )
+        return self._encoder_cache[key]
 
     def _bert(self, spec_bert: Path):
         from .convert import load
@@ -389,7 +405,7 @@ class GPTSoVITSEngine:
 
     # ---- reference side --------------------------------------------------------------------------
     def _reference(self, spec: VoiceSpec, models: _Models, prompt_lang: str, timer: _Timer) -> _Reference:
-        files = (spec.reference, spec.gpt, spec.sovits, spec.hubert)
+        files = (spec.reference, spec.gpt, spec.sovits, spec.hubert)  # + the BERT folder, by name
         stamps = tuple(_mtime(p) for p in files)
         key = (spec.name, *map(str, files), stamps, str(spec.bert), spec.prompt_text, prompt_lang)
         ref = self._ref_cache.get(key)
@@ -454,10 +470,8 @@ class GPTSoVITSEngine:
 
     @staticmethod
     def _prompt_semantic(models: _Models, wav16k: np.ndarray) -> np.ndarray:
-        from .models.hubert import prompt_features
-
-        ssl = prompt_features(models.hubert, wav16k)  # appends the 9600-sample tail
-        codes = models.sovits.extract_latent(ssl)
+        ssl = models.encoders.hubert_features(wav16k)  # appends the 0.6 s zero tail; (1, 768, T)
+        codes = models.sovits.extract_latent(mx.array(ssl))
         return np.array(codes[0, 0]).astype(np.int32)
 
     def _prompt_text_features(self, prompt_text: str, lang: str, spec: VoiceSpec, version: str, timer: _Timer):
@@ -469,7 +483,7 @@ class GPTSoVITSEngine:
         if result is None:
             return None, None, ""
         with _stage("bert", timer, "bert"):
-            bert = self._bert_for([result], spec)[0]
+            bert = self._bert_for([result], spec, self._encoders(spec))[0]
         return np.asarray(result.phone_ids, dtype=np.int32), bert, result.norm_text
 
     # ---- text side -------------------------------------------------------------------------------
@@ -489,12 +503,13 @@ class GPTSoVITSEngine:
         if not chunks:
             raise NothingToSpeakError(f"nothing to speak in {text[:80]!r}")
         with _stage("bert", timer, "bert"):
-            berts = self._bert_for(chunks, spec)
+            berts = self._bert_for(chunks, spec, self._encoders(spec))
         return [
             _TextChunk(np.asarray(c.phone_ids, dtype=np.int32), b, c.norm_text) for c, b in zip(chunks, berts)
         ]
 
-    def _bert_for(self, results: list, spec: VoiceSpec) -> list[np.ndarray]:
+    @staticmethod
+    def _bert_for(results: list, spec: VoiceSpec, encoders) -> list[np.ndarray]:
         """(1024, n_phones) features per phone result (gpt-sovits-v2.md §3): the BERT for Chinese
         segments, zeros for the others; all Chinese segments of all results run in one batch."""
         wanted = [
@@ -502,17 +517,14 @@ class GPTSoVITSEngine:
         ]
         feats: dict[tuple[int, int], np.ndarray] = {}
         if wanted:
-            from .models.bert import bert_features_batch
-
-            model, tokenizer = self._bert(spec.bert)
-            width = model.args.hidden_size
+            width = encoders.bert_hidden_size
             if width != BERT_DIM:
                 raise SynthesisError(
                     f"the BERT at {spec.bert} is {width} wide but the GPT needs {BERT_DIM}-wide features "
                     "(chinese-roberta-wwm-ext-large); Chinese text cannot be spoken with this BERT",
                     stage="bert",
                 )
-            out = bert_features_batch(model, tokenizer, [(seg.norm_text, seg.word2ph) for _, _, seg in wanted])
+            out = encoders.bert_features_batch([(seg.norm_text, seg.word2ph) for _, _, seg in wanted])
             feats = {(i, j): f for (i, j, _), f in zip(wanted, out)}
         berts = []
         for i, r in enumerate(results):
@@ -796,7 +808,7 @@ class GPTSoVITSEngine:
                 "voice": self.voice.name if self.voice else None,
                 "backends": {
                     "device": str(self.device if self.device is not None else mx.default_device()),
-                    "encoders": self.encoders,
+                    "encoders": self._encoders(self.voice).status() if self.voice else {"mode": self.encoders},
                     "gpt": _gpt_backend(),
                     "sovits": "mlx",
                 },

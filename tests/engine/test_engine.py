@@ -339,11 +339,12 @@ def test_english_needs_no_bert_chinese_needs_a_1024_wide_one(model_dir, voice):
     assert err.value.stage == "bert"
 
 
-def test_chinese_segments_get_bert_features_in_one_batch(engine, voice, monkeypatch):
+def test_chinese_segments_get_bert_features_in_one_batch(engine, voice):
     """zh segments: BERT features of their norm_text repeated by word2ph; other segments zeros; all
     chunks' zh segments in one BERT call. Uses a random 1024-wide BERT with the fixture tokenizer."""
     import mlx.core as mx
 
+    from dora_primespeech_mlx.encoders import EncoderBackends
     from dora_primespeech_mlx.models.bert import BertArgs, BertModel, BertTokenizer, bert_features
     from dora_primespeech_mlx.text import preprocess
 
@@ -362,10 +363,10 @@ def test_chinese_segments_get_bert_features_in_one_batch(engine, voice, monkeypa
             calls.append(1)
             return model(*a, **kw)
 
-    monkeypatch.setattr(engine, "_bert", lambda path: (Counting(), tokenizer))
+    encoders = EncoderBackends(mode="mlx", mlx_bert=lambda: (Counting(), tokenizer))
     chunks = preprocess("你好world，再见。好的", "zh", "cut5")
     assert len(chunks) >= 2
-    feats = engine._bert_for(chunks, voice)
+    feats = engine._bert_for(chunks, voice, encoders)
     assert len(calls) == 1
     for chunk, f in zip(chunks, feats):
         assert f.shape == (1024, len(chunk.phone_ids))
@@ -401,7 +402,8 @@ def test_stats_warmup_and_voices(model_dir, voice):
     assert st["audio_seconds"] == pytest.approx(r.duration)
     for stage in ("text", "gpt_prefill", "gpt_decode", "sovits", "total"):
         assert st["mean_timings"][stage] == pytest.approx(r.timings[stage])
-    assert st["backends"]["encoders"] == "mlx"
+    encoders = st["backends"]["encoders"]
+    assert encoders["mode"] == "auto" and encoders["hubert"]["backend"] in ("mlx", "coreml")
     names = {v["name"] for v in eng.list_voices()}
     assert "Doubao" in names
     assert all({"name", "language", "installed", "source", "speed_factor"} <= set(v) for v in eng.list_voices())
