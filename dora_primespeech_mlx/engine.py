@@ -1,22 +1,30 @@
 """The synthesis engine: voice -> reference features -> text -> GPT -> SoVITS -> audio.
 
 One :class:`GPTSoVITSEngine` holds the loaded models (cached per file), the reference side of every
-voice it has seen (cached per voice and file mtimes) and the request defaults. It reproduces
-upstream ``TTS.run`` (gpt-sovits-v2.md §8) with these choices:
+voice it has seen (prompt semantic tokens, ``ge``, prompt phones and BERT; cached per voice, prompt
+and file mtimes) and the request defaults (:class:`SynthesisConfig`, the old node's values). It
+reproduces upstream ``TTS.run`` (gpt-sovits-v2.md §8) with these choices:
 
-- Every text chunk is generated and SoVITS-decoded on its own (``batch_size`` 1, like the dora
-  fork with its 1.1x voices, §10). For ``speed_factor`` 1 this equals upstream's bucketed batch
-  decode only when a batch holds one chunk; decoding per chunk keeps the chunks independent, which
-  streaming needs anyway.
+- Every text chunk is generated and SoVITS-decoded on its own (``batch_size`` 1, as the dora fork
+  does for its 1.1x voices, §10). With ``speed_factor`` 1 this equals upstream's bucketed decode
+  only when a bucket holds one chunk (the fixture's e2e case); decoding per chunk keeps the chunks
+  independent, which streaming needs, and the audio of one chunk never depends on its neighbours.
 - The GPT follows upstream HEAD (the first generated token is kept; the dora fork dropped it).
 - Randomness is reproducible: the GPT sampler of chunk ``i`` is seeded with ``seed + i`` and the
-  SoVITS prior noise comes from a per-chunk noise bank indexed by 50 Hz frame, so a streamed
-  request and a whole one draw the same noise for the same audio frame. ``seed=-1`` picks a seed.
-- :meth:`GPTSoVITSEngine.synthesize_stream` yields audio while the GPT is still generating: every
-  ``stream_chunk_tokens`` new tokens (``stream_first_tokens`` for the first piece) SoVITS decodes
-  a window of tokens with ``stream_context_tokens`` of left context, keeps only the new samples
-  (holding the last ``stream_lookahead_tokens`` back until the next piece gives them right
-  context), and crossfades each seam over ``stream_crossfade_ms`` with a raised-cosine fade.
+  SoVITS prior noise comes from a per-chunk noise bank indexed by output frame, so a streamed
+  request and a whole one draw the same noise for the same frame. ``seed=-1`` picks a seed.
+- :meth:`GPTSoVITSEngine.synthesize_stream` yields audio while the GPT is still generating: after
+  ``stream_first_tokens`` tokens, then every ``stream_chunk_tokens``, SoVITS decodes a window of the
+  tokens so far starting ``stream_context_tokens`` before the emitted audio, keeps only the new
+  samples (the last ``stream_lookahead_tokens`` wait for their right context) and crossfades each
+  seam over ``stream_crossfade_ms`` (raised cosine). With ``speed_factor`` != 1 every window is
+  interpolated onto one output-frame grid with the nominal ratio (the whole-sentence decode uses
+  upstream's ``int(2T/speed)+1`` frames, whose ratio depends on T; the two differ by under a frame
+  over a sentence).
+- Audio is float32 in [-1, 1]: SoVITS ends in tanh, so upstream's per-fragment ``/max`` never
+  changes it; each chunk is followed by ``fragment_interval`` seconds of silence.
+- One re-entrant lock serialises model use; streams take it per token and per decode, so a stream
+  consumed in one thread and a request from another interleave safely.
 """
 
 from __future__ import annotations
@@ -399,7 +407,7 @@ class GPTSoVITSEngine:
 
     def _drop_models_except(self, spec: VoiceSpec) -> None:
         """Free the previous voice's GPT/SoVITS when switching voices (the encoders are shared)."""
-        keep = {str(Path(p).resolve()) for p in (spec.gpt, spec.sovits)}
+        keep = _voice_files(spec)
         for key in [k for k in self._model_cache if k[0] in ("gpt", "sovits") and k[1] not in keep]:
             del self._model_cache[key]
 
@@ -826,6 +834,22 @@ class GPTSoVITSEngine:
                 saved["reference_computations"] = self._stats["reference_computations"]
                 self._stats = saved
 
+    def cleanup(self) -> dict:
+        """Free what the current voice does not use: other voices' models, reference features and
+        encoders. Returns what was dropped (the node's ``cleanup`` control command)."""
+        with self._lock:
+            keep = self.voice
+            models = [k for k in self._model_cache if keep is None or k[1] not in _voice_files(keep)]
+            refs = [k for k in self._ref_cache if keep is None or k[0] != keep.name]
+            encs = [k for k in self._encoder_cache if keep is None or k != (str(keep.hubert), str(keep.bert))]
+            for k in models:
+                del self._model_cache[k]
+            for k in refs:
+                del self._ref_cache[k]
+            for k in encs:
+                del self._encoder_cache[k]
+        return {"models": len(models), "references": len(refs), "encoders": len(encs)}
+
     def list_voices(self) -> list[dict]:
         return [dataclasses.asdict(v) for v in voices_mod.list_voices(self.model_dir)]
 
@@ -858,6 +882,11 @@ def _postprocess(audio: np.ndarray, sr: int, fragment_interval: float, normalise
         if peak > 1:
             audio = audio / peak
     return np.concatenate([audio, np.zeros(int(sr * fragment_interval), dtype=np.float32)])
+
+
+def _voice_files(spec: VoiceSpec) -> set[str]:
+    """Resolved model paths of a voice, as the model cache keys them."""
+    return {str(Path(p).resolve()) for p in (spec.gpt, spec.sovits, spec.hubert, spec.bert)}
 
 
 def _mtime(path: Path) -> int | None:

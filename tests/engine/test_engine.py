@@ -443,3 +443,31 @@ def test_seeded_results_and_threads(engine):
         np.testing.assert_array_equal(r.audio, expected.audio)
     other = engine.synthesize("Hello there, my friend.", **{**kw, "seed": 6})
     assert len(other.audio) != len(expected.audio) or not np.array_equal(other.audio, expected.audio)
+
+
+def test_switching_voices_and_cleanup(model_dir, voice, tmp_path):
+    """A second voice with its own GPT file: switching frees the first voice's GPT; cleanup drops the
+    other voice's reference features."""
+    import shutil
+
+    gpt_copy = tmp_path / "other-gpt.ckpt"
+    shutil.copy(voice.gpt, gpt_copy)
+    other = dataclasses.replace(voice, name="other", gpt=gpt_copy)
+    eng = GPTSoVITSEngine(model_dir=model_dir, config=FAST)
+    eng.load_voice(voice)
+    eng.load_voice(other)
+    gpts = [m for m in eng.stats()["loaded_models"] if m.startswith("gpt:")]
+    assert gpts == ["gpt:other-gpt.ckpt"]
+    assert eng.stats()["cached_references"] == 2
+    freed = eng.cleanup()
+    assert freed["references"] == 1 and eng.stats()["cached_references"] == 1
+    assert eng.synthesize("Hello there, my friend.").voice == "other"
+
+
+@pytest.mark.skipif(__import__("sys").platform == "darwin", reason="off macOS CoreML must fall back")
+def test_coreml_encoders_fall_back_to_mlx_off_macos(model_dir, voice):
+    eng = GPTSoVITSEngine(model_dir=model_dir, encoders="coreml", config=FAST)
+    eng.load_voice(voice)
+    hubert = eng.stats()["backends"]["encoders"]["hubert"]
+    assert hubert["backend"] == "mlx" and hubert["fallback"]
+    assert len(eng.synthesize("Hello there, my friend.").audio) > 0
