@@ -222,6 +222,11 @@ def preprocess(text: str, language: str, method: str = "cut5", version: str = "v
     check_option(language)
     chunks = []
     for part in split_text(text, method, language):
+        if not part and language != "en":
+            raise TextFrontendError(
+                "the text has a run of more than 510 characters without a split mark (，。？！,.?!~:：—…); "
+                "upstream's split_big_text then yields an empty chunk, which cannot be phonemised: add punctuation"
+            )
         result = _get_phones(part, language, version, retry=True)
         if result.norm_text:
             chunks.append(Chunk(text=part, result=result))

@@ -173,3 +173,12 @@ def test_phones_json_matches_get_phones():
     assert out["phone_ids"] == list(result.phone_ids)
     assert [s["lang"] for s in out["segments"]] == [s.lang for s in result.segments]
     assert [c["input"] for c in out["preprocess"]["chunks"]] == split_text(text, "cut5", "zh")
+
+
+def test_long_run_without_punctuation():
+    """Upstream's split_big_text yields an empty first chunk for a > 510-character run without split
+    marks; a Chinese option then fails (as upstream does), English phonemises the empty chunk."""
+    with pytest.raises(TextFrontendError, match="without a split mark"):
+        preprocess("字" * 600, "zh", "cut5")
+    chunks = preprocess("a" * 600, "en", "cut5")
+    assert [c.text for c in chunks] == ["", "a" * 600, "."]
