@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,8 +81,17 @@ def replace_consecutive_punctuation(text: str) -> str:
     return _REPEATED_PUNCT_RE.sub(r"\1", text)
 
 
+def _ascii_digits(text: str) -> str:
+    """Non-ASCII decimal digits (Arabic-Indic, Devanagari, ...) -> ASCII. Upstream's number rules match
+    them through ``\\d`` but its tables only know 0-9, so it crashes on them; we read them as numbers."""
+    if text.isascii():
+        return text
+    return "".join(str(unicodedata.digit(ch)) if ch.isdecimal() and not ch.isascii() else ch for ch in text)
+
+
 def text_normalize(text: str) -> str:
     """Normalised Chinese text: only CJK ideographs and ``! ? … , . -`` remain."""
+    text = _ascii_digits(text)
     return replace_consecutive_punctuation("".join(replace_punctuation(s) for s in normalize(text)))
 
 

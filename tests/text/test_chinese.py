@@ -204,3 +204,8 @@ def test_g2pw_helpers(tmp_path):
     (tmp_path / "b.rep").write_text("长: ['zhang3']\n", encoding="utf-8")
     fixes = g2pw.read_word_fixes(tmp_path / "a.rep", tmp_path / "b.rep", tmp_path / "absent.rep")
     assert fixes == {"银行": ["yin2", "hang2"], "长": ["zhang3"]}
+
+
+def test_non_ascii_digits_are_read_as_numbers():
+    # Upstream crashes (KeyError) on these; we read them like ASCII digits.
+    assert text_normalize("我有٣个苹果") == text_normalize("我有3个苹果")
