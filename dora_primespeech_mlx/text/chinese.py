@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import re
-import unicodedata
 import threading
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
