@@ -289,6 +289,16 @@ class HubertModel(nn.Module):
             return x
         return HubertOutput(x, hidden, conv, proj, pos)
 
+    def prepare(self, half: bool = True) -> HubertModel:
+        """Ready for inference (the loader calls this): with ``half`` the Linear weights are kept in
+        float16 storage, float32 compute (``models/storage.py``). CNHubert runs once per voice, so the
+        per-call upcast does not matter and 180 MB are saved."""
+        if half:
+            from .storage import half_storage
+
+            half_storage(self)
+        return self
+
     @staticmethod
     def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """HF ``HubertModel`` state dict -> MLX names/layouts (see the module docstring)."""
@@ -308,6 +318,7 @@ def load_hubert(raw) -> HubertModel:
     model = HubertModel(HubertArgs.from_config(raw.config))
     sanitized = HubertModel.sanitize(raw.weights)
     model.load_weights([(k, mx.array(v)) for k, v in sanitized.items()], strict=True)
+    model.prepare()
     mx.eval(model.parameters())
     model.eval()
     return model
