@@ -227,19 +227,20 @@ def _loop(
     seen[prompt[0]] = True
     n_prompt = prompt.shape[1]
 
-    cache = KVCache.for_model(model, cache_step)
-    logits = model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), cache)
-    raw = np.array(logits[0], dtype=np.float32)
     if backend == "numpy":
         from .t2s_numpy import NumpyDecoder
 
         n_new = max_steps if early_stop_num == -1 else min(max_steps, early_stop_num + 1)
-        state = NumpyDecoder.for_model(model).start(model, cache, n_new)
-        del cache  # the numpy state holds its own copy of the prefix keys/values
+        state, raw = NumpyDecoder.for_model(model).prefill(
+            model, mx.array(phones), mx.array(bert), mx.array(prompt), n_new
+        )
 
         def next_logits(token: int, position: int) -> np.ndarray:
             return state.step(token, position)
     else:
+        cache = KVCache.for_model(model, cache_step)
+        logits = model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), cache)
+        raw = np.array(logits[0], dtype=np.float32)
 
         def next_logits(token: int, position: int) -> np.ndarray:
             return np.array(model.step(token, position, cache)[0], dtype=np.float32)
