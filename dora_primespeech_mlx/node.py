@@ -33,7 +33,8 @@ Outputs:
 Threading: synthesis runs in one worker thread fed by a FIFO queue, so the event loop keeps reading
 (``reset`` can cancel a long synthesis). With dora-rs 0.3.x ``send_output`` may not be called while
 another thread waits in ``next()``, so in the node form every output goes through a queue that the main
-thread drains between ``next(timeout)`` calls; in the operator form sends are serialised by a lock.
+thread drains between ``next(timeout)`` calls; in the operator form sends are serialised by a lock,
+and :class:`Operator` explains how ``on_event`` lends time to the worker.
 """
 
 from __future__ import annotations
@@ -174,6 +175,10 @@ class MessageHandler:
 
     def idle(self) -> bool:
         return self.ready.is_set() and self._jobs.idle()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block (GIL released) until nothing is queued or running, at most ``timeout`` seconds."""
+        return self._jobs.wait_idle(timeout)
 
     def stop_worker(self, cancel: bool = False) -> None:
         """Let the worker finish the queued jobs (or, with ``cancel``, answer the texts as cancelled)
@@ -548,13 +553,13 @@ def main() -> int:
         settings = Settings.from_env()
     except ConfigError as exc:
         settings = Settings()
-        handler = MessageHandler(settings, lambda p: (None, None), outbox.append)
+        handler = MessageHandler(settings, lambda p: (None, None), lambda *out: outbox.append(out))
         handler.log("ERROR", str(exc))
         handler.status("error", level="ERROR", message=str(exc), error=str(exc), error_stage="init")
         flush()
         return 2
 
-    handler = MessageHandler(settings, engine_factory(settings), outbox.append)
+    handler = MessageHandler(settings, engine_factory(settings), lambda *out: outbox.append(out))
     handler.start()
     while not handler.ready.wait(POLL_S):
         flush()
@@ -598,12 +603,24 @@ def main() -> int:
 
 
 class Operator:
-    """``operator: python:`` form. The runtime calls :meth:`on_event` for every event."""
+    """``operator: python:`` form. The runtime calls :meth:`on_event` for every event.
+
+    dora's Python operator runtime (1.1, verified) keeps the GIL while it waits for the next event, so
+    the worker thread only runs while ``on_event`` is running. Hence ``on_event`` waits (GIL released)
+    for the worker: until it is idle, i.e. each text is spoken inside the ``on_event`` of its input -
+    unless the operator has a ``tick`` input (e.g. ``tick: dora/timer/millis/50``); then every event
+    lends the worker at most ``SLICE_S`` seconds and returns, so ``reset`` and ``control`` inputs get
+    through during a long synthesis, as in the node form. When the ``text`` input closes, the operator
+    finishes the queued texts and stops (a timer input alone would keep the dataflow running).
+    """
+
+    SLICE_S = 0.05
 
     def __init__(self):
         self._send_output = None
         self._pending: deque[tuple[str, pa.Array, dict]] = deque()
         self._lock = threading.Lock()
+        self._sliced = False
         settings = Settings.from_env()  # a bad variable fails the operator at start, with the list
         self.handler = MessageHandler(settings, engine_factory(settings), self._emit)
         self.handler.start()
@@ -630,10 +647,18 @@ class Operator:
                 send_output(*self._pending.popleft())
         kind = dora_event.get("type")
         if kind == "INPUT":
-            self.handler.on_input(dora_event.get("id"), dora_event.get("value"), dora_event.get("metadata"))
+            if dora_event.get("id") == "tick":
+                self._sliced = True
+            else:
+                self.handler.on_input(dora_event.get("id"), dora_event.get("value"), dora_event.get("metadata"))
         elif kind == "STOP":
             self.handler.close(cancel=dora_event.get("id") not in (None, "ALL_INPUTS_CLOSED"))
             return DoraStatus.STOP
+        elif kind == "INPUT_CLOSED" and dora_event.get("id") == "text":
+            # Nothing more to speak: finish the queue and stop (a `tick` input would keep it alive).
+            self.handler.close()
+            return DoraStatus.STOP
+        self.handler.wait_idle(self.SLICE_S if self._sliced else None)
         return DoraStatus.CONTINUE
 
 

@@ -8,8 +8,10 @@ Inputs (all optional): ``audio``, ``segment_complete``, ``status``, ``log`` from
 
     {"questions": {qid: {"wav", "sample_rate", "chunks", "duration", "chunk_durations",
                          "segment_complete": [...], "errors": [...]}},
-     "segments": [{"question_id", "segment_index", "text", "outcome", "metadata"}],
+     "segments": [{"question_id", "segment_index", "text", "outcome", "metadata", "arrival"}],
      "audio": [metadata of every audio message], "status": [...], "log": [...], "events": n}
+
+(``arrival`` numbers the inputs in the order they arrived.)
 
 It stops when all its inputs are closed (the dataflow ends) or, after ``done``, once every text it saw
 has its segment_complete (``DONE_GRACE`` seconds at most, default 10).
@@ -99,13 +101,14 @@ class Sink:
             seg = self._segment(md)
             seg["outcome"] = outcome
             seg["metadata"] = _plain(md)
+            seg["arrival"] = self.events
         elif input_id == "text":
             seg = {"question_id": qid, "segment_index": md.get("segment_index"), "outcome": None,
                    "text": value[0].as_py() if pa.types.is_string(value.type) and len(value) else
                    f"<{value.type}>"}
             self.segments.append(seg)
         elif input_id == "status":
-            self.status.append({"body": _json_text(value), "metadata": _plain(md)})
+            self.status.append({"body": _json_text(value), "metadata": _plain(md), "arrival": self.events})
         elif input_id == "log":
             self.log.append(_json_text(value))
 

@@ -1,0 +1,238 @@
+"""End to end in a real ``dora run`` (dora-rs-cli from the venv): the node form and the operator form
+with a voice built from the fixture models, driven by nodes/text_source.py, recorded by nodes/wav_sink.py.
+
+Each run loads the models once (seconds), so the scripts pack many cases into few runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+from conftest import REPO
+from tiny_voice import VOICE, VOICE_2, checkpoint, e2e_case, make_model_dir, reference_wav
+
+pytestmark = pytest.mark.dora
+
+BIN = Path(sys.executable).parent
+TEMPLATE = REPO / "examples" / "dataflow-test.yaml"
+NODE_FORM = """\
+    path: dora-primespeech-mlx
+    inputs:
+      text:
+        source: text_source/text
+        queue_size: 1000
+      control: text_source/control
+    outputs: [audio, segment_complete, status, log]"""
+OPERATOR_FORM = f"""\
+    operator:
+      python: {REPO}/dora_primespeech_mlx/node.py
+      inputs:
+        text:
+          source: text_source/text
+          queue_size: 1000
+        control: text_source/control
+        tick: dora/timer/millis/50
+      outputs: [audio, segment_complete, status, log]"""
+
+
+def _dora() -> str:
+    exe = BIN / "dora"
+    found = str(exe) if exe.exists() else shutil.which("dora")
+    if not found:
+        pytest.skip("dora CLI (dora-rs-cli) not installed")
+    return found
+
+
+def run_flow(tmp: Path, script: str, tts: str, *, voice=VOICE, streaming=False, warmup=False,
+             index_as_str=False, model_dir: Path | None = None, timeout=240):
+    model_dir = model_dir if model_dir is not None else make_model_dir(tmp / "models")
+    (tmp / "script.txt").write_text(script, encoding="utf-8")
+    shared = REPO.parent / "shared"
+    yaml_text = string.Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
+        repo=REPO, script=tmp / "script.txt", tts=tts, voice=voice, model_dir=model_dir,
+        streaming=str(streaming).lower(), warmup=str(warmup).lower(), index_as_str=str(index_as_str).lower(),
+        out=tmp / "out",
+        nltk_data=os.environ.get("NLTK_DATA", shared / "nltk_data"),
+        text_data=os.environ.get("PRIMESPEECH_TEXT_DATA", shared / "data" / "gpt-sovits-text"),
+    )
+    flow = tmp / "dataflow.yaml"
+    flow.write_text(yaml_text, encoding="utf-8")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    t0 = time.monotonic()
+    proc = subprocess.Popen([_dora(), "run", str(flow)], cwd=tmp, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # dora, its daemon and the nodes it spawned
+        output, _ = proc.communicate()
+        pytest.fail(f"dora run did not finish in {timeout} s:\n{tail(output)}")
+    elapsed = time.monotonic() - t0
+    report_path = tmp / "out" / "report.json"
+    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else None
+    return proc.returncode, report, output, elapsed
+
+
+def tail(output: str, n: int = 80) -> str:
+    """The end of dora's output without Rust backtrace lines."""
+    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("   ") and "DEBUG" not in ln]
+    return "\n".join(lines[-n:])
+
+
+def by_status(report, status):
+    return [s for s in report["status"] if isinstance(s["body"], dict) and s["body"].get("status") == status]
+
+
+def check_one_answer_per_text(report, output):
+    """Every text the source sent got exactly one segment_complete (and nothing else did)."""
+    segments = report["segments"]
+    assert segments, tail(output)
+    orphans = [s for s in segments if s["text"] is None]
+    assert not orphans, f"segment_complete without a matching text: {orphans}"
+    missing = [s for s in segments if s["outcome"] is None]
+    assert not missing, f"texts without segment_complete: {missing}"
+    return segments
+
+
+def audio_of(report, seg):
+    return [a for a in report["audio"] if str(a.get("question_id")) == seg["question_id"]
+            and str(a.get("segment_index")) == str(seg["segment_index"])]
+
+
+def test_node_form_end_to_end(tmp_path):
+    ref = reference_wav()
+    prompt = e2e_case()["inputs"]["prompt_text"]
+    trained = f"VOICE:TRAINED|{checkpoint('gpt')}|{checkpoint('sovits')}|{ref}|{prompt}|en|Hello | world."
+    script = "\n".join([
+        "!list_voices",
+        "!stats",
+        "Hello world, this is a small test.",
+        '{"prompt": "Hi there, friend.", "speed": 1.2}',
+        f"VOICE:{VOICE_2}|Hi there.",
+        "",
+        f"!change_voice:{VOICE_2}",
+        "!change_voice:Nobody Here",
+        "Hi there.",
+        trained,
+        "@raw 626164fffe",  # invalid UTF-8 in a UInt8Array
+        "。。。！",
+        '{"speed": 2}',
+        "!stats",
+        "!make_coffee",
+        "",
+        "& One small test. Two small tests. Three small tests.",  # batch mode: cannot stop mid-way; its audio is dropped
+        "& Hi there.",
+        "@wait synthesizing",
+        "!reset",
+    ]) + "\n"
+    rc, report, output, elapsed = run_flow(tmp_path, script, NODE_FORM, warmup=True, index_as_str=True)
+    assert rc == 0, tail(output)
+    assert report is not None, tail(output)
+    segments = check_one_answer_per_text(report, output)
+    outcomes = {(s["question_id"], s["text"]): s["outcome"] for s in segments}
+    assert outcomes[("1", "Hello world, this is a small test.")] == "completed"
+    assert outcomes[("1", '{"prompt": "Hi there, friend.", "speed": 1.2}')] == "completed"
+    assert outcomes[("1", f"VOICE:{VOICE_2}|Hi there.")] == "completed"
+    assert outcomes[("1", "")] == "skipped" and outcomes[("2", "")] == "skipped"  # the flushes
+    assert outcomes[("2", "Hi there.")] == "completed"
+    assert outcomes[("2", trained)] == "completed"
+    assert outcomes[("2", "。。。！")] == "skipped"
+    assert outcomes[("2", '{"speed": 2}')] == "error"
+    assert [s for s in segments if s["text"].startswith("<")][0]["outcome"] == "error"  # raw bytes
+    # reset while the worker synthesises: answered at once by the event loop, both texts cancelled
+    long_seg, queued = [s for s in segments if s["question_id"] == "3" and s["text"]]
+    reset = by_status(report, "reset")[0]
+    assert reset["body"]["cancelled"] == 2 and reset["arrival"] < long_seg["arrival"]
+    for seg in (long_seg, queued):
+        assert seg["outcome"] == "error" and seg["metadata"]["error"] == "cancelled by reset"
+
+    for seg in segments:
+        chunks = audio_of(report, seg)
+        if seg["outcome"] == "completed":
+            assert len(chunks) == 1, seg  # batch mode: one audio message per text
+            md = chunks[0]
+            assert md["sample_rate"] == 32000 and md["duration"] > 0 and md["is_final"] is True
+            assert md["segment_index"] == seg["segment_index"] and isinstance(md["segment_index"], str)
+            assert md["session_id"] == "demo" and md["value_type"].startswith("list<")
+            assert md["samples"] == round(md["duration"] * 32000)
+            assert seg["metadata"]["session_status"] in ("started", "ongoing")
+        else:
+            assert not chunks, seg
+        if seg["outcome"] == "error":
+            assert seg["metadata"]["session_status"] == "error" and seg["metadata"]["error"]
+    voice_of = {seg["text"]: audio_of(report, seg)[0]["voice"] for seg in segments if seg["outcome"] == "completed"}
+    assert voice_of["Hello world, this is a small test."] == VOICE
+    assert voice_of[f"VOICE:{VOICE_2}|Hi there."] == VOICE_2
+    assert voice_of["Hi there."] == VOICE_2  # after change_voice
+    assert voice_of[trained] == "TRAINED"
+
+    assert by_status(report, "ready")
+    voices = by_status(report, "voices")[0]["body"]
+    assert {VOICE, VOICE_2} <= {v["name"] for v in voices["voices"] if v["installed"]}
+    stats = by_status(report, "stats")
+    assert len(stats) == 2 and stats[1]["body"]["stats"]["requests"] >= 5
+    assert by_status(report, "voice_changed")[0]["body"]["voice"] == VOICE_2
+    errors = [s["body"] for s in by_status(report, "error")]
+    assert any("Nobody Here" in e["error"] for e in errors)
+    assert any("unknown control command" in e["error"] for e in errors)
+    assert any("UTF-8" in e["error"] for e in errors)
+    levels = {entry["level"] for entry in report["log"] if isinstance(entry, dict)}
+    assert {"INFO", "ERROR"} <= levels
+    assert report["questions"]["3"]["chunks"] == 0
+    for qid in ("1", "2"):
+        q = report["questions"][qid]
+        data, rate = sf.read(q["wav"], dtype="int16")
+        assert rate == 32000 and len(data) == pytest.approx(q["duration"] * 32000, abs=2)
+        assert sf.info(q["wav"]).subtype == "PCM_16"
+    print(f"node form: dora run took {elapsed:.1f} s")
+
+
+def test_operator_form_streaming_and_reset(tmp_path):
+    script = "\n".join([
+        "& One small test. Two small tests. Three small tests. Four small tests. Five small tests.",
+        "& Hello world, this is a small test.",
+        "@wait audio",
+        "!reset",
+        "Hi there.",
+    ]) + "\n"
+    rc, report, output, elapsed = run_flow(tmp_path, script, OPERATOR_FORM, streaming=True)
+    assert rc == 0, tail(output)
+    assert report is not None, tail(output)
+    segments = check_one_answer_per_text(report, output)
+    long_seg, queued, after, flush = segments
+    assert long_seg["outcome"] == "error" and long_seg["metadata"]["error"] == "cancelled by reset"
+    assert queued["outcome"] == "error" and queued["metadata"]["error_stage"] == "reset"
+    assert after["outcome"] == "completed" and flush["outcome"] == "skipped"
+    assert by_status(report, "reset")[0]["body"]["cancelled"] == 2
+    long_chunks = audio_of(report, long_seg)
+    assert long_chunks and not any(c["is_final"] for c in long_chunks)
+    assert not audio_of(report, queued)
+    chunks = audio_of(report, after)
+    assert [c["chunk_index"] for c in chunks] == list(range(len(chunks)))
+    assert [c["fragment_num"] for c in chunks] == [i + 1 for i in range(len(chunks))]
+    assert chunks[-1]["is_final"] and all(c["is_streaming"] for c in chunks)
+    assert all(c["segment_index"] == after["segment_index"] and isinstance(c["segment_index"], int) for c in chunks)
+    print(f"operator form: dora run took {elapsed:.1f} s")
+
+
+def test_missing_voice_files_fail_fast_with_instructions(tmp_path):
+    empty = tmp_path / "empty-models"
+    empty.mkdir()
+    rc, report, output, elapsed = run_flow(tmp_path, "Hello.\n", NODE_FORM, voice="Doubao", model_dir=empty,
+                                           timeout=120)
+    assert rc != 0
+    assert "primespeech-mlx download" in output and "not installed" in output
+    assert elapsed < 60
+    if report is not None:  # the error also went out on status before the node exited
+        init = [s["body"] for s in by_status(report, "error")]
+        assert init and init[0]["error_stage"] == "init"
