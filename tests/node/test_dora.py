@@ -130,7 +130,7 @@ def test_node_form_end_to_end(tmp_path):
         "!stats",
         "!make_coffee",
         "",
-        "& One small test. Two small tests. Three small tests.",  # batch mode: cannot stop mid-way; its audio is dropped
+        "& One small test. Two small tests. Three small tests.",  # batch: runs to the end, audio dropped
         "& Hi there.",
         "@wait synthesizing",
         "!reset",
