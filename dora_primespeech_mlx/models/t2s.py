@@ -268,12 +268,25 @@ class T2SModel(nn.Module):
             new_values.append(v)
         return self.predict(x[:, -1]), new_keys, new_values
 
-    def step(self, token: int, position: int, cache: KVCache) -> mx.array:
+    def compiled_decode(self):
+        """:meth:`decode` under ``mx.compile`` (one trace per cache capacity, i.e. per KV bucket; the
+        weights are passed as state, so new weights need no re-trace). For GPUs, where launching the
+        ~300 small kernels of an eager step costs more than the math; warm it up before the first
+        request (``t2s_generate.warmup``)."""
+        fn = getattr(self, "_compiled", None)
+        if fn is None:
+            fn = mx.compile(self.decode, inputs=self.state)
+            object.__setattr__(self, "_compiled", fn)  # a plain attribute, not a parameter
+        return fn
+
+    def step(self, token: int, position: int, cache: KVCache, compiled: bool = False) -> mx.array:
         """Feed one token with audio position ``position`` (Ty + k for the k-th generated token) at
-        cache row ``cache.offset``; returns the logits (1, V) for the next token."""
+        cache row ``cache.offset``; returns the logits (1, V) for the next token. ``compiled`` uses
+        :meth:`compiled_decode`."""
         self.positions(position + 1)
         cache.reserve(cache.offset + 1)
-        logits, cache.keys, cache.values = self.decode(
+        decode = self.compiled_decode() if compiled else self.decode
+        logits, cache.keys, cache.values = decode(
             mx.array([[token]], dtype=mx.int32),
             mx.array([position], dtype=mx.int32),
             mx.array([cache.offset], dtype=mx.int32),

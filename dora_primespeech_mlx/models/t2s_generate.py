@@ -55,6 +55,35 @@ def decode_backend(override: str | None = None) -> str:
     return choice
 
 
+def compile_decode() -> bool:
+    """Whether the MLX decode step runs under ``mx.compile`` (``T2SModel.compiled_decode``): on by
+    default off the CPU (GPUs), where the eager step is launch-bound; ``PRIMESPEECH_T2S_COMPILE``
+    (0/1) overrides."""
+    value = os.environ.get("PRIMESPEECH_T2S_COMPILE", "").strip().lower()
+    if value:
+        return value in ("1", "true", "yes", "on")
+    return mx.default_device().type != mx.cpu
+
+
+def warmup(model: T2SModel, prefix_rows: int = 256, cache_step: int = CACHE_STEP) -> None:
+    """Build what the first request would otherwise pay for: the numpy views (CPU) or the compiled
+    decode step of the first KV buckets (MLX). Call at node start; takes ~0.1 s on the CPU path and
+    one trace per bucket on the compiled path."""
+    backend = decode_backend()
+    if backend == "numpy":
+        from .t2s_numpy import NumpyDecoder
+
+        NumpyDecoder.for_model(model)
+        return
+    if not compile_decode():
+        return
+    for rows in range(cache_step, prefix_rows + 2 * cache_step, cache_step):
+        cache = KVCache.for_model(model, cache_step)
+        cache.reserve(rows)
+        cache.offset = rows - 1
+        mx.eval(model.step(0, 0, cache, compiled=True))
+
+
 class KVCache:
     """Preallocated keys/values of every layer, (1, heads, capacity, head_dim) each, written in place
     by slice updates. The capacity grows in multiples of ``step`` rows, so the decode step's shapes stay
@@ -242,8 +271,10 @@ def _loop(
         logits = model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), cache)
         raw = np.array(logits[0], dtype=np.float32)
 
+        compiled = compile_decode()
+
         def next_logits(token: int, position: int) -> np.ndarray:
-            return np.array(model.step(token, position, cache)[0], dtype=np.float32)
+            return np.array(model.step(token, position, cache, compiled=compiled)[0], dtype=np.float32)
 
     for idx in range(max_steps):
         row = raw[:eos] if idx < EOS_MASKED_STEPS else raw

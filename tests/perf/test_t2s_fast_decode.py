@@ -108,3 +108,37 @@ def test_backend_choice(monkeypatch):
     assert decode_backend() == "numpy"
     with pytest.raises(ValueError, match="decode backend"):
         decode_backend("torch")
+
+
+def test_compiled_decode_matches_eager(monkeypatch):
+    """The mx.compile'd MLX step (GPU default) gives the eager step's logits, across KV buckets."""
+    model = _model(seed=5)
+    phones, bert, prompt = _inputs(model, seed=6)
+    caches = [KVCache.for_model(model, step=8) for _ in range(2)]
+    for c in caches:
+        model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), c)
+    for k, tok in enumerate(np.random.default_rng(3).integers(0, 1024, 20)):
+        pos = prompt.shape[1] + k
+        eager = np.array(model.step(int(tok), pos, caches[0]))
+        comp = np.array(model.step(int(tok), pos, caches[1], compiled=True))
+        np.testing.assert_allclose(comp, eager, rtol=1e-5, atol=1e-5, err_msg=f"step {k}")
+    monkeypatch.setenv("PRIMESPEECH_T2S_DECODE", "mlx")
+    monkeypatch.setenv("PRIMESPEECH_T2S_COMPILE", "1")
+    params = SamplingParams(top_k=5)
+    a = generate_all(model, phones, bert, prompt, params, early_stop_num=12, seed=1)
+    monkeypatch.setenv("PRIMESPEECH_T2S_COMPILE", "0")
+    b = generate_all(model, phones, bert, prompt, params, early_stop_num=12, seed=1)
+    assert a.tokens.tolist() == b.tokens.tolist()
+
+
+def test_warmup_runs_for_each_backend(monkeypatch):
+    from dora_primespeech_mlx.models.t2s_generate import warmup
+
+    model = _model(seed=8)
+    monkeypatch.setenv("PRIMESPEECH_T2S_DECODE", "numpy")
+    warmup(model)
+    assert getattr(model, "_numpy_decoder", None) is not None
+    monkeypatch.setenv("PRIMESPEECH_T2S_DECODE", "mlx")
+    monkeypatch.setenv("PRIMESPEECH_T2S_COMPILE", "1")
+    warmup(model, prefix_rows=8, cache_step=8)
+    assert getattr(model, "_compiled", None) is not None
