@@ -254,8 +254,10 @@ def test_gpt_gets_request_settings(engine, case, monkeypatch):
 
 @pytest.mark.parametrize("text", ["。。。", "", "   \n", "!?", "…"])
 def test_nothing_to_speak(engine, text):
+    skipped = engine.stats()["skipped"]
     with pytest.raises(NothingToSpeakError):
         engine.synthesize(text)
+    assert engine.stats()["skipped"] == skipped + 1
 
 
 def test_bad_language_is_a_frontend_error(engine):
