@@ -163,6 +163,7 @@ class MessageHandler:
         self.engine: Any = None
         self.voice: Any = None  # current VoiceSpec
         self.ready = threading.Event()
+        self._finished = threading.Event()
         self.startup_error: BaseException | None = None
         self.counts = {"texts": 0, "completed": 0, "skipped": 0, "errors": 0, "cancelled": 0}
         self._thread = threading.Thread(target=self._worker, name="primespeech-worker", daemon=True)
@@ -188,11 +189,12 @@ class MessageHandler:
         self._jobs.put(None)
 
     def worker_alive(self) -> bool:
-        return self._thread.is_alive()
+        """False once the worker has finished its jobs after :meth:`stop_worker` (it then parks)."""
+        return not self._finished.is_set()
 
     def close(self, cancel: bool = False, timeout: float | None = None) -> None:
         self.stop_worker(cancel)
-        self._thread.join(timeout)
+        self._finished.wait(timeout)
 
     # -- output helpers -------------------------------------------------------------------------------
 
@@ -288,6 +290,16 @@ class MessageHandler:
     # -- worker thread --------------------------------------------------------------------------------
 
     def _worker(self) -> None:
+        try:
+            self._work()
+        finally:
+            # Never let this thread end: a thread that used MLX aborts the process in its thread-local
+            # teardown ("terminate called without an active exception", MLX 0.32 on Linux, seen in
+            # about half of the runs), so it parks (a daemon thread) and the process exits around it.
+            self._finished.set()
+            threading.Event().wait()
+
+    def _work(self) -> None:
         try:
             self.engine, self.voice = self._factory(lambda m: self.log("INFO", m))
         except BaseException as exc:

@@ -31,6 +31,7 @@ from .paths import DEFAULT_MODEL_DIR, expand
 OLD_LANGS = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue", "all_ko")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SPLIT_METHODS = ("cut0", "cut1", "cut2", "cut3", "cut4", "cut5")
+SAMPLES_PER_TOKEN = 640  # 32 kHz audio, 50 semantic tokens per second
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"0", "false", "no", "off", "n", "f"}
@@ -106,6 +107,11 @@ def _use_ane(s: str) -> str:
     return "auto" if _bool(s) else "mlx"
 
 
+def _samples_to_tokens(s: str) -> int:
+    samples = _ranged(_int, 1)(s)
+    return min(1500, max(1, round(samples / SAMPLES_PER_TOKEN)))
+
+
 _DEVICE = _choice(("auto", "cpu", "gpu"), synonyms={"cuda": "gpu", "mps": "gpu", "metal": "gpu"})
 _LANG = _choice(OLD_LANGS)
 
@@ -164,10 +170,10 @@ VARS: tuple[Var, ...] = (
     Var("streaming", "STREAMING", False, _bool,
         "Send audio in chunks while the GPT still generates (else one `audio` message per text).",
         ("RETURN_FRAGMENT", "GPTSVITS_STREAMING")),
-    Var("stream_chunk_tokens", "STREAM_CHUNK_TOKENS", None, _ranged(_int, 1),
+    Var("stream_chunk_tokens", "STREAM_CHUNK_TOKENS", None, _ranged(_int, 1, 1500),
         "Streaming: semantic tokens (50 per second of audio) per audio chunk after the first "
-        "(unset: the engine's default).",
-        ("GPTSVITS_CHUNK_SIZE",)),
+        "(unset: the engine's default). GPTSVITS_CHUNK_SIZE gives it in samples (640 per token).",
+        ("GPTSVITS_CHUNK_SIZE",), (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),)),
     Var("max_text_chars", "MAX_TEXT_CHARS", 5000, _ranged(_int, 1),
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
         ("GPTSVITS_MAX_TEXT_CHARS",)),
@@ -267,5 +273,7 @@ class Settings:
 
 
 def describe() -> list[tuple[str, tuple[str, ...], Any, str]]:
-    """``(name, aliases, default, meaning)`` for every setting, in the order of :data:`VARS`."""
-    return [(v.name, v.aliases, v.default, v.meaning) for v in VARS]
+    """``(name, aliases, default, meaning)`` for every setting, in the order of :data:`VARS`
+    (the model directory's default is shown unexpanded, ``~/.dora/models/primespeech``)."""
+    return [(v.name, v.aliases, DEFAULT_MODEL_DIR if v.field == "model_dir" else v.default, v.meaning)
+            for v in VARS]

@@ -14,7 +14,7 @@ Inputs (all optional): ``audio``, ``segment_complete``, ``status``, ``log`` from
 (``arrival`` numbers the inputs in the order they arrived.)
 
 It stops when all its inputs are closed (the dataflow ends) or, after ``done``, once every text it saw
-has its segment_complete (``DONE_GRACE`` seconds at most, default 10).
+has its segment_complete and no input came for a second (``DONE_GRACE`` seconds at most, default 10).
 """
 
 from __future__ import annotations
@@ -141,18 +141,23 @@ def main() -> int:
     sink = Sink(Path(os.environ.get("OUTPUT_DIR", "out")))
     grace = float(os.environ.get("DONE_GRACE", "10"))
     done_at = None
+    last_input = time.monotonic()
     while True:
-        event = node.next(timeout=0.5)
+        event = node.next(timeout=0.2)
         if event is None:
             break
+        now = time.monotonic()
         if event["type"] == "INPUT":
+            last_input = now
             if event["id"] == "done":
-                done_at = time.monotonic()
+                done_at = now
             else:
                 sink.on_input(event["id"], event["value"], event.get("metadata") or {})
         elif event["type"] == "STOP":
             break
-        if done_at is not None and (not sink.pending() or time.monotonic() - done_at > grace):
+        # After `done`: stop once every text is answered and nothing arrived for a second (late status/log
+        # messages still come in), or after DONE_GRACE seconds. Usually the inputs close first.
+        if done_at is not None and ((not sink.pending() and now - last_input > 1.0) or now - done_at > grace):
             break
     path = sink.write()
     print(f"wav_sink: wrote {path} ({len(sink.questions)} question(s))", file=sys.stderr)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
+import yaml
 from conftest import REPO
 from tiny_voice import VOICE, VOICE_2, checkpoint, e2e_case, make_model_dir, reference_wav
 
@@ -67,6 +68,10 @@ def run_flow(tmp: Path, script: str, tts: str, *, voice=VOICE, streaming=False, 
     )
     flow = tmp / "dataflow.yaml"
     flow.write_text(yaml_text, encoding="utf-8")
+    return run_yaml(tmp, flow, timeout)
+
+
+def run_yaml(tmp: Path, flow: Path, timeout=240):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     t0 = time.monotonic()
     proc = subprocess.Popen([_dora(), "run", str(flow)], cwd=tmp, env=env, stdout=subprocess.PIPE,
@@ -236,3 +241,44 @@ def test_missing_voice_files_fail_fast_with_instructions(tmp_path):
     if report is not None:  # the error also went out on status before the node exited
         init = [s["body"] for s in by_status(report, "error")]
         assert init and init[0]["error_stage"] == "init"
+
+
+def test_orchestrator_streams_switches_voice_and_barges_in(tmp_path):
+    """examples/dataflow-orchestrator.yaml with the tiny voices: LLM-style streaming (no waiting),
+    reset at the first audio of answer 1, change_voice, answer 2 in the new voice."""
+    model_dir = make_model_dir(tmp_path / "models")
+    flow = yaml.safe_load((REPO / "examples" / "dataflow-orchestrator.yaml").read_text(encoding="utf-8"))
+    shared = REPO.parent / "shared"
+    for node in flow["nodes"]:
+        if node.get("path", "").endswith(".py"):
+            node["path"] = str(REPO / "nodes" / Path(node["path"]).name)
+        if node["id"] == "orchestrator":
+            node["env"] = {"VOICE_2": VOICE_2, "WAIT_TIMEOUT": "150", "ANSWER_1": (
+                "One small test.|Two small tests.|Three small tests.|Four small tests."),
+                "ANSWER_2": "Hi there.|Hello world, this is a small test."}
+        if node["id"] == "primespeech":
+            node["env"].update(VOICE_NAME=VOICE, PRIMESPEECH_MODEL_DIR=str(model_dir), GPTSVITS_WARMUP="false",
+                               NLTK_DATA=os.environ.get("NLTK_DATA", str(shared / "nltk_data")),
+                               PRIMESPEECH_TEXT_DATA=os.environ.get(
+                                   "PRIMESPEECH_TEXT_DATA", str(shared / "data" / "gpt-sovits-text")))
+        if node["id"] == "wav_sink":
+            node["env"] = {"OUTPUT_DIR": str(tmp_path / "out")}
+    path = tmp_path / "orchestrator.yaml"
+    path.write_text(yaml.safe_dump(flow, allow_unicode=True), encoding="utf-8")
+    rc, report, output, elapsed = run_yaml(tmp_path, path)
+    assert rc == 0, tail(output)
+    segments = check_one_answer_per_text(report, output)
+    answer1 = [s for s in segments if s["question_id"] == "1"]
+    answer2 = [s for s in segments if s["question_id"] == "2"]
+    assert answer1[0]["outcome"] == "error" and answer1[0]["metadata"]["error"] == "cancelled by reset"
+    assert all(s["outcome"] == "completed" or s["metadata"]["error"] == "cancelled by reset" for s in answer1)
+    cancelled = sum(s["outcome"] == "error" for s in answer1)
+    assert by_status(report, "reset")[0]["body"]["cancelled"] == cancelled
+    assert len(answer2) == 2 and all(s["outcome"] == "completed" for s in answer2)
+    for seg in answer2:
+        chunks = audio_of(report, seg)
+        assert chunks and all(c["voice"] == VOICE_2 and c["is_streaming"] for c in chunks)
+        assert [c["fragment_num"] for c in chunks] == list(range(1, len(chunks) + 1)) and chunks[-1]["is_final"]
+    assert by_status(report, "voice_changed")[0]["body"]["voice"] == VOICE_2
+    assert len(by_status(report, "stats")) == 2 and by_status(report, "voices")
+    print(f"orchestrator: dora run took {elapsed:.1f} s")
