@@ -279,6 +279,45 @@ def weight_bytes_per_token(gpt, kv_rows: float) -> int:
     return total
 
 
+def memory_probe(root: Path, bert_half: bool) -> dict[str, float]:
+    """Load the four models the lean way (one tensor at a time from the safetensors files, so no
+    second full copy exists; ``prepare()`` like the loader; freed heap returned with ``trim_heap``)
+    and report RSS and the process peak. Run in a fresh process by :func:`memory_lean`."""
+    import mlx.core as mx
+    from safetensors import safe_open
+
+    from .convert.load import _model_classes
+    from .models.storage import trim_heap
+
+    models = []
+    for kind in ("gpt", "sovits", "hubert", "bert"):
+        meta = json.loads((root / kind / "config.json").read_text(encoding="utf-8"))
+        args_cls, model_cls = _model_classes(kind)
+        model = model_cls(args_cls(**meta["args"]))
+        with safe_open(str(root / kind / "model.safetensors"), framework="numpy") as f:
+            for key in f.keys():  # mx.array(numpy) copies now; the lazy random init is never built
+                model.load_weights([(key, mx.array(f.get_tensor(key)))], strict=False)
+        if kind == "bert":
+            model.prepare(half=bert_half)
+        elif hasattr(model, "prepare"):
+            model.prepare()
+        mx.eval(model.parameters())
+        models.append(model)
+        gc.collect()
+        trim_heap()
+    return {"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+
+
+def memory_lean(root: Path, bert_half: bool) -> dict[str, float]:
+    code = (
+        "import sys, json, pathlib; import dora_primespeech_mlx.bench as b; "
+        "print(json.dumps(b.memory_probe(pathlib.Path(sys.argv[1]), sys.argv[2] == '1')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(root), "1" if bert_half else "0"],
+                         check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 # ---------------------------------------------------------------------------------------------------
 # stages
 # ---------------------------------------------------------------------------------------------------
@@ -290,7 +329,8 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     from .convert import load
     from .models import audio
     from .models.hubert import prompt_features
-    from .models.t2s_generate import KVCache, SamplingParams, generate
+    from .models.t2s_generate import KVCache, SamplingParams, decode_backend, generate
+    from .models.t2s_numpy import NumpyDecoder
 
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {}
@@ -329,7 +369,12 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     prompt = rng.integers(0, 1024, (1, n_prompt)).astype(np.int32)
 
     if "gpt" in stages:
-        def run_prefill():
+        backend = decode_backend()
+
+        def run_prefill():  # what the generation loop runs on this device
+            if backend == "numpy":
+                NumpyDecoder.for_model(gpt).prefill(gpt, mx.array(phones), mx.array(feats), mx.array(prompt), 1)
+                return
             cache = KVCache.for_model(gpt)
             mx.eval(gpt.prefill(mx.array(phones), mx.array(feats), mx.array(prompt), cache))
 
@@ -337,6 +382,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
             [s * 1e3 for s in timed(run_prefill, repeat)],
             "ms",
             what=f"{phones.shape[1]} phones + {n_prompt} prompt tokens",
+            backend=backend,
         )
         per_token, step_ms = [], []
         params = SamplingParams(top_k=15, top_p=1.0, temperature=1.0, repetition_penalty=1.35)
@@ -355,7 +401,11 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
             per_token.append(float(steps.mean()))
             step_ms.append(float(np.median(steps)))
         results["gpt_decode"] = _summary(
-            per_token, "ms/token", what=f"{N_TOKENS} tokens, top_k 15, incl. sampling", step_median_ms=min(step_ms)
+            per_token,
+            "ms/token",
+            what=f"{N_TOKENS} tokens, top_k 15, incl. sampling",
+            step_median_ms=min(step_ms),
+            backend=backend,
         )
         kv_rows = phones.shape[1] + n_prompt + N_TOKENS / 2
         bw = measure_bandwidth()
@@ -491,6 +541,12 @@ def table(report: dict[str, Any]) -> str:
         ("Peak RSS (process)", "MB", f"{mem['peak_rss_mb']:.0f}", None, TARGETS["peak_rss_mb"]),
         ("RSS, all four models loaded", "MB", f"{mem['rss_models_loaded_mb']:.0f}", None, TARGETS["peak_rss_mb"]),
     ]
+    for half in (0, 1):
+        probe = mem.get(f"lean_load_bert_half_{half}")
+        if probe and "rss_mb" in probe:
+            label = f"  lean load{', fp16 RoBERTa' if half else ''}: RSS / peak"
+            value = f"{probe['rss_mb']:.0f} / {probe['peak_rss_mb']:.0f}"
+            rows.append((label, "MB", value, None, TARGETS["peak_rss_mb"]))
     lines = [
         f"primespeech-mlx bench: MLX {env['mlx']} on {env['device']}, BLAS {env['blas']} "
         f"(256² matmul {env['blas_matmul256_ms']} ms), {env['cpu_count']} CPUs, threads {env['threads']}",
@@ -531,6 +587,12 @@ def run(args) -> int:
         except Exception as exc:  # the bench still reports the stages
             report["engine"] = {"error": f"{type(exc).__name__}: {exc}"}
     report["memory"]["peak_rss_mb"] = peak_rss_mb()
+    if not args.no_memory_probe:
+        for half in (False, True):
+            try:
+                report["memory"][f"lean_load_bert_half_{int(half)}"] = memory_lean(root, half)
+            except (subprocess.SubprocessError, ValueError) as exc:
+                report["memory"][f"lean_load_bert_half_{int(half)}"] = {"error": str(exc)}
     report["loadavg_end"] = loadavg()
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False, default=str))
@@ -550,5 +612,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--stages", default="hubert,bert,gpt,sovits,e2e", help="comma list (default: all)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
     p.add_argument("--no-stream", action="store_true", help="skip the streaming time-to-first-audio run")
+    p.add_argument("--no-memory-probe", action="store_true", help="skip the lean-loading RSS probes")
     p.add_argument("--models-dir", help="where the random-weight models are written (default: user cache)")
     p.set_defaults(func=run)
