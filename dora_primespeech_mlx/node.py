@@ -31,17 +31,19 @@ Outputs:
   (also printed to stderr, where ``dora run`` shows it).
 
 Threading: synthesis runs in one worker thread fed by a FIFO queue, so the event loop keeps reading
-(``reset`` can cancel a long synthesis). With dora-rs 0.3.x ``send_output`` may not be called while
-another thread waits in ``next()``, so in the node form every output goes through a queue that the main
-thread drains between ``next(timeout)`` calls; in the operator form sends are serialised by a lock,
-and :class:`Operator` explains how ``on_event`` lends time to the worker.
+(``reset`` can cancel a long synthesis). Sends are serialised by a lock. With dora-rs 1.x the worker sends
+while the main thread waits in ``next()``; with 0.3.x (where that is not allowed) outputs go through a
+queue drained by the main thread between ``next(timeout)`` calls (see :func:`_sends_from_worker`).
+:class:`Operator` explains how ``on_event`` lends time to the worker in the operator form.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib.metadata
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -550,12 +552,36 @@ def _is_timeout(event: dict) -> bool:
     return event.get("type") == "ERROR" and "timed out" in str(event.get("error", "")).lower()
 
 
+def _sends_from_worker() -> bool:
+    """Whether the worker may call ``send_output`` while the main thread waits in ``next()``.
+
+    dora-rs 1.x: yes (its ``Node`` methods take ``&self``; verified with 1.1). dora-rs 0.3.x borrows the
+    node mutably inside ``next()``, so there every output is funnelled through the main thread, which then
+    polls with ``next(timeout)``. Polling is avoided on 1.x because ``next(timeout)`` of dora-rs 1.1 loses
+    events now and then (verified: 1 of 450 inputs lost). ``PRIMESPEECH_DORA_SENDS=worker|main`` overrides.
+    """
+    forced = os.environ.get("PRIMESPEECH_DORA_SENDS", "").strip().lower()
+    if forced in ("worker", "main"):
+        return forced == "worker"
+    try:
+        return int(importlib.metadata.version("dora-rs").split(".")[0]) >= 1
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return True
+
+
 def main() -> int:
     """Console script ``dora-primespeech-mlx``: run as a Dora node until the dataflow stops."""
     from dora import Node
 
     node = Node()  # outside a dataflow this raises RuntimeError, as every dora node does
+    direct = _sends_from_worker()
     outbox: deque[tuple[str, pa.Array, dict]] = deque()
+
+    def emit(*out) -> None:
+        if direct:
+            node.send_output(*out)  # serialised by the handler's lock
+        else:
+            outbox.append(out)
 
     def flush() -> None:
         while outbox:
@@ -564,14 +590,13 @@ def main() -> int:
     try:
         settings = Settings.from_env()
     except ConfigError as exc:
-        settings = Settings()
-        handler = MessageHandler(settings, lambda p: (None, None), lambda *out: outbox.append(out))
+        handler = MessageHandler(Settings(), lambda p: (None, None), emit)
         handler.log("ERROR", str(exc))
         handler.status("error", level="ERROR", message=str(exc), error=str(exc), error_stage="init")
         flush()
         return 2
 
-    handler = MessageHandler(settings, engine_factory(settings), lambda *out: outbox.append(out))
+    handler = MessageHandler(settings, engine_factory(settings), emit)
     handler.start()
     while not handler.ready.wait(POLL_S):
         flush()
@@ -590,7 +615,7 @@ def main() -> int:
     while True:
         idle = handler.idle()  # read before flushing: once idle, every output is already in the outbox
         flush()
-        event = node.next(timeout=None if idle else POLL_S)
+        event = node.next() if direct or idle else node.next(timeout=POLL_S)
         if event is None:
             break
         kind = event.get("type")
@@ -601,7 +626,7 @@ def main() -> int:
             break
         elif kind == "ERROR" and not _is_timeout(event):
             handler.log("WARNING", f"dora error event: {str(event.get('error'))[:300]}")
-    # Finish (or cancel, on a manual stop) the queued texts, still sending from this thread.
+    # Finish (or cancel, on a manual stop) the queued texts.
     handler.stop_worker(cancel=cancel_on_exit)
     while handler.worker_alive():
         flush()

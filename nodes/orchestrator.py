@@ -12,7 +12,8 @@ speech, and drives the TTS node's ``control`` input:
 5. ``stats``, then ``done``.
 
 Outputs: ``text``, ``control``, ``done``. Inputs: ``audio``, ``segment_complete`` and ``status`` of the
-TTS node. Env: ``ANSWER_1``, ``ANSWER_2``, ``VOICE_2``, ``STREAM_DELAY`` (default 0.05),
+TTS node. Needs dora-rs >= 1.0 (a reader thread waits for events while the main thread sends).
+Env: ``ANSWER_1``, ``ANSWER_2``, ``VOICE_2``, ``STREAM_DELAY`` (default 0.05),
 ``WAIT_TIMEOUT`` (default 120).
 """
 
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import sys
+import threading
 import time
 
 import pyarrow as pa
@@ -33,12 +36,29 @@ ANSWER_2 = "好的，我换一个声音来回答。|今天是个好日子。"
 class Orchestrator:
     def __init__(self, node: Node):
         self.node = node
+        # A reader thread waits in the blocking next() (dora-rs 1.1's next(timeout) can lose events) while
+        # this thread sends; dora-rs >= 1.0 allows that.
+        self.events: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
         self.timeout = float(os.environ.get("WAIT_TIMEOUT", "120"))
         self.delay = float(os.environ.get("STREAM_DELAY", "0.05"))
         self.completes: dict[tuple[str, str], str] = {}
         self.first_audio: set[str] = set()
         self.answers: list[dict] = []
         self.control_id = 0
+
+    def _read(self) -> None:
+        while True:
+            event = self.node.next()
+            self.events.put(event)
+            if event is None:
+                return
+
+    def _next(self, timeout: float):
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return {"type": "TIMEOUT"}
 
     def _handle(self, event: dict) -> None:
         if event["type"] != "INPUT":
@@ -59,14 +79,17 @@ class Orchestrator:
         while not until():
             if time.monotonic() > deadline:
                 raise SystemExit(f"orchestrator: gave up waiting for {what}")
-            event = self.node.next(timeout=0.2)
+            event = self._next(0.2)
             if event is None:
                 raise SystemExit(f"orchestrator: dataflow closed while waiting for {what}")
             self._handle(event)
 
     def poll(self) -> None:
-        event = self.node.next(timeout=self.delay)
-        if event is not None:
+        deadline = time.monotonic() + self.delay
+        while (left := deadline - time.monotonic()) > 0:
+            event = self._next(left)
+            if event is None:
+                raise SystemExit("orchestrator: dataflow closed")
             self._handle(event)
 
     def control(self, command: str, wait: bool = True) -> None:

@@ -13,8 +13,8 @@ Inputs (all optional): ``audio``, ``segment_complete``, ``status``, ``log`` from
 
 (``arrival`` numbers the inputs in the order they arrived.)
 
-It stops when all its inputs are closed (the dataflow ends) or, after ``done``, once every text it saw
-has its segment_complete and no input came for a second (``DONE_GRACE`` seconds at most, default 10).
+It writes them when all its inputs are closed (the source and the TTS node have finished); ``done``
+from the source is recorded as ``"source_done"`` in the report.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import datetime as dt
 import json
 import os
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -74,6 +73,8 @@ class Sink:
         self.status: list = []
         self.log: list = []
         self.events = 0
+        self.done = False
+        self.trace: list[list] = []  # [arrival, input, question_id, segment_index] of every input
 
     def _segment(self, md: dict) -> dict:
         key = (str(md.get("question_id")), str(md.get("segment_index")))
@@ -87,6 +88,7 @@ class Sink:
     def on_input(self, input_id: str, value: pa.Array, md: dict) -> None:
         self.events += 1
         qid = str(md.get("question_id", "default"))
+        self.trace.append([self.events, input_id, qid, str(md.get("segment_index"))])
         if input_id == "audio":
             samples = audio_samples(value)
             self.audio[qid].append(samples)
@@ -118,7 +120,8 @@ class Sink:
     def write(self) -> Path:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         report = {"questions": {}, "segments": self.segments, "audio": self.audio_md, "status": self.status,
-                  "log": self.log, "events": self.events}
+                  "log": self.log, "events": self.events, "source_done": self.done,
+                  "trace": self.trace}
         for qid, info in self.questions.items():
             entry = dict(info)
             parts = self.audio.get(qid, [])
@@ -139,26 +142,15 @@ class Sink:
 def main() -> int:
     node = Node()
     sink = Sink(Path(os.environ.get("OUTPUT_DIR", "out")))
-    grace = float(os.environ.get("DONE_GRACE", "10"))
-    done_at = None
-    last_input = time.monotonic()
     while True:
-        event = node.next(timeout=0.2)
-        if event is None:
+        event = node.next()  # blocking: dora-rs 1.1's next(timeout) can lose an event now and then
+        if event is None or event["type"] == "STOP":
             break
-        now = time.monotonic()
         if event["type"] == "INPUT":
-            last_input = now
             if event["id"] == "done":
-                done_at = now
+                sink.done = True
             else:
                 sink.on_input(event["id"], event["value"], event.get("metadata") or {})
-        elif event["type"] == "STOP":
-            break
-        # After `done`: stop once every text is answered and nothing arrived for a second (late status/log
-        # messages still come in), or after DONE_GRACE seconds. Usually the inputs close first.
-        if done_at is not None and ((not sink.pending() and now - last_input > 1.0) or now - done_at > grace):
-            break
     path = sink.write()
     print(f"wav_sink: wrote {path} ({len(sink.questions)} question(s))", file=sys.stderr)
     return 0

@@ -54,8 +54,24 @@ def _dora() -> str:
     return found
 
 
-def run_flow(tmp: Path, script: str, tts: str, *, voice=VOICE, streaming=False, warmup=False,
-             index_as_str=False, model_dir: Path | None = None, timeout=240):
+def complete(report) -> bool:
+    return bool(report) and all(s["text"] is not None and s["outcome"] is not None for s in report["segments"])
+
+
+def run_flow(tmp: Path, script: str, tts: str, **kw):
+    """One ``dora run``; repeated once if the sink's record lacks a message: dora-rs 1.1 loses an event
+    now and then (seen in about 1 of 15 runs of these flows, and in a minimal two-node flow). A node that
+    really fails to answer fails both runs."""
+    result = _run_flow(tmp / "run1", script, tts, **kw)
+    if result[0] == 0 and not complete(result[1]):
+        print("dora lost a message; running the flow again")
+        result = _run_flow(tmp / "run2", script, tts, **kw)
+    return result
+
+
+def _run_flow(tmp: Path, script: str, tts: str, *, voice=VOICE, streaming=False, warmup=False,
+              index_as_str=False, model_dir: Path | None = None, timeout=240):
+    tmp.mkdir(parents=True, exist_ok=True)
     model_dir = model_dir if model_dir is not None else make_model_dir(tmp / "models")
     (tmp / "script.txt").write_text(script, encoding="utf-8")
     shared = REPO.parent / "shared"
@@ -266,6 +282,9 @@ def test_orchestrator_streams_switches_voice_and_barges_in(tmp_path):
     path = tmp_path / "orchestrator.yaml"
     path.write_text(yaml.safe_dump(flow, allow_unicode=True), encoding="utf-8")
     rc, report, output, elapsed = run_yaml(tmp_path, path)
+    if rc == 0 and not complete(report):
+        print("dora lost a message; running the flow again")
+        rc, report, output, elapsed = run_yaml(tmp_path, path)
     assert rc == 0, tail(output)
     segments = check_one_answer_per_text(report, output)
     answer1 = [s for s in segments if s["question_id"] == "1"]
