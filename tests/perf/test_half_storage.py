@@ -5,8 +5,9 @@ again is exact and a half-storage model must give the float32 model's outputs (f
 The thresholds are forced to 0 so every Linear of the tiny fixture models is converted.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001  (the package must load before mlx)
 
+import dora_primespeech_mlx  # noqa: F401  (preloads a fast BLAS)
 import mlx.core as mx
 import numpy as np
 from conftest import require_fixture

@@ -4,13 +4,13 @@ Random small GPTs (no fixtures needed); the fixture-based parity of the whole de
 backend is active, is in tests/models/test_t2s.py.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001  (the package must load before mlx)
 
+import dora_primespeech_mlx  # noqa: F401  (preloads a fast BLAS)
 import mlx.core as mx
 import numpy as np
 import pytest
 
-import dora_primespeech_mlx  # noqa: F401  (BLAS preload before mlx)
 from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel
 from dora_primespeech_mlx.models.t2s_generate import (
     KVCache,
