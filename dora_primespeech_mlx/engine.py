@@ -45,7 +45,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import voices as voices_mod
-from .errors import ConfigError, NothingToSpeakError, PrimeSpeechError, SynthesisError
+from .errors import ConfigError, NothingToSpeakError, PrimeSpeechError, SynthesisCancelled, SynthesisError
 from .paths import model_dir as default_model_dir
 from .text.errors import TextFrontendError
 from .voices import VoiceSpec
@@ -614,10 +614,17 @@ class GPTSoVITSEngine:
         return cfg, spec, models, ref, chunks, speed, seed
 
     def synthesize(
-        self, text: str, voice: str | VoiceSpec | None = None, config: SynthesisConfig | None = None, **overrides
+        self,
+        text: str,
+        voice: str | VoiceSpec | None = None,
+        config: SynthesisConfig | None = None,
+        cancel: threading.Event | None = None,
+        **overrides,
     ) -> SynthesisResult:
         """Speak ``text`` in one piece: float32 audio of all chunks, each followed by
-        ``fragment_interval`` seconds of silence (upstream ``audio_postprocess``)."""
+        ``fragment_interval`` seconds of silence (upstream ``audio_postprocess``).
+
+        Setting ``cancel`` stops the work between two GPT tokens and raises :class:`SynthesisCancelled`."""
         t_start = time.perf_counter()
         timer = _Timer()
         with self._lock, self._on_device():
@@ -626,7 +633,7 @@ class GPTSoVITSEngine:
                 sr = _sovits_rate(models.sovits)
                 pieces, all_tokens = [], []
                 for i, chunk in enumerate(chunks):
-                    tokens = self._generate_all(models, ref, chunk, cfg, seed + i, timer)
+                    tokens = self._generate_all(models, ref, chunk, cfg, seed + i, timer, cancel)
                     with _stage("sovits", timer, "sovits"):
                         bank = self._new_noise_bank(seed, i, _prior_channels(models.sovits))
                         audio = self._decode(models, ref, tokens, chunk.phones, speed, cfg.noise_scale, bank, 0)
@@ -641,11 +648,14 @@ class GPTSoVITSEngine:
             self._record(timer, len(audio) / sr, len(tokens), len(chunks), streams=0)
         return SynthesisResult(audio, sr, len(audio) / sr, tokens, timer.timings, spec.name)
 
-    def _generate_all(self, models, ref, chunk, cfg, seed, timer: _Timer) -> np.ndarray:
+    def _generate_all(self, models, ref, chunk, cfg, seed, timer: _Timer, cancel=None) -> np.ndarray:
         tokens: list[int] = []
         with _stage("gpt", None, "gpt"):
             gen = self._token_stream(models, ref, chunk, cfg, seed)
         while True:
+            if cancel is not None and cancel.is_set():
+                self._stats["cancelled"] += 1
+                raise SynthesisCancelled("synthesis cancelled")
             t0 = time.perf_counter()
             with _stage("gpt", None, "gpt"):
                 tok = next(gen, None)
@@ -783,6 +793,8 @@ class GPTSoVITSEngine:
 
     # ---- bookkeeping -----------------------------------------------------------------------------
     def _count_failure(self, exc: BaseException) -> None:
+        if isinstance(exc, SynthesisCancelled):
+            return  # counted as "cancelled" where it was raised
         with self._lock:
             self._stats["skipped" if isinstance(exc, NothingToSpeakError) else "failures"] += 1
 

@@ -37,3 +37,7 @@ class SynthesisError(PrimeSpeechError, RuntimeError):
     def __init__(self, message: str, stage: str = "synthesis"):
         super().__init__(message)
         self.stage = stage
+
+
+class SynthesisCancelled(PrimeSpeechError):
+    """A synthesis was cancelled through its ``cancel`` event (e.g. the node's ``reset``)."""

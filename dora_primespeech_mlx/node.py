@@ -61,6 +61,7 @@ from dora_primespeech_mlx.errors import (
     ConfigError,
     NothingToSpeakError,
     PrimeSpeechError,
+    SynthesisCancelled,
     SynthesisError,
     VoiceNotFoundError,
     VoiceNotInstalledError,
@@ -390,7 +391,10 @@ class MessageHandler:
                                           chunk.chunk_index, bool(chunk.is_final), True, req.volume)
                 n += 1
             return total, n, timings
-        result = self.engine.synthesize(text, voice=voice, **overrides)
+        try:
+            result = self.engine.synthesize(text, voice=voice, cancel=job.cancel, **overrides)
+        except SynthesisCancelled:
+            return 0.0, 0, {}
         if job.cancel.is_set():
             return 0.0, 0, {}
         total = self._send_audio(job, result.audio, result.sample_rate, voice, language, 0, True, False,
@@ -515,7 +519,18 @@ def engine_factory(settings: Settings) -> EngineFactory:
         from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig
         from dora_primespeech_mlx.voices import resolve_voice
 
-        spec = resolve_voice(settings.voice, settings.model_dir)
+        try:
+            spec = resolve_voice(settings.voice, settings.model_dir)
+        except VoiceNotInstalledError:
+            spec = resolve_voice(settings.voice, settings.model_dir, require_installed=False)
+            if not (settings.auto_download and spec.source == "preset"):
+                raise
+            from dora_primespeech_mlx.download import download_voice
+
+            progress(f"voice {spec.name} is not installed: downloading it into {settings.model_dir} "
+                     "(PRIMESPEECH_AUTO_DOWNLOAD=false turns this off) ...")
+            download_voice(spec.name, settings.model_dir)
+            spec = resolve_voice(settings.voice, settings.model_dir)
         start = {k: v for k, v in (("language", settings.text_lang), ("prompt_lang", settings.prompt_lang),
                                    ("prompt_text", settings.prompt_text)) if v is not None}
         if start:

@@ -178,6 +178,9 @@ VARS: tuple[Var, ...] = (
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
         ("GPTSVITS_MAX_TEXT_CHARS",)),
     Var("warmup", "GPTSVITS_WARMUP", True, _bool, "Run one short synthesis at start.", ("WARMUP",)),
+    Var("auto_download", "PRIMESPEECH_AUTO_DOWNLOAD", True, _bool,
+        "Download a missing preset voice (and the encoders) from Hugging Face at start; false: fail with "
+        "instructions instead.", ("GPTSVITS_AUTO_DOWNLOAD",)),
     Var("device", "DEVICE", "auto", _DEVICE,
         "auto | cpu | gpu (cuda/mps/metal mean gpu). USE_GPU=true means gpu, false means cpu.",
         ("GPTSVITS_DEVICE", "USE_GPU", "GPTSVITS_USE_GPU"),
@@ -222,6 +225,7 @@ class Settings:
     stream_chunk_tokens: int | None = None
     max_text_chars: int = 5000
     warmup: bool = True
+    auto_download: bool = True
     device: str = "auto"
     encoders: str = "auto"
     audio_format: str = "list"
