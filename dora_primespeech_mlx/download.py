@@ -95,4 +95,13 @@ def download_voice(name: str, root: Path | None = None, convert: bool = True) ->
         from .convert.load import convert_voice
 
         convert_voice(spec, root)
+        from .encoders import coreml_available
+
+        if coreml_available():  # macOS: build the Neural Engine encoders once, now rather than at first use
+            from .coreml.export import export_voice_encoders
+
+            try:
+                export_voice_encoders(spec, root)
+            except Exception as exc:  # the MLX encoders still work; the engine retries or falls back
+                log.warning("CoreML export failed (%s); the MLX encoders will be used", exc)
     return spec
