@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 _HUB_REACHABLE: bool | None = None
 
 
-def _check_hub(target: Path) -> None:
+def _check_hub(dest_root: Path, filename: str) -> None:
     """Fail in seconds, not after minutes of retries, when the Hub cannot be reached at all."""
     global _HUB_REACHABLE
     if _HUB_REACHABLE is None:
@@ -41,8 +41,8 @@ def _check_hub(target: Path) -> None:
                 _HUB_REACHABLE = False
     if not _HUB_REACHABLE:
         raise DownloadError(
-            f"cannot reach the Hugging Face Hub (offline, or HF_HUB_OFFLINE=1) to download {target.name}.\n"
-            f"Place the voice files by hand at {target.parent} (the old dora-primespeech node's layout: "
+            f"cannot reach the Hugging Face Hub (offline, or HF_HUB_OFFLINE=1) to download {filename}.\n"
+            f"Place the voice files by hand under {dest_root.parent} (the old dora-primespeech node's layout: "
             "moyoyo/GPT_weights, moyoyo/SoVITS_weights, moyoyo/ref_audios, moyoyo/chinese-hubert-base, "
             "moyoyo/chinese-roberta-wwm-ext-large), or set PRIMESPEECH_MODEL_DIR to a folder that has them, "
             "or run `primespeech-mlx download VOICE` on a machine with internet access and copy the folder."
@@ -53,7 +53,7 @@ def _fetch(repo: str, filename: str, dest_root: Path) -> Path:
     target = dest_root / filename
     if target.is_file() and target.stat().st_size > 0:
         return target
-    _check_hub(target)
+    _check_hub(dest_root, filename)
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:  # pragma: no cover - a declared dependency
