@@ -279,42 +279,25 @@ def weight_bytes_per_token(gpt, kv_rows: float) -> int:
     return total
 
 
-def memory_probe(root: Path, bert_half: bool) -> dict[str, float]:
-    """Load the four models the lean way (one tensor at a time from the safetensors files, so no
-    second full copy exists; ``prepare()`` like the loader; freed heap returned with ``trim_heap``)
-    and report RSS and the process peak. Run in a fresh process by :func:`memory_lean`."""
-    import mlx.core as mx
-    from safetensors import safe_open
+def memory_probe(root: Path) -> dict[str, float]:
+    """Load the four models through the engine's loader (``convert.load``: one tensor at a time
+    straight into MLX, heap trimmed after each model) and report RSS and the process peak. Run in a
+    fresh process by :func:`memory_lean` (``PRIMESPEECH_BERT_HALF`` picks the RoBERTa storage)."""
+    from .convert import load
 
-    from .convert.load import _model_classes
-    from .models.storage import trim_heap
-
-    models = []
-    for kind in ("gpt", "sovits", "hubert", "bert"):
-        meta = json.loads((root / kind / "config.json").read_text(encoding="utf-8"))
-        args_cls, model_cls = _model_classes(kind)
-        model = model_cls(args_cls(**meta["args"]))
-        with safe_open(str(root / kind / "model.safetensors"), framework="numpy") as f:
-            for key in f.keys():  # mx.array(numpy) copies now; the lazy random init is never built
-                model.load_weights([(key, mx.array(f.get_tensor(key)))], strict=False)
-        if kind == "bert":
-            model.prepare(half=bert_half)
-        elif hasattr(model, "prepare"):
-            model.prepare()
-        mx.eval(model.parameters())
-        models.append(model)
-        gc.collect()
-        trim_heap()
-    return {"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+    models = [load.load(root / kind, kind) for kind in ("gpt", "sovits", "hubert", "bert")]
+    out = {"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+    del models
+    return out
 
 
 def memory_lean(root: Path, bert_half: bool) -> dict[str, float]:
     code = (
         "import sys, json, pathlib; import dora_primespeech_mlx.bench as b; "
-        "print(json.dumps(b.memory_probe(pathlib.Path(sys.argv[1]), sys.argv[2] == '1')))"
+        "print(json.dumps(b.memory_probe(pathlib.Path(sys.argv[1]))))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(root), "1" if bert_half else "0"],
-                         check=True, capture_output=True, text=True)
+    env = {**os.environ, "PRIMESPEECH_BERT_HALF": "1" if bert_half else "0"}
+    out = subprocess.run([sys.executable, "-c", code, str(root)], check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -544,7 +527,7 @@ def table(report: dict[str, Any]) -> str:
     for half in (0, 1):
         probe = mem.get(f"lean_load_bert_half_{half}")
         if probe and "rss_mb" in probe:
-            label = f"  lean load{', fp16 RoBERTa' if half else ''}: RSS / peak"
+            label = f"  loader alone{', fp16 RoBERTa' if half else ''}: RSS / peak"
             value = f"{probe['rss_mb']:.0f} / {probe['peak_rss_mb']:.0f}"
             rows.append((label, "MB", value, None, TARGETS["peak_rss_mb"]))
     lines = [

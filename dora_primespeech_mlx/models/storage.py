@@ -36,6 +36,8 @@ def half_storage(model: nn.Module, embeddings: tuple[str, ...] = (), min_element
             continue
         module.weight = w.astype(mx.float16)
         saved += w.nbytes - module.weight.nbytes
+        del w
+        mx.eval(module.weight)  # one at a time: a lazily loaded float32 source never coexists with the rest
     mx.eval(model.parameters())
     return saved
 
