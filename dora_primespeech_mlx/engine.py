@@ -831,13 +831,19 @@ class GPTSoVITSEngine:
                     "encoders": self._encoders(self.voice).status() if self.voice else {"mode": self.encoders},
                     "gpt": _gpt_backend(),
                     "sovits": "mlx",
+                    "blas": _blas_status(),
                 },
             }
 
     def warmup(self) -> None:
-        """One short synthesis with the current voice (loads and caches everything, compiles)."""
+        """Warm the GPT decode path, then one short synthesis with the current voice (loads and caches
+        everything, compiles)."""
+        from .models import t2s_generate
+
         spec = self._resolve(None)
         text = "你好。" if spec.language in ("zh", "all_zh") else "Hello."
+        with self._lock, self._on_device():
+            t2s_generate.warmup(self._models(spec).gpt)  # numpy views (CPU) / compiled decode buckets (GPU)
         with self._lock:
             saved = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self._stats.items()}
             try:
@@ -926,6 +932,13 @@ def _gpt_backend() -> str:
         return str(pick()) if pick is not None else "mlx"
     except Exception:  # a bad override is reported by the GPT stage itself
         return "unknown"
+
+
+def _blas_status() -> dict:
+    """The CPU BLAS MLX links (name, path, why not a fast one) and the thread settings in force."""
+    from . import _blas
+
+    return {**_blas.info(), "threads": _blas.thread_settings()}
 
 
 def _symbol_version(models: _Models) -> str:
