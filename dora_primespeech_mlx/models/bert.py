@@ -47,6 +47,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from .activations import gelu
 from .common import to_float32
 
 
@@ -134,7 +135,7 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(hidden, dims)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.down(nn.gelu(self.up(x)))
+        return self.down(gelu(self.up(x)))
 
 
 class Layer(nn.Module):

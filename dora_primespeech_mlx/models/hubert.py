@@ -49,6 +49,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from .activations import gelu
 from .common import fold_weight_norm, to_float32
 
 # GPT-SoVITS appends int(32000 * 0.3) zeros to the 16 kHz reference (0.6 s, gpt-sovits-v2.md 4.1).
@@ -153,7 +154,7 @@ class ConvLayer(nn.Module):
         x = self.conv(x)
         if "layer_norm" in self:
             x = self.layer_norm(x)
-        return nn.gelu(x)
+        return gelu(x)
 
 
 class FeatureExtractor(nn.Module):
@@ -199,7 +200,7 @@ class PositionalConvEmbedding(nn.Module):
         y = self.conv(x)
         if self.drop_last:
             y = y[:, :-1, :]
-        return nn.gelu(y)
+        return gelu(y)
 
 
 class Attention(nn.Module):
@@ -231,7 +232,7 @@ class FeedForward(nn.Module):
         self.output_dense = nn.Linear(hidden, dims)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.output_dense(nn.gelu(self.intermediate_dense(x)))
+        return self.output_dense(gelu(self.intermediate_dense(x)))
 
 
 class EncoderLayer(nn.Module):
