@@ -286,10 +286,12 @@ def test_orchestrator_streams_switches_voice_and_barges_in(tmp_path):
             node["env"] = {"OUTPUT_DIR": str(tmp_path / "out")}
     path = tmp_path / "orchestrator.yaml"
     path.write_text(yaml.safe_dump(flow, allow_unicode=True), encoding="utf-8")
-    rc, report, output, elapsed = run_yaml(tmp_path, path)
-    if rc == 0 and not complete(report):
-        print("dora lost a message; running the flow again")
+    for attempt in range(1, RUNS + 1):
+        shutil.rmtree(tmp_path / "out", ignore_errors=True)
         rc, report, output, elapsed = run_yaml(tmp_path, path)
+        if rc != 0 or (complete(report) and by_status(report, "reset") and by_status(report, "voice_changed")):
+            break
+        print(f"dora lost a message (run {attempt} of {RUNS}); running the flow again")
     assert rc == 0, tail(output)
     segments = check_one_answer_per_text(report, output)
     answer1 = [s for s in segments if s["question_id"] == "1"]
