@@ -44,6 +44,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from . import defaults
 from . import voices as voices_mod
 from .errors import ConfigError, NothingToSpeakError, PrimeSpeechError, SynthesisCancelled, SynthesisError
 from .paths import model_dir as default_model_dir
@@ -70,15 +71,15 @@ class SynthesisConfig:
 
     text_lang: str | None = None
     prompt_lang: str | None = None
-    top_k: int = 5
-    top_p: float = 1.0
-    temperature: float = 1.0
-    repetition_penalty: float = 1.35
+    top_k: int = defaults.TOP_K
+    top_p: float = defaults.TOP_P
+    temperature: float = defaults.TEMPERATURE
+    repetition_penalty: float = defaults.REPETITION_PENALTY
     speed_factor: float | None = None
-    fragment_interval: float = 0.3
-    seed: int = 233333
-    text_split_method: str = "cut5"
-    noise_scale: float = 0.5
+    fragment_interval: float = defaults.FRAGMENT_INTERVAL
+    seed: int = defaults.SEED
+    text_split_method: str = defaults.TEXT_SPLIT_METHOD
+    noise_scale: float = defaults.NOISE_SCALE
     # streaming (synthesize_stream only)
     # 12: first audio after 12 tokens (8 of them emitted, 0.3 s); bench VM TTFA 2.14 s at 16, 1.79 s at 12,
     # 1.51 s at 8, where the first piece (0.15 s) differs most from the whole decode (rel. L2 0.26 vs 0.18)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from . import defaults
 from .errors import ConfigError
 from .paths import DEFAULT_MODEL_DIR, expand
 
@@ -150,22 +151,23 @@ VARS: tuple[Var, ...] = (
         ("GPTSVITS_PROMPT_LANG",)),
     Var("prompt_text", "PROMPT_TEXT", None, _str,
         "Transcript of the start voice's reference clip (unset: the voice's).", ("GPTSVITS_PROMPT_TEXT",)),
-    Var("top_k", "TOP_K", 5, _ranged(_int, 1), "GPT sampling: top-k.", ("GPTSVITS_TOP_K",)),
-    Var("top_p", "TOP_P", 1.0, _ranged(_number, 0.0, 1.0, lo_open=True), "GPT sampling: top-p.",
+    Var("top_k", "TOP_K", defaults.TOP_K, _ranged(_int, 1), "GPT sampling: top-k.", ("GPTSVITS_TOP_K",)),
+    Var("top_p", "TOP_P", defaults.TOP_P, _ranged(_number, 0.0, 1.0, lo_open=True), "GPT sampling: top-p.",
         ("GPTSVITS_TOP_P",)),
-    Var("temperature", "TEMPERATURE", 1.0, _ranged(_number, 0.0, lo_open=True), "GPT sampling temperature.",
+    Var("temperature", "TEMPERATURE", defaults.TEMPERATURE, _ranged(_number, 0.0, lo_open=True),
+        "GPT sampling temperature.",
         ("GPTSVITS_TEMPERATURE",)),
-    Var("repetition_penalty", "REPETITION_PENALTY", 1.35, _ranged(_number, 0.0, lo_open=True),
+    Var("repetition_penalty", "REPETITION_PENALTY", defaults.REPETITION_PENALTY, _ranged(_number, 0.0, lo_open=True),
         "GPT sampling: repetition penalty.", ("GPTSVITS_REPETITION_PENALTY",)),
     Var("speed_factor", "SPEED_FACTOR", None, _ranged(_number, 0.0, 4.0, lo_open=True),
         "Speech speed (unset: the voice's speed_factor, 1.1 for most zh presets). A JSON `speed` wins.",
         ("GPTSVITS_SPEED_FACTOR",)),
-    Var("fragment_interval", "FRAGMENT_INTERVAL", 0.3, _ranged(_number, 0.0),
+    Var("fragment_interval", "FRAGMENT_INTERVAL", defaults.FRAGMENT_INTERVAL, _ranged(_number, 0.0),
         "Silence (s) between the sentences of one text.", ("GPTSVITS_FRAGMENT_INTERVAL",)),
-    Var("text_split_method", "TEXT_SPLIT_METHOD", "cut5", _choice(SPLIT_METHODS),
+    Var("text_split_method", "TEXT_SPLIT_METHOD", defaults.TEXT_SPLIT_METHOD, _choice(SPLIT_METHODS),
         "How one text is cut into sentences (upstream cut0..cut5).", ("GPTSVITS_TEXT_SPLIT_METHOD",)),
-    Var("seed", "SEED", 233333, _ranged(_int, -1), "Sampling seed (-1: random).", ("GPTSVITS_SEED",)),
-    Var("noise_scale", "NOISE_SCALE", 0.5, _ranged(_number, 0.0), "SoVITS noise scale.",
+    Var("seed", "SEED", defaults.SEED, _ranged(_int, -1), "Sampling seed (-1: random).", ("GPTSVITS_SEED",)),
+    Var("noise_scale", "NOISE_SCALE", defaults.NOISE_SCALE, _ranged(_number, 0.0), "SoVITS noise scale.",
         ("GPTSVITS_NOISE_SCALE",)),
     Var("streaming", "STREAMING", False, _bool,
         "Send audio in chunks while the GPT still generates (else one `audio` message per text).",
@@ -212,15 +214,15 @@ class Settings:
     text_lang: str | None = None
     prompt_lang: str | None = None
     prompt_text: str | None = None
-    top_k: int = 5
-    top_p: float = 1.0
-    temperature: float = 1.0
-    repetition_penalty: float = 1.35
+    top_k: int = defaults.TOP_K
+    top_p: float = defaults.TOP_P
+    temperature: float = defaults.TEMPERATURE
+    repetition_penalty: float = defaults.REPETITION_PENALTY
     speed_factor: float | None = None
-    fragment_interval: float = 0.3
-    text_split_method: str = "cut5"
-    seed: int = 233333
-    noise_scale: float = 0.5
+    fragment_interval: float = defaults.FRAGMENT_INTERVAL
+    text_split_method: str = defaults.TEXT_SPLIT_METHOD
+    seed: int = defaults.SEED
+    noise_scale: float = defaults.NOISE_SCALE
     streaming: bool = False
     stream_chunk_tokens: int | None = None
     max_text_chars: int = 5000
