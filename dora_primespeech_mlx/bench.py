@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .settings import read as read_setting
+
 PROMPT_TEXT = "这是一段用于测试的参考音频。"
 TARGET_TEXT = "今天的天气特别好，我们一起去公园里散步聊天吧。"
 REF_SECONDS = 5.0
@@ -142,8 +144,7 @@ def measure_bandwidth(mb: int = 256, repeat: int = 5) -> dict[str, float]:
 
 
 def default_models_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dora_primespeech_mlx" / f"bench-models-v{MODELS_FORMAT}"
+    return Path(read_setting("cache_dir")) / f"bench-models-v{MODELS_FORMAT}"
 
 
 def _save_converted(dst: Path, kind: str, args, model) -> None:

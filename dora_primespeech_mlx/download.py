@@ -9,10 +9,11 @@ replaced by placeholder files: a failure raises :class:`DownloadError` that says
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
+
+from huggingface_hub import constants as hf_constants
 
 from .errors import DownloadError
 from .paths import model_dir, originals_dir
@@ -28,10 +29,10 @@ def _check_hub(dest_root: Path, filename: str) -> None:
     """Fail in seconds, not after minutes of retries, when the Hub cannot be reached at all."""
     global _HUB_REACHABLE
     if _HUB_REACHABLE is None:
-        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}:
+        if hf_constants.HF_HUB_OFFLINE:  # huggingface_hub's own settings (HF_HUB_OFFLINE, HF_ENDPOINT)
             _HUB_REACHABLE = False
         else:
-            endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+            endpoint = hf_constants.ENDPOINT
             url = urlparse(endpoint)
             port = url.port or (443 if url.scheme == "https" else 80)
             try:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,11 +245,6 @@ def _apply_voice_prefix(req: TextRequest) -> None:
 def _prefix_lang(lang: str) -> str:
     v = lang.strip().lower()
     return v if v in PREFIX_LANGS else "auto"
-
-
-def has_speakable(text: str) -> bool:
-    """True if the text has a letter or digit (the old node skipped punctuation/whitespace-only text)."""
-    return any(unicodedata.category(ch)[0] in "LN" for ch in text)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import yaml
 
 from .errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
 from .paths import expand, model_dir, originals_dir, user_voices_dir
+from .settings import read as read_setting
 
 DEFAULT_VOICE = "Doubao"
 SUPPORTED_LANGS = ("zh", "en", "all_zh", "auto")
@@ -189,9 +190,9 @@ def preset_voice(name: str, root: Path | None = None) -> VoiceSpec:
 
 def _user_yaml_files(root: Path) -> list[Path]:
     files = sorted(user_voices_dir(root).glob("*/voice.yaml"))
-    extra = os.environ.get("PRIMESPEECH_VOICES_DIR", "").strip()
+    extra = read_setting("voices_dir")
     if extra:
-        files += sorted(expand(extra).glob("*.yaml"))
+        files += sorted(Path(extra).glob("*.yaml"))
     return files
 
 

@@ -127,16 +127,27 @@ def _as_mx(x, dtype=None) -> mx.array:
     return a.astype(dtype) if dtype is not None and a.dtype != dtype else a
 
 
-def interpolate_linear(x: mx.array, size: int) -> mx.array:
-    """``F.interpolate(mode="linear", align_corners=False)`` along time for x (B, T, C)."""
+def output_frames(frames: int, speed: float) -> int:
+    """Output frames after the speed change of ``frames`` 50 Hz feature frames (2 per semantic token):
+    unchanged at speed 1, else upstream's ``int(frames / speed) + 1`` (the one place this formula lives)."""
+    return frames if speed == 1 else int(frames / speed) + 1
+
+
+def interpolate_at(x: mx.array, src: np.ndarray) -> mx.array:
+    """Linear interpolation of x (B, T, C) along time at fractional source positions ``src`` (clipped to
+    [0, T-1]): the one implementation of the speed change, for whole sentences and streamed windows."""
     length = x.shape[1]
-    scale = np.float32(length / size)
-    src = (np.arange(size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
-    src = np.maximum(src, np.float32(0.0))
-    i0 = np.minimum(np.floor(src).astype(np.int32), length - 1)
+    src = np.clip(np.asarray(src, dtype=np.float32), np.float32(0.0), np.float32(length - 1))
+    i0 = np.floor(src).astype(np.int32)
     i1 = np.minimum(i0 + 1, length - 1)
     lam = mx.array((src - i0).astype(np.float32))[None, :, None]
     return x[:, mx.array(i0)] * (1.0 - lam) + x[:, mx.array(i1)] * lam
+
+
+def interpolate_linear(x: mx.array, size: int) -> mx.array:
+    """``F.interpolate(mode="linear", align_corners=False)`` along time for x (B, T, C)."""
+    scale = np.float32(x.shape[1] / size)
+    return interpolate_at(x, (np.arange(size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5))
 
 
 class TextEncoder(nn.Module):
@@ -169,7 +180,7 @@ class TextEncoder(nn.Module):
     def project(self, y: mx.array, speed: float = 1.0) -> tuple[mx.array, mx.array, mx.array]:
         """Speed change (linear interpolation to int(T / speed) + 1 frames) and the ``proj`` conv."""
         if speed != 1:
-            y = interpolate_linear(y, int(y.shape[1] / speed) + 1)
+            y = interpolate_linear(y, output_frames(y.shape[1], speed))
         stats = self.proj(y)
         return y, stats[..., : self.inter_channels], stats[..., self.inter_channels :]
 

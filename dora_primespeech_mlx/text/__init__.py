@@ -16,8 +16,9 @@ from .frontend import (
     prompt_phones,
     prompt_text_input,
 )
-from .langsplit import SUPPORTED_OPTIONS, split_languages
+from .langsplit import SUPPORTED_OPTIONS, check_option, split_languages
 from .segmentation import get_method, split_text
+from .speakable import has_speakable
 from .symbols import cleaned_text_to_sequence, symbol_to_id
 
 __all__ = [
@@ -27,10 +28,12 @@ __all__ = [
     "Segment",
     "TextFrontendError",
     "UnsupportedLanguageError",
+    "check_option",
     "clean_text",
     "cleaned_text_to_sequence",
     "get_method",
     "get_phones",
+    "has_speakable",
     "phones_json",
     "preprocess",
     "prompt_phones",

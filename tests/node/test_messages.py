@@ -14,11 +14,11 @@ from dora_primespeech_mlx.messages import (
     InputError,
     as_int,
     decode_text_value,
-    has_speakable,
     parse_control,
     parse_text,
     sanitize_metadata,
 )
+from dora_primespeech_mlx.text import has_speakable
 
 # ---------------------------------------------------------------------------------------------------
 # Arrow values
