@@ -70,6 +70,7 @@ class MessageHandler:
                        "worker_restarts": 0}
         self._stopping = threading.Event()
         self._serving = threading.Event()  # set while a worker runs jobs; cleared when it ends or dies
+        self.parked = threading.Event()  # the worker has finished for good (the process may exit now)
         self._warned_rate = False
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -258,6 +259,8 @@ class MessageHandler:
                     self.jobs.done()
         finally:
             self._serving.clear()
+            if self.jobs.closed or self._stopping.is_set():
+                self.parked.set()
             # Never let this thread end: a thread that used MLX aborts the process in its thread-local
             # teardown ("terminate called without an active exception", MLX 0.32 on Linux), so it parks
             # (a daemon thread) and the process exits around it.

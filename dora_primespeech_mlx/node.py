@@ -20,7 +20,9 @@ at once with code 0.
 
 from __future__ import annotations
 
+import gc
 import importlib.metadata
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +36,7 @@ from dora_primespeech_mlx.settings import Settings
 from dora_primespeech_mlx.transport import DirectTransport, OutboxTransport
 
 POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worker is busy
+STOP_GRACE_S = 1.5  # after STOP, how long the worker may take to reach a cancellation point
 
 
 def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tuple[Any, Any]]:
@@ -152,6 +155,14 @@ def main() -> int:
     else:
         handler.finish()
     transport.flush(node.send_output)
+    if not handler.parked.wait(STOP_GRACE_S):
+        # The worker is still inside the engine (a long SoVITS step): a thread that used MLX aborts the process
+        # when the interpreter tears it down, so leave without that teardown, after dora's own clean-up.
+        del node, transport, handler
+        gc.collect()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
@@ -187,6 +198,7 @@ class Operator:
             self._sliced = True  # a heartbeat
         elif kind == "STOP":
             self.handler.stop()
+            self.handler.parked.wait(STOP_GRACE_S)
             status = DoraStatus.STOP
         elif kind == "INPUT_CLOSED" and input_id == "text":
             self._finish(send_output)  # nothing more to speak (a heartbeat input would keep it alive)
@@ -204,6 +216,7 @@ class Operator:
         while not self.handler.wait_idle(WATCH_S):
             self.transport.flush(send_output)
         self.handler.finish()
+        self.handler.parked.wait(STOP_GRACE_S)
 
 
 if __name__ == "__main__":
