@@ -62,6 +62,7 @@ class MessageHandler:
         self.jobs = JobQueue(settings.max_queued_texts)
         self._seq = 0
         self._lock = threading.Lock()  # counts
+        self._answer_lock = threading.RLock()  # segment_complete answers, in input order
         self.engine: Any = None
         self.voice: Any = None  # current VoiceSpec
         self.ready = threading.Event()
@@ -106,7 +107,7 @@ class MessageHandler:
         """STOP: answer the text in flight and every queued job as cancelled, without waiting for the engine."""
         self._stopping.set()
         self.jobs.close()
-        n = self._cancel_texts(STOPPING, "stop", answer_current=True)
+        n = self._cancel_texts(STOPPING, "stop")
         self.jobs.take(("control",))
         return n
 
@@ -135,7 +136,12 @@ class MessageHandler:
             self.counts[name] += n
 
     def _complete(self, job: Job, outcome: str, error: str | None = None, stage: str | None = None) -> bool:
-        """Send the job's one ``segment_complete`` (False if it was answered already)."""
+        """Send the job's one ``segment_complete`` (False if it was answered already). Answers are sent under one
+        lock, so a reset on the input thread never overtakes the worker's answer to an earlier text."""
+        with self._answer_lock:
+            return self._complete_locked(job, outcome, error, stage)
+
+    def _complete_locked(self, job: Job, outcome: str, error: str | None, stage: str | None) -> bool:
         if not job.claim():
             return False
         md = dict(job.metadata)
@@ -219,16 +225,19 @@ class MessageHandler:
         self.log("INFO", f"reset: {n} text(s) cancelled")
         self.status("reset", md, message=f"reset: {n} text(s) cancelled", cancelled=n)
 
-    def _cancel_texts(self, reason: str, stage: str, answer_current: bool = False) -> int:
+    def _cancel_texts(self, reason: str, stage: str) -> int:
         """Cancel every queued text and the one in flight; each counts (and is answered) once."""
+        with self._answer_lock:
+            return self._cancel_texts_locked(reason, stage)
+
+    def _cancel_texts_locked(self, reason: str, stage: str) -> int:
         queued, current = self.jobs.take(("text",))
         n = 0
         if current is not None and not current.answered and not current.cancel.is_set():
-            current.error, current.error_stage = reason, stage  # the worker answers when the engine stops
-            current.cancel.set()
+            current.error, current.error_stage = reason, stage
+            current.cancel.set()  # the engine stops at its next cancellation point; its answer is this one
             n += 1
-            if answer_current:
-                self._fail(current, reason, stage)
+            self._fail(current, reason, stage)
         for job in queued:
             if not job.answered:
                 n += 1
@@ -383,7 +392,9 @@ class MessageHandler:
                   chunk_index=int(index), fragment_num=int(index) + 1, is_final=bool(final),
                   is_streaming=bool(streaming))
         array = pa.array(audio) if self.settings.audio_format == "flat" else pa.array([audio])
-        self.send("audio", array, md)
+        with job.answer_lock:  # never audio after the text's segment_complete (e.g. a reset answered it)
+            if not job.answered:
+                self.send("audio", array, md)
         return duration
 
     def _request_voice(self, req: TextRequest):

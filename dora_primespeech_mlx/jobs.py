@@ -21,11 +21,11 @@ class Job:
     error_stage: str = "input"
     cancel: threading.Event = field(default_factory=threading.Event)
     _claimed: bool = False
-    _claim_lock: threading.Lock = field(default_factory=threading.Lock)
+    answer_lock: threading.RLock = field(default_factory=threading.RLock)  # held while audio of the job is sent
 
     def claim(self) -> bool:
         """True exactly once: the caller that gets True sends the job's one answer."""
-        with self._claim_lock:
+        with self.answer_lock:
             if self._claimed:
                 return False
             self._claimed = True

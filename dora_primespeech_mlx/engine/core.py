@@ -102,7 +102,7 @@ class GPTSoVITSEngine:
     def _models(self, spec: VoiceSpec) -> pipeline.Models:
         from ..encoders import EncoderBackends
 
-        name = spec.name
+        name = voice_id(spec)
 
         def encoders():
             return EncoderBackends(spec.hubert, spec.bert, mode=self.encoders, root=self.model_dir,
@@ -126,8 +126,8 @@ class GPTSoVITSEngine:
             self._stats.count("reference_computations")
             return ref
 
-        ref = self.cache.get(key, spec.name, create)
-        self.cache.discard("reference", spec.name, keep=key)  # an edited voice's old features
+        ref = self.cache.get(key, voice_id(spec), create)
+        self.cache.discard("reference", voice_id(spec), keep=key)  # an edited voice's old features
         return ref
 
     def _resolve(self, voice: str | VoiceSpec | None) -> VoiceSpec:
@@ -150,10 +150,10 @@ class GPTSoVITSEngine:
             models = self._models(spec)
             self._reference(spec, models, self.config.prompt_lang or spec.prompt_lang, Timer())
             previous, self.voice = self.voice, spec
-            self.cache.set_current(spec.name)
-            if previous is not None and previous.name != spec.name:  # switching frees the old voice's models
+            self.cache.set_current(voice_id(spec))
+            if previous is not None and voice_id(previous) != voice_id(spec):  # switching frees the old models
                 for kind in ("gpt", "sovits"):  # (files the new voice shares stay; its references stay cached)
-                    self.cache.discard(kind, previous.name)
+                    self.cache.discard(kind, voice_id(previous))
         return spec
 
     # ---- requests ----------------------------------------------------------------------------------
@@ -290,7 +290,7 @@ class GPTSoVITSEngine:
                 "cached_references": len(self.cache.keys("reference")),
                 "loaded_models": sorted(f"{k[0]}:{Path(k[1][0]).name}" for k in self.cache.keys()
                                         if k[0] in ("gpt", "sovits", "hubert", "bert")),
-                "cached_voices": self.cache.voices(),
+                "cached_voices": [v.split("|", 1)[0] for v in self.cache.voices()],
                 "voice": self.voice.name if self.voice else None,
                 "backends": backends(self),
             }
@@ -311,12 +311,18 @@ class GPTSoVITSEngine:
         """Free what the current voice does not use: other voices' models, reference features and encoders.
         Returns what was dropped (the node's ``cleanup`` control command)."""
         with self._lock:
-            dropped = self.cache.keep_only(self.voice.name if self.voice else None)
+            dropped = self.cache.keep_only(voice_id(self.voice) if self.voice else None)
         models = sum(n for kind, n in dropped.items() if kind in ("gpt", "sovits", "hubert", "bert"))
         return {"models": models, "references": dropped.get("reference", 0), "encoders": dropped.get("encoders", 0)}
 
     def list_voices(self) -> list[dict]:
         return [dataclasses.asdict(v) for v in voices_mod.list_voices(self.model_dir)]
+
+
+def voice_id(spec: VoiceSpec) -> str:
+    """A voice's identity in the cache: its name and files (every ``VOICE:CUSTOM``/``TRAINED`` voice is named
+    alike, but their files differ)."""
+    return "|".join(map(str, (spec.name, spec.gpt, spec.sovits, spec.reference, spec.hubert, spec.bert)))
 
 
 class _Locked:
