@@ -280,13 +280,14 @@ def weight_bytes_per_token(gpt, kv_rows: float) -> int:
     return total
 
 
-def memory_probe(root: Path) -> dict[str, float]:
+def memory_probe(root: Path, bert_half: bool = False) -> dict[str, float]:
     """Load the four models through the engine's loader (``convert.load``: one tensor at a time
     straight into MLX, heap trimmed after each model) and report RSS and the process peak. Run in a
-    fresh process by :func:`memory_lean` (``PRIMESPEECH_BERT_HALF`` picks the RoBERTa storage)."""
+    fresh process by :func:`memory_lean` (``bert_half`` picks the RoBERTa storage)."""
     from .convert import load
 
-    models = [load.load(root / kind, kind) for kind in ("gpt", "sovits", "hubert", "bert")]
+    options = {"bert": {"half": bert_half}}
+    models = [load.load(root / kind, kind, **options.get(kind, {})) for kind in ("gpt", "sovits", "hubert", "bert")]
     out = {"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
     del models
     return out
@@ -295,10 +296,10 @@ def memory_probe(root: Path) -> dict[str, float]:
 def memory_lean(root: Path, bert_half: bool) -> dict[str, float]:
     code = (
         "import sys, json, pathlib; import dora_primespeech_mlx.bench as b; "
-        "print(json.dumps(b.memory_probe(pathlib.Path(sys.argv[1]))))"
+        "print(json.dumps(b.memory_probe(pathlib.Path(sys.argv[1]), sys.argv[2] == '1')))"
     )
-    env = {**os.environ, "PRIMESPEECH_BERT_HALF": "1" if bert_half else "0"}
-    out = subprocess.run([sys.executable, "-c", code, str(root)], check=True, capture_output=True, text=True, env=env)
+    args = [sys.executable, "-c", code, str(root), "1" if bert_half else "0"]
+    out = subprocess.run(args, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -313,8 +314,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     from .convert import load
     from .models import audio
     from .models.hubert import prompt_features
-    from .models.t2s_generate import KVCache, SamplingParams, decode_backend, generate
-    from .models.t2s_numpy import NumpyDecoder
+    from .models.t2s_generate import SamplingParams, generate
 
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {}
@@ -353,14 +353,10 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     prompt = rng.integers(0, 1024, (1, n_prompt)).astype(np.int32)
 
     if "gpt" in stages:
-        backend = decode_backend()
+        backend = gpt.decoder.backend
 
-        def run_prefill():  # what the generation loop runs on this device
-            if backend == "numpy":
-                NumpyDecoder.for_model(gpt).prefill(gpt, mx.array(phones), mx.array(feats), mx.array(prompt), 1)
-                return
-            cache = KVCache.for_model(gpt)
-            mx.eval(gpt.prefill(mx.array(phones), mx.array(feats), mx.array(prompt), cache))
+        def run_prefill():  # what the generation loop runs on this device (returns evaluated numpy logits)
+            gpt.decoder.prefill(phones, feats, prompt, 1)
 
         results["gpt_prefill"] = _summary(
             [s * 1e3 for s in timed(run_prefill, repeat)],

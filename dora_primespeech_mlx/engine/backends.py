@@ -15,7 +15,7 @@ def backends(engine) -> dict:
     if voice is not None:
         models = engine._models(voice)
         encoders = models.encoders.status()
-        gpt = str(getattr(models.gpt, "decoder_name", None) or _default_decoder())
+        gpt = models.gpt.decoder.backend  # models-arch
     return {
         "device": str(engine.device if engine.device is not None else mx.default_device()),
         "encoders": encoders,
@@ -24,11 +24,3 @@ def backends(engine) -> dict:
         "blas": {**_blas.info(), "threads": _blas.thread_settings()},
     }
 
-
-def _default_decoder() -> str:
-    from ..models import t2s_generate
-
-    try:
-        return str(t2s_generate.decode_backend())
-    except Exception:  # a bad override is reported by the GPT stage itself
-        return "unknown"

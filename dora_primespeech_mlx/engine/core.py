@@ -62,6 +62,7 @@ class GPTSoVITSEngine:
                  config: SynthesisConfig | None = None, progress: Callable[[str], None] | None = None,
                  settings: Settings | None = None):
         self.settings = settings if settings is not None else Settings.from_env()
+        _configure_models(self.settings)  # models-arch: process-wide model options, once
         self.model_dir = Path(model_dir).expanduser() if model_dir else default_model_dir()
         self.device = _pick_device(device)
         if encoders not in ENCODER_MODES:
@@ -91,11 +92,14 @@ class GPTSoVITSEngine:
 
         loader = {"gpt": load.load_gpt, "sovits": load.load_sovits, "hubert": load.load_hubert,
                   "bert": load.load_bert}[kind]
+        s = self.settings  # models-arch: load-time model options (the GPT decoder, BERT storage)
+        options = {"gpt": {"decode": s.t2s_decode, "compile_step": s.t2s_compile},
+                   "bert": {"half": s.bert_half}}.get(kind, {})
 
         def create():
             self._say(f"loading {kind} model {path}")
             with stage("load"):
-                return loader(Path(path), root=self.model_dir)
+                return loader(Path(path), root=self.model_dir, **options)
 
         return self.cache.get((kind, file_identity(path)), voice, create)
 
@@ -298,12 +302,10 @@ class GPTSoVITSEngine:
     def warmup(self) -> None:
         """Warm the GPT decode path, then one short synthesis with the current voice (loads and caches
         everything, compiles)."""
-        from ..models import t2s_generate
-
         spec = self._resolve(None)
         text = "你好。" if spec.language in ("zh", "all_zh") else "Hello."
         with self._lock, self._on_device():
-            t2s_generate.warmup(self._models(spec).gpt)  # numpy views (CPU) / compiled decode buckets (GPU)
+            self._models(spec).gpt.decoder.warmup()  # models-arch: numpy views (CPU) / compiled buckets (GPU)
         with self._lock, self._stats.paused():
             self.synthesize(text, fragment_interval=0.0)
 
@@ -339,6 +341,15 @@ class _Locked:
 
     def __exit__(self, *exc):
         return self._stack.__exit__(*exc)
+
+
+def _configure_models(settings: Settings) -> None:  # models-arch
+    """The process-wide model options: the SoVITS convolution implementation and g2pW."""
+    from ..models.conv import set_conv_impl
+    from ..text import g2pw
+
+    set_conv_impl(settings.conv_impl)
+    g2pw.configure(settings.g2pw, settings.g2pw_vocab)
 
 
 def _pick_device(device: str) -> mx.Device | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from ..models.sovits import interpolate_at, output_frames
+from ..models.sovits import FRAMES_PER_TOKEN, grid_frame, grid_positions, interpolate_at, output_frames
 from .config import SynthesisConfig
 from .pipeline import Models, NoiseBank, TextChunk
 
@@ -42,11 +42,11 @@ class Stitcher:
 
     def frame(self, token: int) -> int:
         """Output frame where token boundary ``token`` falls."""
-        return 2 * token if self.speed == 1 else round(2 * token / self.speed)
+        return grid_frame(token, self.speed)  # models-arch
 
     def end_frame(self, n_tokens: int) -> int:
         """Output frames of a whole sentence of ``n_tokens`` (as the whole-sentence decode)."""
-        return output_frames(2 * n_tokens, self.speed)
+        return output_frames(FRAMES_PER_TOKEN * n_tokens, self.speed)  # models-arch
 
     def piece(self, audio: np.ndarray, start: int, stop: int, final: bool) -> np.ndarray:
         """New audio from a window decode that begins at token ``start``'s frame: everything after
@@ -101,8 +101,8 @@ def decode_window(models: Models, ref, window: np.ndarray, phones: np.ndarray, n
     f0 = stitcher.frame(start)
     f1 = stitcher.end_frame(n) if final else stitcher.frame(n)
     if stitcher.speed != 1:
-        src = (np.arange(f0, f1) + 0.5) * stitcher.speed - 0.5 - 2 * start
-        feats = interpolate_at(feats.transpose(0, 2, 1), src).transpose(0, 2, 1)
+        # models-arch: positions clipped to the window, interpolated in (B, C, T) as before the package split
+        feats = interpolate_at(feats, grid_positions(f0, f1, stitcher.speed, start, feats.shape[2]), axis=2)
     _, m_p, logs_p, y_mask = sovits.project(feats, 1.0)
     noise = mx.array(bank.take(f0, m_p.shape[2])) if noise_scale > 0 else None
     z_p = sovits.sample_prior(m_p, logs_p, noise_scale, noise=noise)

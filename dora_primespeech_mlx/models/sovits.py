@@ -5,12 +5,19 @@ Public methods keep the PyTorch (B, C, T) convention; inside, activations are (B
 
     ge = model.ref_embedding(spec)                       # (B, gin, 1)
     y = model.encode_features(codes, phones, ge)         # (B, 192, 2T) before the speed change
-    x, m_p, logs_p, y_mask = model.project(y, speed)     # prior statistics
+    x, m_p, logs_p, y_mask = model.project(y, speed)     # prior statistics, output_frames(2T, speed) frames
     z_p = model.sample_prior(m_p, logs_p, noise_scale, noise=..., seed=...)
     z = model.flow_reverse(z_p, y_mask, ge)
     audio = model.vocode(z, ge, y_mask)                  # (B, 1, 640 * T')
 
-``decode`` runs them all; ``decode_staged`` returns every intermediate.
+``decode`` runs them all; ``decode_staged`` returns every intermediate. A streamed sentence decodes
+windows of tokens onto one fixed output grid instead of each window's own speed change::
+
+    y = model.encode_features(codes[..., start:end], phones, ge)  # (B, 192, 2 (end - start))
+    f0, f1 = grid_frame(start, speed), grid_frame(end, speed)    # last window: output_frames(2 * end, speed)
+    if speed != 1:
+        y = interpolate_at(y, grid_positions(f0, f1, speed, start, y.shape[2]), axis=2)
+    x, m_p, logs_p, y_mask = model.project(y, 1.0)
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from .sovits_layers import MRTE, Encoder, MelStyleEncoder, ResidualCouplingBlock
 SSL_DIM = 768
 V2_REF_BINS = 704
 N_SYMBOLS = {"v1": 322, "v2": 732}
+FRAMES_PER_TOKEN = 2  # 25 Hz semantic tokens -> 50 Hz latent frames (quantized_50hz)
 
 
 @dataclass
@@ -89,6 +97,12 @@ class SoVITSArgs:
                 "block fixes them to 192 and 512"
             )
 
+    def check_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Refuse sanitized weights of another version (the phone table's size tells v1 from v2)."""
+        emb = weights.get("enc_p.text_embedding.weight")
+        if emb is not None and emb.shape[0] != self.n_symbols:
+            raise ValueError(f"text embedding has {emb.shape[0]} rows, expected {self.n_symbols} for {self.version}")
+
     @property
     def n_symbols(self) -> int:
         return N_SYMBOLS[self.version]
@@ -128,24 +142,45 @@ def _as_mx(x, dtype=None) -> mx.array:
 
 
 def output_frames(frames: int, speed: float) -> int:
-    """Output frames after the speed change of ``frames`` 50 Hz feature frames (2 per semantic token):
-    unchanged at speed 1, else upstream's ``int(frames / speed) + 1`` (the one place this formula lives)."""
+    """Output frames after the speed change of ``frames`` 50 Hz feature frames (``FRAMES_PER_TOKEN`` per
+    semantic token): unchanged at speed 1, else upstream's ``int(frames / speed) + 1`` (the one place this
+    formula lives)."""
     return frames if speed == 1 else int(frames / speed) + 1
 
 
-def interpolate_at(x: mx.array, src: np.ndarray) -> mx.array:
-    """Linear interpolation of x (B, T, C) along time at fractional source positions ``src`` (clipped to
-    [0, T-1]): the one implementation of the speed change, for whole sentences and streamed windows."""
-    length = x.shape[1]
-    src = np.clip(np.asarray(src, dtype=np.float32), np.float32(0.0), np.float32(length - 1))
-    i0 = np.floor(src).astype(np.int32)
+def grid_frame(token: int, speed: float) -> int:
+    """Output frame at which token boundary ``token`` falls on a sentence's fixed output grid (frame ``i``
+    samples the 50 Hz features at ``(i + 0.5) * speed - 0.5``, the nominal ratio: :func:`grid_positions`).
+    The grid a streamed sentence is decoded on, window by window."""
+    return FRAMES_PER_TOKEN * token if speed == 1 else round(FRAMES_PER_TOKEN * token / speed)
+
+
+def grid_positions(f0: int, f1: int, speed: float, first_token: int, length: int) -> np.ndarray:
+    """Source positions of output frames [f0, f1) of a sentence's fixed grid in the features of a window
+    of ``length`` 50 Hz frames that begins at token ``first_token``, clipped to the window."""
+    src = (np.arange(f0, f1) + 0.5) * speed - 0.5 - FRAMES_PER_TOKEN * first_token
+    return np.clip(src, 0, length - 1)
+
+
+def interpolate_at(x: mx.array, src: np.ndarray, axis: int = 1) -> mx.array:
+    """Linear interpolation of ``x`` along ``axis`` (time; default: x is (B, T, C)) at fractional source
+    positions ``src``: the one implementation of the speed change, for whole sentences
+    (:func:`interpolate_linear`) and streamed windows (positions from :func:`grid_positions`). Positions
+    below 0 read frame 0; beyond the last frame the indices are clamped as torch clamps them."""
+    length = x.shape[axis]
+    src = np.maximum(src, 0)
+    i0 = np.minimum(np.floor(src).astype(np.int32), length - 1)
     i1 = np.minimum(i0 + 1, length - 1)
-    lam = mx.array((src - i0).astype(np.float32))[None, :, None]
-    return x[:, mx.array(i0)] * (1.0 - lam) + x[:, mx.array(i1)] * lam
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    lam = mx.array((src - i0).astype(np.float32)).reshape(shape)
+    lead = (slice(None),) * axis
+    return x[(*lead, mx.array(i0))] * (1.0 - lam) + x[(*lead, mx.array(i1))] * lam
 
 
 def interpolate_linear(x: mx.array, size: int) -> mx.array:
-    """``F.interpolate(mode="linear", align_corners=False)`` along time for x (B, T, C)."""
+    """``F.interpolate(mode="linear", align_corners=False)`` along time for x (B, T, C): ``size`` frames at
+    positions ``(i + 0.5) * T / size - 0.5`` (float32, as torch computes them)."""
     scale = np.float32(x.shape[1] / size)
     return interpolate_at(x, (np.arange(size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5))
 
@@ -178,7 +213,7 @@ class TextEncoder(nn.Module):
         return self.encoder2(self.mrte(y, text, ge))
 
     def project(self, y: mx.array, speed: float = 1.0) -> tuple[mx.array, mx.array, mx.array]:
-        """Speed change (linear interpolation to int(T / speed) + 1 frames) and the ``proj`` conv."""
+        """Speed change (linear interpolation to :func:`output_frames` frames) and the ``proj`` conv."""
         if speed != 1:
             y = interpolate_linear(y, output_frames(y.shape[1], speed))
         stats = self.proj(y)
@@ -438,23 +473,3 @@ class SoVITSModel(nn.Module):
         m_p, logs_p, y_mask = self.encode(codes, phones, ge, speed)
         z_p = self.sample_prior(m_p, logs_p, noise_scale, noise=noise, seed=seed)
         return self.vocode(self.flow_reverse(z_p, y_mask, ge), ge, y_mask)
-
-
-def load_sovits(raw) -> SoVITSModel:
-    """A ready model from a :class:`~dora_primespeech_mlx.convert.checkpoints.RawCheckpoint` (``read_sovits``)."""
-    args = SoVITSArgs.from_config(raw.config, version=getattr(raw, "version", None))
-    model = SoVITSModel(args)
-    weights = SoVITSModel.sanitize(raw.weights)
-    n_emb = weights.get("enc_p.text_embedding.weight")
-    if n_emb is not None and n_emb.shape[0] != args.n_symbols:
-        raise ValueError(
-            f"{getattr(raw, 'path', 'SoVITS checkpoint')}: text embedding has {n_emb.shape[0]} rows, "
-            f"expected {args.n_symbols} for {args.version}"
-        )
-    try:
-        model.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=True)
-    except ValueError as e:
-        raise ValueError(f"{getattr(raw, 'path', 'SoVITS checkpoint')}: weights do not fit the config: {e}") from e
-    model.eval()
-    mx.eval(model.parameters())
-    return model.prepare()
