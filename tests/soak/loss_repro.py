@@ -46,6 +46,8 @@ CONFIGS = {
     "main-q10": ("main", 10, 0.3, 0.0, True),
     "worker-q10-small": ("worker", 10, 0.01, 0.0, True),
     "worker-q10-seq": ("worker", 10, 0.3, 0.0, False),
+    "worker-q1000-seq": ("worker", 1000, 0.3, 0.0, False),
+    "main-q1000-seq": ("main", 1000, 0.3, 0.0, False),
     "worker-q100": ("worker", 100, 0.3, 0.0, True),
     "main-q100": ("main", 100, 0.3, 0.0, True),
     "worker-q300": ("worker", 300, 0.3, 0.0, True),
