@@ -59,10 +59,16 @@ class VoiceSpec:
     description: str = ""
     repository: str | None = None  # Hugging Face repo of gpt/sovits/reference (presets)
     files: tuple[str, ...] = ()  # their paths inside that repo
+    revision: str | None = None  # pinned commit of that repo (None: the one recorded by the first download)
 
     def missing_files(self) -> list[Path]:
         out = [p for p in (self.gpt, self.sovits, self.reference) if not p.exists()]
         out += [p for p in (self.hubert, self.bert) if not (p / "config.json").exists()]
+        if self.source == "preset":  # downloaded files truncated/replaced since verified count as missing
+            from .integrity import damaged
+
+            out += [p for p in damaged(self.hubert.parent, (self.gpt, self.sovits, self.reference, self.hubert,
+                                                            self.bert)) if p not in out]
         return out
 
     @property
@@ -91,6 +97,7 @@ class EncoderInfo:
     bert: str
     hubert_files: tuple[str, ...]
     bert_files: tuple[str, ...]
+    revision: str | None = None  # pinned commit of the repo (None: the one recorded by the first download)
 
 
 def _read_yaml(path: Path) -> dict:
@@ -108,7 +115,8 @@ def _read_yaml(path: Path) -> dict:
 def encoder_info() -> EncoderInfo:
     d = _read_yaml(_catalog_dir() / "_encoders.yaml")
     return EncoderInfo(
-        d["repository"], d["hubert"], d["bert"], tuple(d["hubert_files"]), tuple(d["bert_files"])
+        d["repository"], d["hubert"], d["bert"], tuple(d["hubert_files"]), tuple(d["bert_files"]),
+        revision=str(d["revision"]) if d.get("revision") else None,
     )
 
 
@@ -147,6 +155,7 @@ def _preset_from_yaml(path: Path, root: Path) -> VoiceSpec:
         description=str(d.get("description") or ""),
         repository=str(d["repository"]),
         files=(str(d["gpt"]), str(d["sovits"]), str(d["reference"])),
+        revision=str(d["revision"]) if d.get("revision") else None,
     )
 
 
