@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("convert", help="convert a .ckpt/.pth/Hugging Face folder to the MLX format")
     s.add_argument("src")
     s.add_argument("-o", "--output", help="output folder (default: <src>-mlx)")
-    s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert"])
+    s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert", "sv"])
     s.set_defaults(func=cmd_convert)
 
     s = sub.add_parser("phones", help="print the phonemes of a text as JSON (debugging voices)")
