@@ -68,29 +68,36 @@ def resample_sinc(
 # Kaldi fbank
 
 
-def _mel(freq):
-    return 1127.0 * np.log(1.0 + np.asarray(freq, dtype=np.float64) / 700.0)
-
-
 @lru_cache(maxsize=8)
 def mel_banks(num_bins: int, padded_window: int, sample_rate: float, low_freq: float, high_freq: float) -> np.ndarray:
     """Kaldi's triangular mel filters (no VTLN) on the FFT bins: (num_bins, padded_window // 2 + 1),
-    the Nyquist column zero (kaldi.py ``get_mel_banks`` + its right zero pad)."""
+    the Nyquist column zero (kaldi.py ``get_mel_banks`` + its right zero pad).
+
+    Computed in float32 step by step as kaldi.py does (its tensors are float32 whatever the audio's dtype):
+    the low mel bins span one or two FFT bins, so the float32 rounding of the filter edges moves their
+    log energies by up to ~3e-4, which the speaker-verification network amplifies ten-fold; float64
+    filters would be "more exact" but further from the original."""
+    f32 = np.float32
     nyquist = 0.5 * sample_rate
     if high_freq <= 0.0:
         high_freq += nyquist
     if not (0.0 <= low_freq < nyquist and 0.0 < high_freq <= nyquist and low_freq < high_freq):
         raise ValueError(f"bad mel range {low_freq}..{high_freq} Hz for a sample rate of {sample_rate}")
     n_fft_bins = padded_window // 2
-    mel_low, mel_high = float(_mel(low_freq)), float(_mel(high_freq))
+    fft_bin_width = sample_rate / padded_window
+    mel_low = 1127.0 * math.log(1.0 + low_freq / 700.0)  # python floats, as in kaldi.py
+    mel_high = 1127.0 * math.log(1.0 + high_freq / 700.0)
     delta = (mel_high - mel_low) / (num_bins + 1)
-    b = np.arange(num_bins, dtype=np.float64)[:, None]
-    left, center, right = mel_low + b * delta, mel_low + (b + 1.0) * delta, mel_low + (b + 2.0) * delta
-    mel = _mel(sample_rate / padded_window * np.arange(n_fft_bins, dtype=np.float64))[None, :]
+    b = np.arange(num_bins, dtype=f32)[:, None]
+    left = f32(mel_low) + b * f32(delta)
+    center = f32(mel_low) + (b + f32(1.0)) * f32(delta)
+    right = f32(mel_low) + (b + f32(2.0)) * f32(delta)
+    freq = f32(fft_bin_width) * np.arange(n_fft_bins, dtype=f32)
+    mel = (f32(1127.0) * np.log(f32(1.0) + freq / f32(700.0)))[None, :]
     up = (mel - left) / (center - left)
     down = (right - mel) / (right - center)
-    banks = np.maximum(0.0, np.minimum(up, down))
-    return np.pad(banks, ((0, 0), (0, 1)))
+    banks = np.maximum(f32(0.0), np.minimum(up, down))
+    return np.pad(banks, ((0, 0), (0, 1))).astype(np.float64)
 
 
 def povey_window(n: int) -> np.ndarray:
