@@ -431,7 +431,7 @@ class GPTSoVITSEngine:
                     f"reference audio {spec.reference} is {seconds:.2f} s long; GPT-SoVITS needs a "
                     f"{REF_MIN_SECONDS:g}-{REF_MAX_SECONDS:g} s clip (cut or replace it)"
                 )
-            ge = self._ref_embedding(models.sovits, wav32k)
+            ge = self._ref_embedding(models.sovits, wav32k, self._sv_embedding(spec, models.sovits, wav32k))  # v2Pro
         # an empty prompt text means reference-free mode (gpt-sovits-v2.md §8.3): no prompt at all
         prompt_phones, prompt_bert, norm_text = self._prompt_text_features(
             spec.prompt_text or "", prompt_lang, spec, _symbol_version(models), timer
@@ -470,14 +470,31 @@ class GPTSoVITSEngine:
         return wav if sr == HUBERT_SR else audio.resample(wav, sr, HUBERT_SR)
 
     @staticmethod
-    def _ref_embedding(sovits, wav32k: np.ndarray) -> mx.array:
+    def _ref_embedding(sovits, wav32k: np.ndarray, sv_emb=None) -> mx.array:
         from .models import audio
 
         a = sovits.args
         spec = audio.spectrogram(wav32k, a.filter_length, a.hop_length, a.win_length)
-        ge = sovits.ref_embedding(mx.array(spec))
+        ge = sovits.ref_embedding(mx.array(spec), sv_emb=sv_emb)
         mx.eval(ge)
         return ge
+
+    # ---- v2Pro hook (issue 11): the speaker-verification embedding of the reference -------------------
+    def _sv_embedding(self, spec: VoiceSpec, sovits, wav32k: np.ndarray):
+        """None for v1/v2; for v2Pro / v2ProPlus the sv embedding (1, D) of the reference (upstream: the
+        32 kHz reference after the peak normalisation, resampled to 16 kHz, fbank, ERes2NetV2)."""
+        if not getattr(sovits, "needs_sv", False):
+            return None
+        from .convert import load
+        from .models.sv import speaker_embedding
+
+        if spec.sv is None or not Path(spec.sv).exists():
+            raise voices_mod.VoiceNotInstalledError(
+                f"voice {spec.name!r} is {sovits.args.version} and needs the speaker-verification model "
+                f"(missing: {spec.sv}); download it with `primespeech-mlx download sv`"
+            )
+        sv = self._cached_model("sv", spec.sv, lambda p: load.load_sv(p, root=self.model_dir))
+        return speaker_embedding(sv, wav32k, _sovits_rate(sovits))
 
     @staticmethod
     def _prompt_semantic(models: _Models, wav16k: np.ndarray) -> np.ndarray:

@@ -10,9 +10,11 @@ RoBERTa). Presets are described by the YAML files in the repository's top-level 
                                  /ref_audios/*.wav
                                  /chinese-hubert-base/  /chinese-roberta-wwm-ext-large/
 
-so a model directory filled by the old node works unchanged. User voices are YAML files with the same
-fields, either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml`` or any ``*.yaml`` in
-``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
+so a model directory filled by the old node works unchanged. v2Pro / v2ProPlus voices (a SoVITS file of that
+version) also need the speaker-verification model, ``moyoyo/sv/pretrained_eres2netv2w24s4ep4.ckpt`` (from
+``lj1995/GPT-SoVITS``, fetched with the encoders when such a voice is installed). User voices are YAML files
+with the same fields (plus an optional ``sv`` path), either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml``
+or any ``*.yaml`` in ``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
 """
 
 from __future__ import annotations
@@ -58,10 +60,20 @@ class VoiceSpec:
     description: str = ""
     repository: str | None = None  # Hugging Face repo of gpt/sovits/reference (presets)
     files: tuple[str, ...] = ()  # their paths inside that repo
+    sv: Path | None = None  # speaker-verification model, used only when the SoVITS is v2Pro / v2ProPlus
+
+    @property
+    def needs_sv(self) -> bool:
+        """Whether the SoVITS file is v2Pro-family (read cheaply from the file; False while it is missing)."""
+        from .convert.checkpoints import sovits_needs_sv
+
+        return sovits_needs_sv(self.sovits)
 
     def missing_files(self) -> list[Path]:
         out = [p for p in (self.gpt, self.sovits, self.reference) if not p.exists()]
         out += [p for p in (self.hubert, self.bert) if not (p / "config.json").exists()]
+        if self.sovits.exists() and self.needs_sv and (self.sv is None or not Path(self.sv).exists()):
+            out.append(Path(self.sv) if self.sv is not None else Path("<speaker-verification model (sv)>"))
         return out
 
     @property
@@ -90,6 +102,7 @@ class EncoderInfo:
     bert: str
     hubert_files: tuple[str, ...]
     bert_files: tuple[str, ...]
+    sv: str = "sv/pretrained_eres2netv2w24s4ep4.ckpt"  # v2Pro voices' speaker-verification model (same repo)
 
 
 def _read_yaml(path: Path) -> dict:
@@ -107,7 +120,8 @@ def _read_yaml(path: Path) -> dict:
 def encoder_info() -> EncoderInfo:
     d = _read_yaml(_catalog_dir() / "_encoders.yaml")
     return EncoderInfo(
-        d["repository"], d["hubert"], d["bert"], tuple(d["hubert_files"]), tuple(d["bert_files"])
+        d["repository"], d["hubert"], d["bert"], tuple(d["hubert_files"]), tuple(d["bert_files"]),
+        str(d.get("sv") or EncoderInfo.sv),
     )
 
 
@@ -146,6 +160,7 @@ def _preset_from_yaml(path: Path, root: Path) -> VoiceSpec:
         description=str(d.get("description") or ""),
         repository=str(d["repository"]),
         files=(str(d["gpt"]), str(d["sovits"]), str(d["reference"])),
+        sv=base / enc.sv,
     )
 
 
@@ -172,6 +187,7 @@ def _user_from_yaml(path: Path, root: Path) -> VoiceSpec:
         bert=resolve(d["bert"]) if d.get("bert") else default.bert,
         source="user",
         description=str(d.get("description") or ""),
+        sv=resolve(d["sv"]) if d.get("sv") else default.sv,
     )
 
 
@@ -249,7 +265,7 @@ def ensure_installed(spec: VoiceSpec, root: Path | None = None) -> None:
         )
     else:
         how = "Fix the paths in the voice's YAML file, or download the shared encoders with " \
-              "`primespeech-mlx download encoders`."
+              "`primespeech-mlx download encoders` (v2Pro voices: also `primespeech-mlx download sv`)."
     raise VoiceNotInstalledError(f"voice {spec.name!r} is not installed; missing:\n  {listing}\n{how}")
 
 
