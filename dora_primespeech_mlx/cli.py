@@ -28,13 +28,16 @@ def cmd_voices(args) -> int:
 
 
 def cmd_download(args) -> int:
-    from .download import download_encoders, download_voice
+    from .download import download_encoders, download_sv, download_voice
     from .voices import preset_names
 
     root = _model_dir(args)
     names = args.voices
     if names == ["encoders"]:
         download_encoders(root)
+        return 0
+    if names == ["sv"]:  # the speaker-verification model of v2Pro / v2ProPlus voices
+        download_sv(root)
         return 0
     if names == ["all"]:
         names = preset_names()
@@ -134,14 +137,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_voices)
 
     s = sub.add_parser("download", help="download voices from Hugging Face and convert them (resumable)")
-    s.add_argument("voices", nargs="+", help="voice names, 'all', or 'encoders'")
+    s.add_argument(
+        "voices", nargs="+", help="voice names, 'all', 'encoders', or 'sv' (the v2Pro speaker-verification model)"
+    )
     s.add_argument("--no-convert", action="store_true", help="only download the original files")
     s.set_defaults(func=cmd_download)
 
     s = sub.add_parser("convert", help="convert a .ckpt/.pth/Hugging Face folder to the MLX format")
     s.add_argument("src")
     s.add_argument("-o", "--output", help="output folder (default: <src>-mlx)")
-    s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert"])
+    s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert", "sv"])
     s.set_defaults(func=cmd_convert)
 
     s = sub.add_parser("phones", help="print the phonemes of a text as JSON (debugging voices)")

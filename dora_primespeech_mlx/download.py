@@ -195,6 +195,13 @@ def download_encoders(root: Path | None = None) -> tuple[Path, Path]:
     return dest / enc.hubert, dest / enc.bert
 
 
+def download_sv(root: Path | None = None) -> Path:
+    """Download the speaker-verification model (ERes2NetV2) that v2Pro / v2ProPlus voices need (once)."""
+    root = root or model_dir()
+    enc = encoder_info()
+    return _fetch(enc.repository, enc.sv, originals_dir(root))
+
+
 def download_voice(name: str, root: Path | None = None, convert: bool = True) -> VoiceSpec:
     """Download a preset voice and the shared encoders, then convert them to the MLX format once."""
     root = root or model_dir()
@@ -202,6 +209,8 @@ def download_voice(name: str, root: Path | None = None, convert: bool = True) ->
     download_encoders(root)
     for f in spec.files:
         _fetch(spec.repository, f, originals_dir(root), spec.revision)
+    if spec.needs_sv:  # a v2Pro / v2ProPlus SoVITS: the speaker-verification model too
+        download_sv(root)
     if convert:
         from .convert.load import convert_voice
 

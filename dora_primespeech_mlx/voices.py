@@ -10,9 +10,11 @@ RoBERTa). Presets are described by the YAML files in the repository's top-level 
                                  /ref_audios/*.wav
                                  /chinese-hubert-base/  /chinese-roberta-wwm-ext-large/
 
-so a model directory filled by the old node works unchanged. User voices are YAML files with the same
-fields, either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml`` or any ``*.yaml`` in
-``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
+so a model directory filled by the old node works unchanged. v2Pro / v2ProPlus voices (a SoVITS file of that
+version) also need the speaker-verification model, ``moyoyo/sv/pretrained_eres2netv2w24s4ep4.ckpt`` (from
+``lj1995/GPT-SoVITS``, fetched with the encoders when such a voice is installed). User voices are YAML files
+with the same fields (plus an optional ``sv`` path), either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml``
+or any ``*.yaml`` in ``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
 """
 
 from __future__ import annotations
@@ -60,6 +62,14 @@ class VoiceSpec:
     repository: str | None = None  # Hugging Face repo of gpt/sovits/reference (presets)
     files: tuple[str, ...] = ()  # their paths inside that repo
     revision: str | None = None  # pinned commit of that repo (None: the one recorded by the first download)
+    sv: Path | None = None  # speaker-verification model, used only when the SoVITS is v2Pro / v2ProPlus
+
+    @property
+    def needs_sv(self) -> bool:
+        """Whether the SoVITS file is v2Pro-family (read cheaply from the file; False while it is missing)."""
+        from .convert.checkpoints import sovits_needs_sv
+
+        return sovits_needs_sv(self.sovits)
 
     def missing_files(self) -> list[Path]:
         out = [p for p in (self.gpt, self.sovits, self.reference) if not p.exists()]
@@ -69,6 +79,8 @@ class VoiceSpec:
 
             out += [p for p in damaged(self.hubert.parent, (self.gpt, self.sovits, self.reference, self.hubert,
                                                             self.bert)) if p not in out]
+        if self.sovits.exists() and self.needs_sv and (self.sv is None or not Path(self.sv).exists()):
+            out.append(Path(self.sv) if self.sv is not None else Path("<speaker-verification model (sv)>"))
         return out
 
     @property
@@ -98,6 +110,7 @@ class EncoderInfo:
     hubert_files: tuple[str, ...]
     bert_files: tuple[str, ...]
     revision: str | None = None  # pinned commit of the repo (None: the one recorded by the first download)
+    sv: str = "sv/pretrained_eres2netv2w24s4ep4.ckpt"  # v2Pro voices' speaker-verification model (same repo)
 
 
 def _read_yaml(path: Path) -> dict:
@@ -117,6 +130,7 @@ def encoder_info() -> EncoderInfo:
     return EncoderInfo(
         d["repository"], d["hubert"], d["bert"], tuple(d["hubert_files"]), tuple(d["bert_files"]),
         revision=str(d["revision"]) if d.get("revision") else None,
+        sv=str(d.get("sv") or EncoderInfo.sv),
     )
 
 
@@ -156,6 +170,7 @@ def _preset_from_yaml(path: Path, root: Path) -> VoiceSpec:
         repository=str(d["repository"]),
         files=(str(d["gpt"]), str(d["sovits"]), str(d["reference"])),
         revision=str(d["revision"]) if d.get("revision") else None,
+        sv=base / enc.sv,
     )
 
 
@@ -182,6 +197,7 @@ def _user_from_yaml(path: Path, root: Path) -> VoiceSpec:
         bert=resolve(d["bert"]) if d.get("bert") else default.bert,
         source="user",
         description=str(d.get("description") or ""),
+        sv=resolve(d["sv"]) if d.get("sv") else default.sv,
     )
 
 
@@ -259,7 +275,7 @@ def ensure_installed(spec: VoiceSpec, root: Path | None = None) -> None:
         )
     else:
         how = "Fix the paths in the voice's YAML file, or download the shared encoders with " \
-              "`primespeech-mlx download encoders`."
+              "`primespeech-mlx download encoders` (v2Pro voices: also `primespeech-mlx download sv`)."
     raise VoiceNotInstalledError(f"voice {spec.name!r} is not installed; missing:\n  {listing}\n{how}")
 
 

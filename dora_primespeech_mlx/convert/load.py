@@ -29,14 +29,14 @@ from typing import Any
 import numpy as np
 
 from ..paths import mlx_cache_dir, model_dir
-from .checkpoints import RawCheckpoint, read_gpt, read_hf_dir, read_sovits
-from .torch_pickle import CheckpointError
+from .checkpoints import RawCheckpoint, read_gpt, read_hf_dir, read_sovits, read_sv, sovits_needs_sv
+from .torch_pickle import CheckpointError, pickle_bytes
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-KINDS = ("gpt", "sovits", "hubert", "bert")
-OPTIONS = {"gpt": ("decode", "compile_step"), "sovits": (), "hubert": (), "bert": ("half",)}
+KINDS = ("gpt", "sovits", "hubert", "bert", "sv")  # sv: the speaker-verification model of v2Pro voices
+OPTIONS = {"gpt": ("decode", "compile_step"), "sovits": (), "hubert": (), "bert": ("half",), "sv": ()}
 
 
 def _model_classes(kind: str):
@@ -57,6 +57,10 @@ def _model_classes(kind: str):
         from ..models.bert import BertArgs, BertModel
 
         return BertArgs, BertModel
+    if kind == "sv":
+        from ..models.sv import ERes2NetV2, SVArgs
+
+        return SVArgs, ERes2NetV2
     raise ValueError(f"unknown model kind {kind!r} (expected one of {', '.join(KINDS)})")
 
 
@@ -76,8 +80,12 @@ def detect_kind(path: str | os.PathLike) -> str:
             if model_type in ("hubert", "bert"):
                 return model_type
         raise CheckpointError(path, "cannot tell which model this folder holds (no usable config.json)")
-    if path.suffix == ".ckpt":
-        return "gpt"
+    if path.suffix == ".ckpt":  # a GPT, or the speaker-verification state dict (tell them by tensor names)
+        try:
+            names = pickle_bytes(path)
+        except CheckpointError:
+            return "gpt"  # reading it as a GPT reports what is wrong with the file
+        return "sv" if b"layer3_ds" in names and b"ar_text_embedding" not in names else "gpt"
     if path.suffix == ".pth":
         return "sovits"
     raise CheckpointError(path, "cannot tell the model kind: expected a .ckpt, a .pth or a model folder")
@@ -88,6 +96,8 @@ def read_original(path: str | os.PathLike, kind: str) -> RawCheckpoint:
         return read_gpt(path)
     if kind == "sovits":
         return read_sovits(path)
+    if kind == "sv":
+        return read_sv(path)
     return read_hf_dir(path, kind)
 
 
@@ -116,7 +126,7 @@ def sanitized(raw: RawCheckpoint) -> tuple[Any, dict[str, np.ndarray]]:
     """(args, sanitized float32 weights) of an original checkpoint."""
     args_cls, model_cls = _model_classes(raw.kind)
     if raw.kind == "sovits":
-        args = args_cls.from_config(raw.config, version=raw.version)
+        args = args_cls.from_config(raw.config, version=raw.version, weights=raw.weights)
     else:
         args = args_cls.from_config(raw.config)
     weights = model_cls.sanitize(dict(raw.weights))
@@ -278,6 +288,12 @@ def load_hubert(path, **kw):
     return load(path, "hubert", **kw)
 
 
+def load_sv(path, **kw):
+    """The speaker-verification model (ERes2NetV2) of v2Pro voices, from the original ``.ckpt`` or a
+    converted folder (converted once into the cache)."""
+    return load(path, "sv", **kw)
+
+
 def load_bert(path, *, half: bool = False, **kw):
     """(BertModel, BertTokenizer) from an original or converted folder (the tokenizer files travel);
     ``half`` keeps the weights in float16 storage (``BertModel.prepare``)."""
@@ -293,6 +309,9 @@ def convert_voice(spec, root: Path | None = None) -> None:
     from tqdm import tqdm
 
     items = [("gpt", spec.gpt), ("sovits", spec.sovits), ("hubert", spec.hubert), ("bert", spec.bert)]
+    sv = getattr(spec, "sv", None)
+    if sv is not None and sovits_needs_sv(spec.sovits):  # v2Pro / v2ProPlus: the speaker-verification model too
+        items.append(("sv", sv))
     for kind, path in tqdm(items, desc=f"converting {spec.name}", unit="model"):
         if Path(path).is_dir() and is_converted(path):
             continue

@@ -31,7 +31,7 @@ import mlx.core as mx
 import numpy as np
 
 from .. import voices as voices_mod
-from ..errors import ConfigError, SynthesisCancelled
+from ..errors import ConfigError, SynthesisCancelled, VoiceNotInstalledError
 from ..paths import model_dir as default_model_dir
 from ..settings import Settings
 from ..voices import VoiceSpec
@@ -42,6 +42,7 @@ from .reference import Reference, ReferenceBuilder
 from .stats import EngineStats, Timer, stage
 
 ENCODER_MODES = ("auto", "coreml", "mlx")
+MODEL_KINDS = ("gpt", "sovits", "hubert", "bert", "sv")
 
 
 @dataclasses.dataclass
@@ -91,7 +92,7 @@ class GPTSoVITSEngine:
         from ..convert import load
 
         loader = {"gpt": load.load_gpt, "sovits": load.load_sovits, "hubert": load.load_hubert,
-                  "bert": load.load_bert}[kind]
+                  "bert": load.load_bert, "sv": load.load_sv}[kind]
         s = self.settings  # models-arch: load-time model options (the GPT decoder, BERT storage)
         options = {"gpt": {"decode": s.t2s_decode, "compile_step": s.t2s_compile},
                    "bert": {"half": s.bert_half}}.get(kind, {})
@@ -113,14 +114,26 @@ class GPTSoVITSEngine:
                                    mlx_hubert=lambda: self._model("hubert", spec.hubert, name),
                                    mlx_bert=lambda: self._model("bert", spec.bert, name))
 
+        sovits = self._model("sovits", spec.sovits, name)
         return pipeline.Models(
             gpt=self._model("gpt", spec.gpt, name),
-            sovits=self._model("sovits", spec.sovits, name),
+            sovits=sovits,
             encoders=self.cache.get(("encoders", (str(spec.hubert), str(spec.bert))), name, encoders),
+            sv=self._sv_model(spec, sovits, name),
         )
 
+    def _sv_model(self, spec: VoiceSpec, sovits, name: str):
+        """The speaker-verification model a v2Pro / v2ProPlus voice needs (None for v1/v2)."""
+        if not getattr(sovits, "needs_sv", False):
+            return None
+        if spec.sv is None or not Path(spec.sv).exists():
+            raise VoiceNotInstalledError(
+                f"voice {spec.name!r} is {sovits.args.version} and needs the speaker-verification model "
+                f"(missing: {spec.sv}); download it with `primespeech-mlx download sv`")
+        return self._model("sv", spec.sv, name)
+
     def _reference(self, spec: VoiceSpec, models: pipeline.Models, prompt_lang: str, timer: Timer) -> Reference:
-        files = (spec.reference, spec.gpt, spec.sovits, spec.hubert)
+        files = (spec.reference, spec.gpt, spec.sovits, spec.hubert, *([spec.sv] if models.sv is not None else []))
         key = ("reference", (spec.name, *(file_identity(p) for p in files), str(spec.bert), spec.prompt_text,
                              prompt_lang))
 
@@ -293,7 +306,7 @@ class GPTSoVITSEngine:
                 **self._stats.snapshot(),
                 "cached_references": len(self.cache.keys("reference")),
                 "loaded_models": sorted(f"{k[0]}:{Path(k[1][0]).name}" for k in self.cache.keys()
-                                        if k[0] in ("gpt", "sovits", "hubert", "bert")),
+                                        if k[0] in MODEL_KINDS),
                 "cached_voices": [v.split("|", 1)[0] for v in self.cache.voices()],
                 "voice": self.voice.name if self.voice else None,
                 "backends": backends(self),
@@ -314,7 +327,7 @@ class GPTSoVITSEngine:
         Returns what was dropped (the node's ``cleanup`` control command)."""
         with self._lock:
             dropped = self.cache.keep_only(voice_id(self.voice) if self.voice else None)
-        models = sum(n for kind, n in dropped.items() if kind in ("gpt", "sovits", "hubert", "bert"))
+        models = sum(n for kind, n in dropped.items() if kind in MODEL_KINDS)
         return {"models": models, "references": dropped.get("reference", 0), "encoders": dropped.get("encoders", 0)}
 
     def list_voices(self) -> list[dict]:

@@ -31,6 +31,7 @@ class Models:
     gpt: Any
     sovits: Any
     encoders: Any  # encoders.EncoderBackends: HuBERT and BERT on CoreML or MLX
+    sv: Any = None  # the speaker-verification model (ERes2NetV2) of a v2Pro / v2ProPlus voice
 
     @property
     def symbol_version(self) -> str:

@@ -45,7 +45,7 @@ class ReferenceBuilder:
                     f"reference audio {spec.reference} is {seconds:.2f} s long; GPT-SoVITS needs a "
                     f"{REF_MIN_SECONDS:g}-{REF_MAX_SECONDS:g} s clip (cut or replace it)"
                 )
-            ge = self.ref_embedding(models.sovits, wav32k)
+            ge = self.ref_embedding(models.sovits, wav32k, self.sv_embedding(models, wav32k))
         # an empty prompt text means reference-free mode (gpt-sovits-v2.md §8.3): no prompt at all
         with stage("text", timer):
             result = text_mod.prompt_phones(spec.prompt_text or "", prompt_lang, models.symbol_version)
@@ -74,12 +74,23 @@ class ReferenceBuilder:
         return wav if sr == HUBERT_SR else audio.resample(wav, sr, HUBERT_SR)
 
     @staticmethod
-    def ref_embedding(sovits, wav32k: np.ndarray) -> mx.array:
+    def ref_embedding(sovits, wav32k: np.ndarray, sv_emb=None) -> mx.array:
+        """``ge`` (1, gin, 1) from the clip's spectrogram (v2Pro: also conditioned on the sv embedding)."""
         a = sovits.args
         spec = audio.spectrogram(wav32k, a.filter_length, a.hop_length, a.win_length)
-        ge = sovits.ref_embedding(mx.array(spec))
+        ge = sovits.ref_embedding(mx.array(spec), sv_emb=sv_emb)
         mx.eval(ge)
         return ge
+
+    @staticmethod
+    def sv_embedding(models: Models, wav32k: np.ndarray):
+        """None for v1/v2; for v2Pro / v2ProPlus the speaker-verification embedding (1, D) of the clip (upstream:
+        the SoVITS-rate clip after the peak normalisation, resampled to 16 kHz, Kaldi fbank, ERes2NetV2)."""
+        if models.sv is None:
+            return None
+        from ..models.sv import speaker_embedding
+
+        return speaker_embedding(models.sv, wav32k, models.sample_rate)
 
     def prompt_semantic(self, models: Models, wav16k: np.ndarray) -> np.ndarray:
         ssl = models.encoders.hubert_features(wav16k)  # appends the 0.6 s zero tail; (1, 768, T)
