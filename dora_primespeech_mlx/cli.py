@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--voice", default="Doubao")
     s.add_argument("-o", "--output", default="out.wav")
     s.add_argument("--stream", action="store_true", help="use streaming synthesis (reports time to first audio)")
-    s.add_argument("--lang", help="text language: zh, en, all_zh, auto (default: the voice's)")
+    s.add_argument("--lang", help="text language: zh, en, ja, ko, yue, all_zh, all_ja, all_ko, all_yue, auto, auto_yue "
+                   "(default: the voice's)")
     s.add_argument("--speed", dest="speed_factor", type=float)
     s.add_argument("--top-k", dest="top_k", type=int)
     s.add_argument("--top-p", dest="top_p", type=float)
@@ -151,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("phones", help="print the phonemes of a text as JSON (debugging voices)")
     s.add_argument("text")
-    s.add_argument("--lang", default="zh", help="zh, en, all_zh or auto")
+    s.add_argument("--lang", default="zh", help="zh, en, ja, ko, yue, all_zh, all_ja, all_ko, all_yue, auto, auto_yue")
     s.add_argument("--version", default="v2", choices=["v1", "v2"])
     s.set_defaults(func=cmd_phones)
 

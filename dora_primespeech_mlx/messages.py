@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 VOICE_PREFIX = "VOICE:"
-PREFIX_LANGS = ("zh", "en", "ja", "auto")
+PREFIX_LANGS = ("zh", "en", "ja", "ko", "yue", "all_zh", "all_ja", "all_ko", "all_yue", "auto", "auto_yue")
 
 # JSON payload keys -> SynthesisConfig overrides (and their types).
 _FLOAT_KEYS = {

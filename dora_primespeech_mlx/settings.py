@@ -29,8 +29,8 @@ from .errors import ConfigError
 DEFAULT_MODEL_DIR = "~/.dora/models/primespeech"  # the old node's default: its downloads are reused
 COMPUTE_UNITS = ("CPU_AND_NE", "ALL", "CPU_AND_GPU", "CPU_ONLY")  # CoreML compute units; the first is the default
 
-# Languages the old node accepted for TEXT_LANG / PROMPT_LANG. The engine refuses the ones it cannot
-# speak (ja, ko, yue, ...) with a clear error when the voice is loaded.
+# Languages the old node accepted for TEXT_LANG / PROMPT_LANG (all have a text front end; ja, ko and yue
+# need the pip extras of the same name).
 OLD_LANGS = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue", "all_ko")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SPLIT_METHODS = defaults.TEXT_SPLIT_METHODS

@@ -29,9 +29,10 @@ import yaml
 from .errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
 from .paths import expand, model_dir, originals_dir, user_voices_dir
 from .settings import read as read_setting
+from .text.langsplit import SUPPORTED_OPTIONS
 
 DEFAULT_VOICE = "Doubao"
-SUPPORTED_LANGS = ("zh", "en", "all_zh", "auto")
+SUPPORTED_LANGS = SUPPORTED_OPTIONS  # zh en ja ko yue, their all_* forms, auto, auto_yue
 
 
 def _catalog_dir() -> Path:
@@ -303,8 +304,8 @@ def custom_voice(
         base_spec = base
     else:
         base_spec = resolve_voice(base or DEFAULT_VOICE, root, require_installed=False)
-    # The old node's rule: zh/en/ja/auto pass, anything else becomes auto (ja is refused later, clearly).
-    lang = language if language in (*SUPPORTED_LANGS, "ja") else "auto"
+    # The old node's rule: a known language passes, anything else becomes auto.
+    lang = language if language in SUPPORTED_LANGS else "auto"
     ref = expand(str(reference))
     if not ref.is_file():
         raise VoiceNotInstalledError(f"reference audio {ref} not found")

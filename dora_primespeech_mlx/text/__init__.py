@@ -1,7 +1,8 @@
 """Text front end of GPT-SoVITS v2: text -> chunks -> language segments -> phones and phone ids.
 
 No MLX here: the engine turns :class:`PhoneResult` segments into BERT features and model inputs.
-The Chinese and English G2P libraries are loaded on first use.
+The G2P libraries (Chinese, English; Japanese, Korean, Cantonese from the pip extras ja/ko/yue) are loaded
+on first use.
 """
 
 from .errors import TextFrontendError, UnsupportedLanguageError

@@ -130,7 +130,10 @@ def test_bad_inputs_are_answered_and_the_node_keeps_serving(model_dir, shared_en
         ("float", pa.array([0.5, 1.5], type=pa.float32()), "error"),
         ("voice", "VOICE:Nobody At All|Hello", "error"),
         ("json", '{"speed": 1.2}', "error"),
-        ("ja", f"VOICE:CUSTOM|{reference_wav()}|Good morning, this is my voice|ja|Hello", "error"),
+        ("lang", json.dumps({"prompt": "Hello", "language": "fr"}), "error"),
+        ("ja", f"VOICE:CUSTOM|{reference_wav()}|おはようございます|ja|こんにちは、元気ですか。", "completed"),
+        ("ko", json.dumps({"prompt": "안녕하세요, 반갑습니다.", "language": "ko"}), "completed"),
+        ("yue", json.dumps({"prompt": "你好，我係你嘅助手。", "language": "all_yue"}), "completed"),
     ]
     for i, (name, value, _) in enumerate(cases):
         status = "ended" if name == "flush" else "ongoing"
@@ -150,7 +153,7 @@ def test_bad_inputs_are_answered_and_the_node_keeps_serving(model_dir, shared_en
     assert "too long" in got["long"][1]["error"]
     assert "UTF-8" in got["utf8"][1]["error"]
     assert "unknown voice" in got["voice"][1]["error"] and got["voice"][1]["error_stage"] == "voice"
-    assert "ja" in got["ja"][1]["error"].lower() and got["ja"][1]["error_stage"] == "text"
+    assert "'fr'" in got["lang"][1]["error"].lower() and got["lang"][1]["error_stage"] == "text"
     assert got["after"][0] == ["completed"]  # still serving
     errors = [s for s in rec.statuses() if s["status"] == "error"]
     assert any("unknown control command" in s["error"] for s in errors)
