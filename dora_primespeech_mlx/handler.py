@@ -441,7 +441,7 @@ class MessageHandler:
             spec = resolve_voice(name, self.settings.model_dir)
             self.log("INFO", f"loading voice {spec.name} ...")
             self.engine.load_voice(spec)
-        except (PrimeSpeechError, OSError, ValueError, RuntimeError) as exc:
+        except Exception as exc:  # any failure: the previous voice stays current
             self.voice = old
             self.log("ERROR", f"change_voice:{name} failed, keeping {old.name}: {exc}")
             self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command="change_voice",

@@ -250,8 +250,9 @@ VARS: tuple[Var, ...] = (
         "or the path of a library exporting cblas_sgemm.", ()),
     Var("conv_impl", "PRIMESPEECH_CONV_IMPL", "auto", _choice(("auto", "gemm", "native")),
         "SoVITS convolutions: auto (GEMM formulation on the CPU, MLX's conv on GPUs) | gemm | native.", ()),
-    Var("t2s_decode", "PRIMESPEECH_T2S_DECODE", "auto", _choice(("auto", "mlx", "numpy")),
-        "GPT decode step: auto (numpy on the CPU, MLX on GPUs) | mlx | numpy.", ()),
+    Var("t2s_decode", "PRIMESPEECH_T2S_DECODE", "auto", _choice(("auto", "mlx", "compile", "numpy")),
+        "GPT decode step, chosen when the GPT loads: auto (numpy on the CPU, MLX on GPUs) | mlx | compile "
+        "(mx.compile'd MLX step) | numpy.", ()),
     Var("t2s_compile", "PRIMESPEECH_T2S_COMPILE", None, _auto_bool,
         "Compile the MLX GPT decode step with mx.compile (unset/auto: on GPUs only).", ()),
     Var("bert_half", "PRIMESPEECH_BERT_HALF", False, _bool,

@@ -3,21 +3,21 @@ reasons), the GPT decode implementation, the SoVITS backend and the CPU BLAS wit
 
 from __future__ import annotations
 
-import mlx.core as mx
-
 from .. import _blas
+from .cache import encoders_key, file_identity
 
 
 def backends(engine) -> dict:
+    """Read from what the current voice has loaded (nothing is loaded, and the cache order is not touched)."""
     voice = engine.voice
-    encoders = {"mode": engine.encoders}
-    gpt = "not loaded"
+    encoders, gpt = {"mode": engine.encoders}, "not loaded"
     if voice is not None:
-        models = engine._models(voice)
-        encoders = models.encoders.status()
-        gpt = models.gpt.decoder.backend  # models-arch
+        enc = engine.cache.peek(encoders_key(voice.hubert, voice.bert))
+        model = engine.cache.peek(engine._key("gpt", file_identity(voice.gpt)))
+        encoders = enc.status() if enc is not None else encoders
+        gpt = model.decoder.backend if model is not None else gpt
     return {
-        "device": str(engine.device if engine.device is not None else mx.default_device()),
+        "device": engine.device_name,
         "encoders": encoders,
         "gpt": gpt,
         "sovits": "mlx",

@@ -28,6 +28,11 @@ def file_identity(path: str | Path) -> tuple[str, int | None]:
     return str(path.resolve()), stamp
 
 
+def encoders_key(hubert: str | Path, bert: str | Path) -> Key:
+    """The key of a voice's encoder backends (shared by every voice with the same two folders)."""
+    return ("encoders", (str(hubert), str(bert)))
+
+
 class VoiceCache:
     """LRU over voices of cached entries; see the module docstring. Thread-safe."""
 

@@ -36,7 +36,7 @@ from ..paths import model_dir as default_model_dir
 from ..settings import Settings
 from ..voices import VoiceSpec
 from . import pipeline, streaming
-from .cache import VoiceCache, file_identity
+from .cache import VoiceCache, encoders_key, file_identity
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference, ReferenceBuilder
 from .stats import EngineStats, Timer, stage
@@ -66,6 +66,7 @@ class GPTSoVITSEngine:
         _configure_models(self.settings)  # models-arch: process-wide model options, once
         self.model_dir = Path(model_dir).expanduser() if model_dir else default_model_dir()
         self.device = _pick_device(device)
+        self.device_name = str(self.device if self.device is not None else mx.default_device())
         if encoders not in ENCODER_MODES:
             raise ConfigError(f"encoders={encoders!r} is invalid: use one of {', '.join(ENCODER_MODES)}")
         self.encoders = encoders  # CoreML on macOS ("auto"/"coreml"), MLX otherwise; see encoders.py
@@ -102,7 +103,16 @@ class GPTSoVITSEngine:
             with stage("load"):
                 return loader(Path(path), root=self.model_dir, **options)
 
-        return self.cache.get((kind, file_identity(path)), voice, create)
+        return self.cache.get(self._key(kind, file_identity(path)), voice, create)
+
+    def _key(self, kind: str, identity: tuple) -> tuple:
+        """The cache key of a file; a file deleted while running keeps the entry already loaded from it (the
+        model in memory still works; a changed file gives a new key and a fresh load)."""
+        if identity[-1] is None:
+            for key in self.cache.keys(kind):
+                if key[1][0] == identity[0]:
+                    return key
+        return (kind, identity)
 
     def _models(self, spec: VoiceSpec) -> pipeline.Models:
         from ..encoders import EncoderBackends
@@ -118,7 +128,7 @@ class GPTSoVITSEngine:
         return pipeline.Models(
             gpt=self._model("gpt", spec.gpt, name),
             sovits=sovits,
-            encoders=self.cache.get(("encoders", (str(spec.hubert), str(spec.bert))), name, encoders),
+            encoders=self.cache.get(encoders_key(spec.hubert, spec.bert), name, encoders),
             sv=self._sv_model(spec, sovits, name),
         )
 
@@ -134,8 +144,12 @@ class GPTSoVITSEngine:
 
     def _reference(self, spec: VoiceSpec, models: pipeline.Models, prompt_lang: str, timer: Timer) -> Reference:
         files = (spec.reference, spec.gpt, spec.sovits, spec.hubert, *([spec.sv] if models.sv is not None else []))
-        key = ("reference", (spec.name, *(file_identity(p) for p in files), str(spec.bert), spec.prompt_text,
-                             prompt_lang))
+        idents = [file_identity(p) for p in files]
+        key = ("reference", (spec.name, *idents, str(spec.bert), spec.prompt_text, prompt_lang))
+        if any(stamp is None for _, stamp in idents):  # files deleted while running: keep what was computed
+            paths = [path for path, _ in idents]
+            key = next((k for k in self.cache.keys("reference") if [i[0] for i in k[1][1:len(files) + 1]] == paths
+                        and k[1][len(files) + 1:] == key[1][len(files) + 1:]), key)
 
         def create() -> Reference:
             self._say(f"computing the reference features of voice {spec.name!r}")
@@ -153,7 +167,8 @@ class GPTSoVITSEngine:
                 raise ConfigError("no voice loaded: call load_voice(name) or pass voice=...")
             return self.voice
         if isinstance(voice, VoiceSpec):
-            voices_mod.ensure_installed(voice, self.model_dir)  # missing files: VoiceNotInstalledError
+            if voice != self.voice:  # the current voice is loaded (its files may be gone: it keeps serving)
+                voices_mod.ensure_installed(voice, self.model_dir)  # missing files: VoiceNotInstalledError
             return voice
         if isinstance(voice, str):
             return voices_mod.resolve_voice(voice, self.model_dir)

@@ -59,8 +59,13 @@ class ReferenceBuilder:
 
     def load(self, path: Path, sovits) -> tuple[np.ndarray, np.ndarray]:
         """(wav at the SoVITS rate for the spectrogram, wav at 16 kHz for HuBERT), both mono float32."""
-        wav, sr = audio.load_wav(path)
+        try:
+            wav, sr = audio.load_wav(path)
+        except ValueError as exc:
+            raise ConfigError(f"reference audio of the voice: {exc}") from None
         wav = np.asarray(wav, dtype=np.float32)
+        if not np.isfinite(wav).all():
+            raise ConfigError(f"reference audio {path} has NaN or infinite samples")
         target = int(sovits.sampling_rate)
         wav32k = wav if sr == target else audio.resample(wav, sr, target)
         peak = float(np.abs(wav32k).max()) if len(wav32k) else 0.0
