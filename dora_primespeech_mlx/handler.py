@@ -38,7 +38,14 @@ from .errors import (
     VoiceNotInstalledError,
 )
 from .jobs import Job, JobQueue, QueueFull
-from .messages import TextRequest, decode_text_value, parse_control, parse_text, sanitize_metadata
+from .messages import (
+    TextRequest,
+    decode_text_value,
+    normalize_segment_index,
+    parse_control,
+    parse_text,
+    sanitize_metadata,
+)
 from .settings import LOG_LEVELS, Settings
 from .text.speakable import has_speakable
 
@@ -47,6 +54,8 @@ CANCELLED = "cancelled by reset"
 STOPPING = "cancelled: the node is stopping"
 WATCH_S = 0.5  # the supervisor looks at the worker this often
 SEND_TRIES = 3
+SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
+SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' rate)
 
 EngineFactory = Callable[[Callable[[str], None]], tuple[Any, Any]]  # progress -> (engine, start VoiceSpec)
 
@@ -73,6 +82,7 @@ class MessageHandler:
         self._serving = threading.Event()  # set while a worker runs jobs; cleared when it ends or dies
         self.parked = threading.Event()  # the worker has finished for good (the process may exit now)
         self._warned_rate = False
+        self._warned_index = False
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -157,9 +167,27 @@ class MessageHandler:
                       f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return True
 
+    def _silence(self, job: Job) -> None:
+        """SILENCE_ON_SKIP: one short silent ``audio`` message for a text that produced no audio."""
+        if not self.settings.silence_on_skip or job.answered:
+            return
+        voice = self.voice
+        rate = SAMPLE_RATE
+        md = dict(job.metadata)
+        md.update(sample_rate=rate, duration=SILENCE_S, voice=str(getattr(voice, "name", "")),
+                  language=str(getattr(voice, "language", "")), chunk_index=0, fragment_num=1, is_final=True,
+                  is_streaming=bool(self.settings.streaming), silent=True)
+        audio = np.zeros(int(rate * SILENCE_S), dtype=np.float32)
+        try:
+            self.send("audio", pa.array(audio) if self.settings.audio_format == "flat" else pa.array([audio]), md)
+        except Exception as exc:
+            self.log("ERROR", f"silent audio for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
+
     def _fail(self, job: Job, error: str, stage: str) -> None:
         if job.answered:
             return
+        if stage not in ("reset", "stop"):
+            self._silence(job)
         level = "WARNING" if stage in ("reset", "stop", "busy") else "ERROR"
         self.log(level, f"text #{job.seq} ({_describe(job.metadata)}): {stage} error: {error}")
         try:
@@ -188,6 +216,10 @@ class MessageHandler:
         self._seq += 1
         self._count("texts")
         md = _metadata(metadata)
+        if not normalize_segment_index(md) and not self._warned_index:
+            self._warned_index = True
+            self.log("WARNING", f"segment_index {md['segment_index']!r} is not a number: passed on unchanged "
+                                "(players compute segment_index + 1)")
         md.setdefault("question_id", "default")
         md.setdefault("session_status", "unknown")
         job = Job("text", md, seq=self._seq)
@@ -317,7 +349,7 @@ class MessageHandler:
         text = req.text
         if not has_speakable(text):
             self.log("DEBUG", f"text #{job.seq}: nothing to speak ({text[:40]!r}), skipped")
-            self._complete(job, "skipped")
+            self._skip(job)
             return
         if len(text) > self.settings.max_text_chars:
             self._fail(job, f"text too long: {len(text)} characters (MAX_TEXT_CHARS={self.settings.max_text_chars})",
@@ -338,7 +370,7 @@ class MessageHandler:
             duration = chunks = 0
         except NothingToSpeakError as exc:
             self.log("DEBUG", f"text #{job.seq}: nothing to speak ({exc}), skipped")
-            self._complete(job, "skipped")
+            self._skip(job)
             return
         except SynthesisError as exc:
             self._fail(job, str(exc), getattr(exc, "stage", "synthesis"))
@@ -358,6 +390,10 @@ class MessageHandler:
         self.status("done", job.metadata, seq=job.seq, voice=voice.name, duration=round(duration, 3),
                     elapsed=round(elapsed, 3), chunks=chunks)
         self._complete(job, "completed")
+
+    def _skip(self, job: Job) -> None:
+        self._silence(job)
+        self._complete(job, "skipped")
 
     def _synthesize(self, job: Job, text: str, voice, language: str, req: TextRequest):
         overrides = dict(req.overrides)

@@ -15,7 +15,8 @@
 ``cleanup``.
 
 Metadata: :func:`sanitize_metadata` keeps every incoming key with its type, except values Dora cannot
-send faithfully (numpy scalars become int/float/bool, None/dict/bytes/mixed lists become strings).
+send faithfully (numpy scalars become int/float/bool, None/dict/bytes/mixed lists become strings), and
+:func:`normalize_segment_index` makes a numeric ``segment_index`` an int, as the old node read it.
 """
 
 from __future__ import annotations
@@ -302,6 +303,23 @@ def sanitize_metadata(metadata: Any) -> dict[str, Any]:
     if not isinstance(metadata, dict):
         return {}
     return {str(k): sanitize_value(v) for k, v in metadata.items()}
+
+
+def normalize_segment_index(md: dict[str, Any]) -> bool:
+    """Make a numeric ``segment_index`` an int in place (the MaaS LLM client sends "0"; the players do
+    ``segment_index + 1`` and the old node parsed it with ``int()``). Returns False when a segment_index is
+    present but not numeric (it is then left as it came)."""
+    if "segment_index" not in md:
+        return True
+    raw = md["segment_index"]
+    try:
+        number = float(raw.strip()) if isinstance(raw, str) else float(raw)
+    except (TypeError, ValueError):
+        return False
+    if isinstance(raw, bool) or not math.isfinite(number) or number != int(number):
+        return False
+    md["segment_index"] = int(number)
+    return True
 
 
 def as_int(value: Any, default: int | None = None) -> int | None:

@@ -71,8 +71,9 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
         progress(f"voice {spec.name} loaded in {time.perf_counter() - t0:.1f} s")
         if settings.warmup:
             t0 = time.perf_counter()
-            engine.warmup()
-            progress(f"warm-up done in {time.perf_counter() - t0:.1f} s")
+            front_ends = engine.warmup()
+            detail = ", ".join(f"{lang} {s:.1f} s" for lang, s in front_ends.items())
+            progress(f"warm-up done in {time.perf_counter() - t0:.1f} s (text front ends: {detail})")
         return engine, spec
 
     return build

@@ -233,6 +233,11 @@ VARS: tuple[Var, ...] = (
         "Accepted for old dataflows and checked; MLX chooses its own CPU threads.", ()),
     Var("sample_rate", "SAMPLE_RATE", None, _ranged(_int, 1),
         "Informational: the rate comes from the model (32000). A different value logs a warning.", ()),
+    Var("silence_on_skip", "SILENCE_ON_SKIP", True, _bool,
+        "Answer a text that is skipped (nothing to speak) or fails with one short silent `audio` message "
+        "(`is_final`, `silent: true`, the text's metadata) besides its segment_complete, so players and segmenters "
+        "that advance per `audio` message never stall (not for texts cancelled by reset or stop).",
+        ("GPTSVITS_SILENCE_ON_SKIP",)),
     Var("max_cached_voices", "PRIMESPEECH_VOICE_CACHE", 2, _ranged(_int, 0, 64),
         "Voices used by per-request `VOICE:` prefixes that stay loaded besides the current one (least recently "
         "used first out); 0 loads them for each request.", ("GPTSVITS_VOICE_CACHE",)),
@@ -308,6 +313,7 @@ class Settings:
     log_timing: bool = True
     num_threads: int | None = None
     sample_rate: int | None = None
+    silence_on_skip: bool = True
     max_cached_voices: int = 2
     max_queued_texts: int = 1000
     threads: int | str = "auto"

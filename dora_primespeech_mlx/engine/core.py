@@ -327,15 +327,22 @@ class GPTSoVITSEngine:
                 "backends": backends(self),
             }
 
-    def warmup(self) -> None:
-        """Warm the GPT decode path, then one short synthesis with the current voice (loads and caches
-        everything, compiles)."""
+    def warmup(self) -> dict[str, float]:
+        """Warm the GPT decode path, every text front end the voice's language may reach (for Chinese voices
+        also English, which mixed text uses), then one short synthesis with the current voice (loads and caches
+        everything, compiles). Returns the front ends' warm-up seconds by language."""
+        from ..text.warmup import warm_up
+
         spec = self._resolve(None)
         text = "你好。" if spec.language in ("zh", "all_zh") else "Hello."
         with self._lock, self._on_device():
-            self._models(spec).gpt.decoder.warmup()  # models-arch: numpy views (CPU) / compiled buckets (GPU)
+            models = self._models(spec)
+            models.gpt.decoder.warmup()  # numpy views (CPU) / compiled decode buckets (GPU)
+            with stage("text"):
+                front_ends = warm_up(self.config.text_lang or spec.language, models.symbol_version)
         with self._lock, self._stats.paused():
             self.synthesize(text, fragment_interval=0.0)
+        return front_ends
 
     def cleanup(self) -> dict:
         """Free what the current voice does not use: other voices' models, reference features and encoders.
