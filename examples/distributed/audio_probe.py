@@ -1,12 +1,15 @@
 """Listener node for the distributed example, its test and bench_wire.py: records what arrives from the TTS.
 
-Inputs (all optional): ``audio``, ``segment_complete``, ``status`` of the TTS node. For every ``audio``
-message it keeps the float32 samples (exactly as received) and the wire latency: arrival wall-clock time
-minus the ``timestamp`` dora stamps on the message when the TTS node sends it (both clocks are the same host's
-on loopback; across real hosts they are only as close as the hosts' clock sync).
+Inputs (all optional): ``audio``, ``segment_complete``, ``status`` of the TTS node. For every message it
+records the arrival wall-clock time and ``age``: arrival minus ``metadata["timestamp"]``. Note what that
+stamp is here: the TTS node passes the incoming text's metadata through, and dora's Python API lets a
+``timestamp`` parameter overwrite its own send stamp, so it is the time the *text* was sent (by a node on
+the same host clock on loopback) and ``age`` is "time since the text was sent". For ``audio`` it also keeps
+the float32 samples exactly as received.
 
 While running it appends one JSON line per input to ``$OUTPUT_DIR/events.jsonl`` (flushed, so a test can
-watch progress); at the end it writes ``$OUTPUT_DIR/probe.json`` (every event's metadata and latency) and
+watch progress; every instance appends, e.g. after ``dora restart``, and each line carries the probe's
+``pid``); at the end it writes ``$OUTPUT_DIR/probe.json`` (every event's metadata and times) and
 ``$OUTPUT_DIR/audio.npz`` (one float32 array per audio message, keyed ``<question_id>/<segment_index>/<n>``).
 """
 
@@ -59,19 +62,20 @@ def main() -> int:
     events: list[dict] = []
     arrays: dict[str, np.ndarray] = {}
     counts: dict[tuple, int] = {}
+    pid = os.getpid()
     with open(out / "events.jsonl", "a", encoding="utf-8") as progress:
         while True:
             event = node.next()
             if event is None or event["type"] == "STOP":
                 break
             if event["type"] != "INPUT":
-                entry = {"input": None, "type": event["type"], "arrived": time.time()}
+                entry = {"input": None, "type": event["type"], "arrived": time.time(), "pid": pid}
             else:
                 md = event.get("metadata") or {}
                 arrived = time.time()
-                sent = sent_at(md)
-                entry = {"input": event["id"], "arrived": arrived, "sent": sent,
-                         "latency": None if sent is None else arrived - sent,
+                stamp = sent_at(md)
+                entry = {"input": event["id"], "arrived": arrived, "stamp": stamp, "pid": pid,
+                         "age": None if stamp is None else arrived - stamp,
                          "question_id": str(md.get("question_id")), "segment_index": str(md.get("segment_index")),
                          "metadata": plain({k: v for k, v in md.items() if k != "timestamp"})}
                 if event["id"] == "audio":

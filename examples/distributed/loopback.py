@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+OVERLAY = Path(__file__).resolve().with_name("zenoh-overlay.json5")
 
 
 def free_port() -> int:
@@ -45,11 +46,12 @@ def dora_exe() -> str:
 
 
 class Cluster:
-    """Coordinator (``--auth``) + daemons ``edge`` (label role=edge) and ``tts`` (label tts=true)."""
+    """Coordinator (``--auth``) + daemons ``edge`` (label role=edge) and ``tts`` (label tts=true), each with
+    zenoh-overlay.json5 (without it dora 1.1 drops small messages that follow large ones between daemons)."""
 
     DAEMONS = {"edge": {"role": "edge"}, "tts": {"tts": "true"}}
 
-    def __init__(self, root: Path | None = None):
+    def __init__(self, root: Path | None = None, overlay: Path | None = OVERLAY):
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="dora-loopback-"))
         self.root.mkdir(parents=True, exist_ok=True)
         self.home = self.root / "home"
@@ -59,6 +61,7 @@ class Cluster:
         self.listen = {name: free_port() for name in self.DAEMONS}
         self.procs: dict[str, subprocess.Popen] = {}
         self.token: str | None = None
+        self.overlay = overlay  # zenoh settings of every daemon (None: dora's defaults)
         self.dora = dora_exe()
 
     # -- environment -------------------------------------------------------------------------------
@@ -108,7 +111,8 @@ class Cluster:
         labels = ",".join(f"{k}={v}" for k, v in self.DAEMONS[name].items())
         return ["daemon", "--machine-id", name, "--labels", labels, "--coordinator-addr", "127.0.0.1",
                 "--coordinator-port", str(self.port), "--local-listen-port", str(self.listen[name]),
-                "--zenoh-peer", self.zenoh, "--zenoh-no-multicast"]
+                "--zenoh-peer", self.zenoh, "--zenoh-no-multicast",
+                *(["--zenoh-config-overlay", str(self.overlay)] if self.overlay else [])]
 
     def start_daemon(self, name: str) -> subprocess.Popen:
         work = self.root / f"daemon-{name}"
@@ -188,8 +192,23 @@ class Cluster:
         return [json.loads(line) for line in out.splitlines() if line.strip().startswith("{")]
 
     def status(self, name: str) -> str | None:
-        found = [d for d in self.dataflows() if d.get("name") == name]
-        return found[-1]["status"] if found else None
+        """Status of the newest dataflow of that name (after `dora restart` the old instance is listed too; the
+        UUIDs are v7, so the newest sorts last)."""
+        found = sorted((d["uuid"], d["status"]) for d in self.dataflows() if d.get("name") == name)
+        return found[-1][1] if found else None
+
+    def node_pids(self, daemon: str) -> dict[int, str]:
+        """Node processes the daemon spawned (its direct children): pid -> command line."""
+        proc = self.procs[daemon]
+        pids = [int(p) for task in Path(f"/proc/{proc.pid}/task").glob("*")
+                for p in (task / "children").read_text().split() if (task / "children").exists()]
+        found = {}
+        for pid in pids:
+            try:
+                found[pid] = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ").strip()
+            except OSError:
+                pass
+        return found
 
     def start_flow(self, flow: Path, name: str) -> None:
         self.cli("start", str(flow), "--name", name, "--detach", cwd=flow.parent)
