@@ -108,16 +108,18 @@ class Cluster:
         return self
 
     def daemon_args(self, name: str) -> list[str]:
-        labels = ",".join(f"{k}={v}" for k, v in self.DAEMONS[name].items())
-        return ["daemon", "--machine-id", name, "--labels", labels, "--coordinator-addr", "127.0.0.1",
-                "--coordinator-port", str(self.port), "--local-listen-port", str(self.listen[name]),
-                "--zenoh-peer", self.zenoh, "--zenoh-no-multicast",
+        labels = ",".join(f"{k}={v}" for k, v in self.DAEMONS.get(name, {}).items())
+        port = self.listen.setdefault(name, free_port())
+        return ["daemon", "--machine-id", name, *(["--labels", labels] if labels else []),
+                "--coordinator-addr", "127.0.0.1", "--coordinator-port", str(self.port),
+                "--local-listen-port", str(port), "--zenoh-peer", self.zenoh, "--zenoh-no-multicast",
                 *(["--zenoh-config-overlay", str(self.overlay)] if self.overlay else [])]
 
-    def start_daemon(self, name: str) -> subprocess.Popen:
+    def start_daemon(self, name: str, token: bool | str = True) -> subprocess.Popen:
+        """A daemon with that machine id (``token=False``: one that does not have the cluster's token)."""
         work = self.root / f"daemon-{name}"
         work.mkdir(exist_ok=True)
-        return self._spawn(name, self.daemon_args(name), work, self.env())
+        return self._spawn(name, self.daemon_args(name), work, self.env(token))
 
     def kill_daemon(self, name: str) -> None:
         """The machine goes away: SIGKILL to the daemon's process group (the daemon and its nodes)."""

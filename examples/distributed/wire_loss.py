@@ -4,9 +4,10 @@ On a loopback cluster (loopback.py) a publisher on ``tts`` sends, every ``--peri
 ``--seconds``, one large message (``--kb`` KB of float32, like an audio chunk) and two small ones (like
 ``status`` and ``segment_complete``); a subscriber on ``edge`` (or on ``tts`` with ``--same-daemon``) records
 what arrives, every input with ``queue_size: 1000``. Printed: messages sent / received / lost per output, once
-with dora's Zenoh defaults and once with the overlay.
+with dora's Zenoh defaults and once with the overlay. ``--dora-run`` runs the two nodes in a plain
+single-machine ``dora run`` instead (the overlay given through ``DORA_ZENOH_CONFIG_OVERLAY``).
 
-    python examples/distributed/wire_loss.py [--seconds 12] [--kb 256] [--period 0.03] [--same-daemon]
+    python examples/distributed/wire_loss.py [--seconds 12] [--kb 256] [--period 0.03] [--same-daemon | --dora-run]
 
 Run as a node (``publisher`` / ``subscriber`` argument) by the dataflow it writes.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from loopback import OVERLAY, Cluster  # noqa: E402
+from loopback import OVERLAY, Cluster, dora_exe  # noqa: E402
 
 OUTPUTS = ("big", "small", "other")
 
@@ -72,12 +74,22 @@ def run(tmp: Path, overlay: Path | None, args) -> dict:
          "inputs": {k: {"source": f"pub/{k}", "queue_size": 1000} for k in OUTPUTS}},
     ]}
     path = tmp / "dataflow.yaml"
-    path.write_text(yaml.safe_dump(flow, sort_keys=False), encoding="utf-8")
-    with Cluster(tmp / "cluster", overlay=overlay) as cluster:
-        cluster.start_flow(path, "loss")
-        status = cluster.wait_flow("loss", args.seconds + 120)
-    if status != "Finished":
-        raise RuntimeError(f"dataflow ended {status}")
+    if args.dora_run:  # one `dora run` process, no cluster; the overlay through DORA_ZENOH_CONFIG_OVERLAY
+        flow = {"nodes": [{k: v for k, v in n.items() if k != "deploy"} for n in flow["nodes"]]}
+        path.write_text(yaml.safe_dump(flow, sort_keys=False), encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if k != "DORA_ZENOH_CONFIG_OVERLAY"}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        if overlay:
+            env["DORA_ZENOH_CONFIG_OVERLAY"] = str(overlay)
+        subprocess.run([dora_exe(), "run", str(path)], cwd=tmp, env=env, check=True, capture_output=True,
+                       timeout=args.seconds + 120)
+    else:
+        path.write_text(yaml.safe_dump(flow, sort_keys=False), encoding="utf-8")
+        with Cluster(tmp / "cluster", overlay=overlay) as cluster:
+            cluster.start_flow(path, "loss")
+            status = cluster.wait_flow("loss", args.seconds + 120)
+        if status != "Finished":
+            raise RuntimeError(f"dataflow ended {status}")
     sent = json.loads((tmp / "sent.json").read_text())["sent"]
     got = json.loads((tmp / "got.json").read_text())
     return {k: (sent, len(set(v)), sorted(set(range(sent)) - set(v))) for k, v in got.items()}
@@ -92,12 +104,13 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=12)
     ap.add_argument("--kb", type=int, default=256)
     ap.add_argument("--period", type=float, default=0.03)
-    ap.add_argument("--same-daemon", action="store_true")
+    ap.add_argument("--same-daemon", action="store_true", help="both nodes on the tts daemon")
+    ap.add_argument("--dora-run", action="store_true", help="both nodes in one `dora run` (no cluster)")
     args = ap.parse_args()
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="wire-loss-"))
-    where = "same daemon" if args.same_daemon else "tts -> edge"
+    where = "dora run" if args.dora_run else "same daemon" if args.same_daemon else "tts -> edge"
     for label, overlay in (("dora defaults", None), ("zenoh-overlay.json5", OVERLAY)):
         result = run(root / label.replace(" ", "-"), overlay, args)
         lost = sum(len(m) for *_, m in result.values())

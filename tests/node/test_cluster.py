@@ -4,8 +4,8 @@ dataflow started with ``dora start``, a voice built from the fixture models.
 
 - every text gets exactly one ``segment_complete`` on ``edge``, and the audio received on ``edge`` equals, sample
   for sample, what the same texts give in a single-machine ``dora run`` (fixed seed);
-- a ``dora start``/``dora stop``/``dora list`` without the token (or with a wrong one) is refused and the
-  dataflow keeps running;
+- a ``dora start``/``dora stop``/``dora list`` without the token (or with a wrong one), and a daemon without
+  it, are refused and the dataflow keeps running;
 - the TTS machine goes away in the middle of a streamed text (its daemon and the node SIGKILLed): coordinator
   and ``edge`` survive, the text in flight gets no answer, the daemon comes back, dora re-spawns the node on it
   and the next texts are served.
@@ -178,6 +178,14 @@ def test_across_daemons_equals_single_machine_and_strangers_are_refused(cluster,
             assert "401" in result.stderr or "Unauthorized" in result.stderr, result.stderr[-2000:]
             who = "no token" if token is False else "wrong token"
             refused.append(" ".join(a for a in args[:2] if not a.endswith(".yaml")) + f" ({who})")
+    stranger = cluster.start_daemon("stranger", token=False)  # a daemon without the token cannot join
+    deadline = time.monotonic() + 30
+    while "401 Unauthorized" not in cluster.log("stranger") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "401 Unauthorized" in cluster.log("stranger"), cluster.log("stranger")
+    assert stranger.poll() is None and "stranger" not in cluster.connected_daemons()
+    cluster.kill_daemon("stranger")
+    refused.append("daemon (no token)")
     assert cluster.status(name) == "Running"
     assert "intruder" not in [d["name"] for d in cluster.dataflows()]
 
@@ -315,8 +323,9 @@ def test_tts_machine_goes_away_mid_stream(cluster, model_dir, tmp_path):
     print(f"\nnode SIGKILLed after {len(chunks_before)} audio chunk(s) of a streamed text: no segment_complete for "
           f"it, {len(lost_chunks)} more chunk(s) arrived; ready again after {node_recovery[0]:.1f} s, the re-sent "
           f"text answered after {node_recovery[1]:.1f} s")
-    how = "dora node restart" if node_restart.returncode == 0 else "dora restart (node restart refused: " + \
-        (node_restart.stderr.strip().splitlines() or ["?"])[-1][:60] + ")"
+    reason = next((ln.strip() for ln in node_restart.stderr.splitlines()
+                   if ln.strip() and not ln.startswith(("[ERROR]", "Location", " "))), "?")
+    how = "dora node restart" if node_restart.returncode == 0 else f"dora restart (node restart refused: {reason})"
     print(f"tts daemon SIGKILLed: coordinator, edge daemon and edge nodes alive, dataflow still 'Running', nothing "
           f"arrives; daemon restarted, {how}: ready {ready2['arrived'] - t_back:.1f} s later "
           f"({ready2['arrived'] - t_down:.1f} s after the kill); all {len(last['sent'])} texts of the restarted "
