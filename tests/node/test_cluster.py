@@ -30,7 +30,7 @@ from conftest import REPO
 from tiny_voice import VOICE, make_model_dir
 
 sys.path.insert(0, str(REPO / "examples" / "distributed"))
-from loopback import Cluster, dora_exe  # noqa: E402
+from loopback import OVERLAY, Cluster, dora_exe  # noqa: E402
 
 pytestmark = pytest.mark.dora
 
@@ -104,8 +104,9 @@ def write(flow: dict, path: Path, deploy: bool = True) -> Path:
 
 
 def dora_run(flow: Path, timeout: float = 300) -> str:
+    # the overlay also keeps a single `dora run` from dropping small messages after large ones (wire_loss.py)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "RUST_BACKTRACE": "0"}
+           "RUST_BACKTRACE": "0", "DORA_ZENOH_CONFIG_OVERLAY": str(OVERLAY)}
     proc = subprocess.Popen([dora_exe(), "run", str(flow)], cwd=flow.parent, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
