@@ -25,7 +25,7 @@ from tiny_voice import VOICE, VOICE_2, checkpoint, e2e_case, make_model_dir, ref
 pytestmark = pytest.mark.dora
 
 BIN = Path(sys.executable).parent
-TEMPLATE = REPO / "examples" / "dataflow-test.yaml"
+TEMPLATE = Path(__file__).with_name("dataflow-test.yaml")
 NODE_FORM = """\
     path: dora-primespeech-mlx
     inputs:
@@ -100,7 +100,7 @@ def run_yaml(tmp: Path, flow: Path, timeout=240):
     report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else None
     answers_path = tmp / "out" / "answers" / "report.json"
     if report is not None and answers_path.exists():
-        # The flow's audio-free recorder (see examples/dataflow-test.yaml) is the record of the answers.
+        # The flow's audio-free recorder (see tests/node/dataflow-test.yaml) is the record of the answers.
         answers = json.loads(answers_path.read_text(encoding="utf-8"))
         report["segments"], report["status"] = answers["segments"], answers["status"]
         for qid, info in answers["questions"].items():
@@ -294,7 +294,7 @@ def test_orchestrator_streams_switches_voice_and_barges_in(tmp_path):
         if node["id"] == "wav_sink":
             node["env"] = {"OUTPUT_DIR": str(tmp_path / "out")}
     sink = next(n for n in flow["nodes"] if n["id"] == "wav_sink")
-    flow["nodes"].append({  # the audio-free recorder of the answers, as in examples/dataflow-test.yaml
+    flow["nodes"].append({  # the audio-free recorder of the answers, as in tests/node/dataflow-test.yaml
         "id": "recorder", "path": sink["path"], "env": {"OUTPUT_DIR": str(tmp_path / "out" / "answers")},
         "inputs": {k: v for k, v in sink["inputs"].items() if k not in ("audio", "log")},
     })
