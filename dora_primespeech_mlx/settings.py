@@ -279,6 +279,12 @@ VARS: tuple[Var, ...] = (
     Var("cache_dir", "PRIMESPEECH_CACHE_DIR", expand("~/.cache/dora_primespeech_mlx"), _path,
         "Cache for the compiled BLAS shim and the benchmark's models (XDG_CACHE_HOME/dora_primespeech_mlx when "
         "only that is set).", ("XDG_CACHE_HOME",), (("XDG_CACHE_HOME", _cache_under),)),
+    Var("zenoh_overlay", "DORA_ZENOH_CONFIG_OVERLAY", None, _path,
+        "dora 1.x's Zenoh config overlay (read by dora). Unset (and ZENOH_CONFIG unset): the node uses the packaged "
+        "zenoh-overlay.json5 for its own outputs, so small answers are not dropped behind large audio messages.",
+        ()),
+    Var("zenoh_config", "ZENOH_CONFIG", None, _path,
+        "A whole Zenoh config file for dora (read by dora; when set the node adds no overlay).", ()),
     Var("cc", "CC", None, _str, "C compiler used to build the BLAS shim (unset: cc, gcc or clang on PATH).", ()),
 )
 
@@ -330,6 +336,8 @@ class Settings:
     voices_dir: Path | None = None
     text_data: Path | None = None
     cache_dir: Path = expand("~/.cache/dora_primespeech_mlx")
+    zenoh_overlay: Path | None = None
+    zenoh_config: Path | None = None
     cc: str | None = None
 
     @classmethod
@@ -393,6 +401,19 @@ def read(field: str, env: Mapping[str, str] | None = None) -> Any:
     except ValueError as exc:
         raise ConfigError(f"invalid environment variable for dora-primespeech-mlx: {exc}") from None
     return var.default if found is None else found[0]
+
+
+ZENOH_OVERLAY = Path(__file__).resolve().with_name("zenoh-overlay.json5")
+
+
+def use_reliable_zenoh(settings: Settings) -> Path | None:
+    """Before ``dora.Node()``: give this process dora's Zenoh overlay (see zenoh-overlay.json5) unless the user
+    configured Zenoh. The one place the package writes an environment variable, read by dora's node API in
+    this process only. Returns the overlay in force (None when ZENOH_CONFIG rules)."""
+    if settings.zenoh_overlay is not None or settings.zenoh_config is not None:
+        return settings.zenoh_overlay
+    os.environ["DORA_ZENOH_CONFIG_OVERLAY"] = str(ZENOH_OVERLAY)
+    return ZENOH_OVERLAY
 
 
 def describe() -> list[tuple[str, tuple[str, ...], Any, str]]:

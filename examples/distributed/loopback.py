@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
-OVERLAY = Path(__file__).resolve().with_name("zenoh-overlay.json5")
+OVERLAY = Path(__file__).resolve().parents[2] / "dora_primespeech_mlx" / "zenoh-overlay.json5"
 
 
 def free_port() -> int:

@@ -22,6 +22,8 @@ import yaml
 from conftest import REPO
 from tiny_voice import VOICE, VOICE_2, checkpoint, e2e_case, make_model_dir, reference_wav
 
+from dora_primespeech_mlx.settings import ZENOH_OVERLAY
+
 pytestmark = pytest.mark.dora
 
 BIN = Path(sys.executable).parent
@@ -85,7 +87,10 @@ def _run_flow(tmp: Path, script: str, tts: str, *, voice=VOICE, streaming=False,
 
 
 def run_yaml(tmp: Path, flow: Path, timeout=240):
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # the packaged Zenoh overlay for every node of the flow (dora 1.1 otherwise drops small messages behind large
+    # ones: see dora_primespeech_mlx/zenoh-overlay.json5)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "DORA_ZENOH_CONFIG_OVERLAY": str(ZENOH_OVERLAY)}
     t0 = time.monotonic()
     proc = subprocess.Popen([_dora(), "run", str(flow)], cwd=tmp, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
