@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -290,23 +290,14 @@ VARS: tuple[Var, ...] = (
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The node's configuration. Build it with :meth:`from_env`; see :data:`VARS` for the meanings."""
+class Settings(defaults.RequestDefaults):
+    """The package's configuration. Build it with :meth:`from_env`; see :data:`VARS` for the meanings."""
 
     voice: str = "Doubao"
     model_dir: Path = expand(DEFAULT_MODEL_DIR)
     text_lang: str | None = None
     prompt_lang: str | None = None
     prompt_text: str | None = None
-    top_k: int = defaults.TOP_K
-    top_p: float = defaults.TOP_P
-    temperature: float = defaults.TEMPERATURE
-    repetition_penalty: float = defaults.REPETITION_PENALTY
-    speed_factor: float | None = None
-    fragment_interval: float = defaults.FRAGMENT_INTERVAL
-    text_split_method: str = defaults.TEXT_SPLIT_METHOD
-    seed: int = defaults.SEED
-    noise_scale: float = defaults.NOISE_SCALE
     streaming: bool = False
     stream_chunk_tokens: int | None = None
     max_text_chars: int = 5000
@@ -360,21 +351,13 @@ class Settings:
 
     def sampling(self) -> dict[str, Any]:
         """Per-request synthesis parameters for the engine (``SynthesisConfig`` field names)."""
-        out = {
-            "top_k": self.top_k,
-            "top_p": self.top_p,
-            "temperature": self.temperature,
-            "repetition_penalty": self.repetition_penalty,
-            "fragment_interval": self.fragment_interval,
-            "text_split_method": self.text_split_method,
-            "seed": self.seed,
-            "noise_scale": self.noise_scale,
-        }
+        out = {f.name: getattr(self, f.name) for f in fields(defaults.RequestDefaults) if f.name != "speed_factor"}
         if self.speed_factor is not None:
             out["speed_factor"] = self.speed_factor
         if self.stream_chunk_tokens is not None:
             out["stream_chunk_tokens"] = self.stream_chunk_tokens
         return out
+
 
 def _lookup(var: Var, env: Mapping[str, str]) -> tuple[Any] | None:
     """(value,) from the first of ``var``'s names set in ``env``, or None; ValueError names a bad value."""
