@@ -173,8 +173,9 @@ def _preset_from_yaml(path: Path, root: Path) -> VoiceSpec:
 
 def _described(d: dict) -> dict:
     """The fields every voice YAML gives the same way: name, language, prompt and speed."""
-    return {"name": str(d["name"]), "language": str(d["language"]), "prompt_text": str(d.get("prompt_text") or ""),
-            "prompt_lang": str(d.get("prompt_lang") or d["language"]), "speed_factor": float(d.get("speed_factor", 1.0))}
+    return {"name": str(d["name"]), "language": str(d["language"]),
+            "prompt_text": str(d.get("prompt_text") or ""), "prompt_lang": str(d.get("prompt_lang") or d["language"]),
+            "speed_factor": float(d.get("speed_factor", 1.0))}
 
 
 def _user_from_yaml(path: Path, root: Path) -> VoiceSpec:
