@@ -7,7 +7,7 @@ this script prints, per (padded window, sample rate), the bins where it differs 
 logarithm and by how many ulps. Development tool only: MKL is not a dependency of the package.
 
     pip download --no-deps mkl -d /tmp/mkl && unzip -q /tmp/mkl/mkl-*.whl -d /tmp/mkl
-    MKL_THREADING_LAYER=SEQUENTIAL python tools/mkl_mel_log_offsets.py /tmp/mkl/mkl-*.data/data/lib
+    MKL_THREADING_LAYER=SEQUENTIAL python tests/tools/mkl_mel_log_offsets.py /tmp/mkl/mkl-*.data/data/lib
 """
 
 from __future__ import annotations
