@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 import _null_sink
+import numpy as np
 
 paFloat32, paInt32, paInt24, paInt16, paInt8, paUInt8 = 1, 2, 4, 8, 16, 32
 _DTYPES = {paFloat32: np.float32, paInt32: np.int32, paInt16: np.int16, paInt8: np.int8, paUInt8: np.uint8}

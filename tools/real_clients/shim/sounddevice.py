@@ -10,9 +10,8 @@ from __future__ import annotations
 import threading
 import time
 
-import numpy as np
-
 import _null_sink
+import numpy as np
 
 __version__ = "0.0-null-sink"
 default = type("default", (), {"samplerate": None, "device": [None, None], "channels": [1, 1]})()
