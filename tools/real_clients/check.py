@@ -344,13 +344,11 @@ def analyse(spec: dict, work: Path) -> dict:
         "voiced_s_sent": round(sum((r.get("nonzero") or 0) / float(r["metadata"].get("sample_rate") or 32000)
                                    for r in audio), 2),
         "played_s": round(sum(s.get("voiced_seconds", 0.0) for s in sink.values()), 2),
-        "player_errors": {},
         "segment_index_types": index_types,
         "interrupted": sorted(interrupted),
         "stalls": stalls,
         "errors_in_output": errors,
     }
-    report.pop("player_errors")
     # Sound the TTS sent that the device never played (answers that were not interrupted only).
     report["not_played_s"] = (round(max(0.0, report["voiced_s_sent"] - report["played_s"]), 2)
                               if not interrupted else None)
