@@ -33,6 +33,10 @@ QUIET_S = float(os.environ.get("CHECK_QUIET_S", "4"))  # no message and no sound
 PLAYED_IDLE_S = 1.5
 STALL_S = float(os.environ.get("CHECK_STALL_S", "60"))
 READY_S = 300.0
+# Latencies of the real nodes (a transcription, an LLM's first tokens): without them the answer would reach
+# the player before mac-aec's question_ended (sent ~1 s after the speech), which is not what happens live.
+ASR_DELAY_S = float(os.environ.get("CHECK_ASR_DELAY_S", "0.5"))
+LLM_DELAY_S = float(os.environ.get("CHECK_LLM_DELAY_S", "1.5"))
 
 
 def script() -> dict:
@@ -169,6 +173,7 @@ def asr(node: Node) -> None:
         md = dict(event["metadata"] or {})
         md.pop("timestamp", None)
         text = by_qid.get(str(md.get("question_id")), "Hello?")
+        time.sleep(ASR_DELAY_S)
         md["session_status"] = "ended"
         node.send_output("transcription", pa.array([text]), metadata=md)
         log_json(node, "asr", "INFO", f"Transcribed: {text}")
@@ -197,6 +202,7 @@ def llm(node: Node) -> None:
         md = dict(event["metadata"] or {})
         md.pop("timestamp", None)
         answer = _answer_for(plan, text, md, participant)
+        time.sleep(LLM_DELAY_S)
         if kind == "maas":
             _maas_stream(node, answer, md)
         else:
