@@ -185,6 +185,7 @@ def render(name: str, spec: dict, work: Path, model_dir: Path, settings: dict) -
                        NLTK_DATA=os.environ.get("NLTK_DATA", str(shared / "nltk_data")),
                        PRIMESPEECH_TEXT_DATA=os.environ.get("PRIMESPEECH_TEXT_DATA",
                                                             str(shared / "data" / "gpt-sovits-text")))
+            env["PYTHONPATH"] = str(REPO)  # this checkout's package, whatever the venv has installed
             env.update(spec.get("settings", {}))
             env.update(settings)
             node["env"] = {k: str(v) for k, v in env.items()}
