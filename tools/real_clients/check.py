@@ -319,9 +319,14 @@ def analyse(spec: dict, work: Path) -> dict:
             continue
         if letters not in sent.get(q, "") and not _contained_in_order(letters, sent.get(q, "")):
             stalls.append(f"question {q} ({src.split('__')[0][4:]}): LLM text not all sent to the TTS")
-    n_unanswered = len(segs) - len(done)
-    if n_unanswered > 0:
-        stalls.append(f"{n_unanswered} segment(s) without segment_complete")
+    # The segmenters here keep one segment in flight and send the next only after the answer to the previous
+    # one (segment_complete, or the player's audio_complete in conference mode), so a segment followed by a
+    # later one was answered even when the probe did not see its segment_complete (dora 1.1 now and then loses
+    # a small message silently; README, Queues). The last segment without any answer after it is a stall.
+    last_seg = max((r["t"] for r in segs), default=None)
+    if last_seg is not None and not any(r["t"] >= last_seg for r in done):
+        stalls.append("the last segment sent got no segment_complete")
+    probe_missed = max(0, len(segs) - len(done) - (1 if stalls and "segment_complete" in stalls[-1] else 0))
     if driver and not driver.get("finished"):
         stalls.append("the driver did not finish (time limit)")
     outcomes = {}
@@ -338,6 +343,7 @@ def analyse(spec: dict, work: Path) -> dict:
     report = {
         "segments_sent": len(segs),
         "completions": len(done),
+        "completions_missed_by_probe": probe_missed,
         "outcomes": outcomes,
         "audio_messages": len(audio),
         "silent_audio": sum(1 for r in audio if r["metadata"].get("silent")),
@@ -362,6 +368,19 @@ def _contained_in_order(needle: str, hay: str) -> bool:
     return all(c in it for c in needle)
 
 
+def print_table(results: dict) -> bool:
+    print("\nflow                    run  segments  completions  audio msgs  sound sent s  played s  stalls  errors")
+    ok = True
+    for name, reps in results.items():
+        for i, r in enumerate(reps, 1):
+            errs = ", ".join(f"{k}×{v}" for k, v in r["errors_in_output"].items()) or "-"
+            print(f"{name:23} {i:3}  {r['segments_sent']:8}  {r['completions']:11}  {r['audio_messages']:10}  "
+                  f"{r['voiced_s_sent']:12.2f}  {r['played_s']:8.2f}  {len(r['stalls']):6}  {errs}")
+            ok &= (not r["stalls"] and not r["errors_in_output"] and r["played_s"] > 0
+                   and (r["not_played_s"] or 0) <= 0.05)
+    return ok
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lovemma-dora", help="Lovemma/dora checkout (examples/mac-aec-chat, node-hub)")
@@ -375,7 +394,15 @@ def main(argv=None) -> int:
                     help="a TTS setting for one flow (FLOW may be '*'), e.g. dora-pyaudio:AUDIO_FORMAT=list")
     ap.add_argument("--work", help="folder for the rendered flows and records (default: a temp folder)")
     ap.add_argument("--json", help="write the whole report here")
+    ap.add_argument("--reanalyse", metavar="WORK", help="only report again on the records of an earlier --work")
     args = ap.parse_args(argv)
+    if args.reanalyse:
+        results = {}
+        for run_dir in sorted(Path(args.reanalyse).glob("*/run*")):
+            rep = analyse({}, run_dir)
+            results.setdefault(run_dir.parent.name, []).append(rep)
+            print(f"{run_dir.parent.name} {run_dir.name}: " + json.dumps(rep, ensure_ascii=False))
+        return 0 if print_table(results) else 1
 
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "node")]
     from tiny_voice import make_model_dir  # noqa: PLC0415  (fixture voice, as the node tests build it)
@@ -403,15 +430,7 @@ def main(argv=None) -> int:
             rep["settings"] = {**available[name].get("settings", {}), **settings}
             results[name].append(rep)
             print(f"{name} run {i + 1}: " + json.dumps(rep, ensure_ascii=False), flush=True)
-    print("\nflow                    run  segments  completions  audio msgs  sound sent s  played s  stalls  errors")
-    ok = True
-    for name, reps in results.items():
-        for i, r in enumerate(reps, 1):
-            errs = ", ".join(f"{k}×{v}" for k, v in r["errors_in_output"].items()) or "-"
-            print(f"{name:23} {i:3}  {r['segments_sent']:8}  {r['completions']:11}  {r['audio_messages']:10}  "
-                  f"{r['voiced_s_sent']:12.2f}  {r['played_s']:8.2f}  {len(r['stalls']):6}  {errs}")
-            ok &= (not r["stalls"] and not r["errors_in_output"] and r["played_s"] > 0
-                   and r["segments_sent"] == r["completions"] and (r["not_played_s"] or 0) <= 0.05)
+    ok = print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
     print(f"\nrecords in {work}")
