@@ -47,13 +47,12 @@ def opened(rate: int) -> None:
 def flush() -> None:
     if not _path:
         return
-    with _lock:
+    with _lock:  # one writer at a time (the flusher thread, stream stop, exit)
         _state["updated"] = time.time()
-        text = json.dumps(_state)
-    tmp = f"{_path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, _path)
+        tmp = f"{_path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(_state))
+        os.replace(tmp, _path)
 
 
 def _flusher() -> None:
