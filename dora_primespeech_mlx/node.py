@@ -136,7 +136,7 @@ def main() -> int:
         transport.flush(node.send_output)
         return 2
     announce(handler)
-    stopped = False
+    stopped = None
     while True:
         transport.flush(node.send_output)
         event = node.next() if direct else node.next(timeout=POLL_S)
@@ -146,12 +146,12 @@ def main() -> int:
         if kind == "INPUT":
             handler.on_input(event.get("id"), event.get("value"), event.get("metadata"))
         elif kind == "STOP":
-            stopped = True
+            stopped = time.monotonic()
             break
         elif kind == "ERROR" and "timed out" not in str(event.get("error", "")).lower():
             handler.log("WARNING", f"dora error event: {str(event.get('error'))[:300]}")
-    if stopped:
-        handler.stop()  # answers everything at once; the engine is not waited for
+    if stopped is not None:
+        n = handler.stop()  # answers everything at once; the engine is not waited for
     elif not direct:
         while not handler.wait_idle(POLL_S):
             transport.flush(node.send_output)
@@ -159,7 +159,12 @@ def main() -> int:
     else:
         handler.finish()
     transport.flush(node.send_output)
-    if not handler.parked.wait(STOP_GRACE_S):
+    parked = handler.parked.wait(STOP_GRACE_S)
+    if stopped is not None:
+        handler.log("INFO", f"STOP: {n} text(s) answered as cancelled; exiting {time.monotonic() - stopped:.2f} s "
+                            "after the STOP")
+        transport.flush(node.send_output)
+    if not parked:
         # The worker is still inside the engine (a long SoVITS step): a thread that used MLX aborts the process
         # when the interpreter tears it down, so leave without that teardown, after dora's own clean-up.
         del node, transport, handler
