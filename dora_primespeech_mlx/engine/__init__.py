@@ -4,6 +4,7 @@ Modules, each owning one concern:
 
 - ``config``: request settings (:class:`SynthesisConfig`) and results (:class:`SynthesisResult`, :class:`AudioChunk`);
 - ``cache``: one LRU cache of everything loaded for a voice (models, encoders, reference features);
+- ``store``: what a voice loads (its models through ``convert.load``, its reference), kept in that cache;
 - ``reference``: a voice's prompt side (``ge``, prompt tokens, prompt phones and BERT);
 - ``pipeline``: one request's way through the models (text chunks, GPT tokens, SoVITS audio, noise);
 - ``streaming``: windows and seams of true streaming synthesis;

@@ -13,7 +13,7 @@ def backends(engine) -> dict:
     encoders, gpt = {"mode": engine.encoders}, "not loaded"
     if voice is not None:
         enc = engine.cache.peek(encoders_key(voice.hubert, voice.bert))
-        model = engine.cache.peek(engine._key("gpt", file_identity(voice.gpt)))
+        model = engine.cache.peek(engine.store.key("gpt", file_identity(voice.gpt)))
         encoders = enc.status() if enc is not None else encoders
         gpt = model.decoder.backend if model is not None else gpt
     return {

@@ -25,21 +25,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
 from .. import voices as voices_mod
-from ..errors import ConfigError, SynthesisCancelled, VoiceNotInstalledError
+from ..errors import ConfigError, SynthesisCancelled
 from ..paths import model_dir as default_model_dir
 from ..settings import Settings
 from ..voices import VoiceSpec
 from . import pipeline, streaming
-from .cache import VoiceCache, encoders_key, file_identity
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
-from .reference import Reference, ReferenceBuilder
+from .reference import Reference
 from .stats import EngineStats, Timer, stage
+from .store import VoiceStore, release_memory, voice_id
 
 ENCODER_MODES = ("auto", "coreml", "mlx")
 MODEL_KINDS = ("gpt", "sovits", "hubert", "bert", "sv")
@@ -63,7 +62,6 @@ class GPTSoVITSEngine:
                  config: SynthesisConfig | None = None, progress: Callable[[str], None] | None = None,
                  settings: Settings | None = None):
         self.settings = settings if settings is not None else Settings.from_env()
-        _configure_models(self.settings)  # models-arch: process-wide model options, once
         self.model_dir = Path(model_dir).expanduser() if model_dir else default_model_dir()
         self.device = _pick_device(device)
         self.device_name = str(self.device if self.device is not None else mx.default_device())
@@ -75,10 +73,10 @@ class GPTSoVITSEngine:
             raise ConfigError(f"config must be a SynthesisConfig, not {type(self.config).__name__}")
         self.progress = progress
         self.voice: VoiceSpec | None = None
-        self.cache = VoiceCache(self.settings.max_cached_voices, on_release=_release_memory)
-        self.references = ReferenceBuilder()
-        self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._stats = EngineStats()
+        self.store = VoiceStore(self.settings, self.model_dir, encoders, self._stats, self._say)
+        self.cache, self.references = self.store.cache, self.store.references
+        self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
 
     # ---- voices and models -------------------------------------------------------------------------
@@ -88,78 +86,6 @@ class GPTSoVITSEngine:
     def _say(self, message: str) -> None:
         if self.progress is not None:
             self.progress(message)
-
-    def _model(self, kind: str, path: Path, voice: str) -> Any:
-        from ..convert import load
-
-        loader = {"gpt": load.load_gpt, "sovits": load.load_sovits, "hubert": load.load_hubert,
-                  "bert": load.load_bert, "sv": load.load_sv}[kind]
-        s = self.settings  # models-arch: load-time model options (the GPT decoder, BERT storage)
-        options = {"gpt": {"decode": s.t2s_decode, "compile_step": s.t2s_compile},
-                   "bert": {"half": s.bert_half}}.get(kind, {})
-
-        def create():
-            self._say(f"loading {kind} model {path}")
-            with stage("load"):
-                return loader(Path(path), root=self.model_dir, **options)
-
-        return self.cache.get(self._key(kind, file_identity(path)), voice, create)
-
-    def _key(self, kind: str, identity: tuple) -> tuple:
-        """The cache key of a file; a file deleted while running keeps the entry already loaded from it (the
-        model in memory still works; a changed file gives a new key and a fresh load)."""
-        if identity[-1] is None:
-            for key in self.cache.keys(kind):
-                if key[1][0] == identity[0]:
-                    return key
-        return (kind, identity)
-
-    def _models(self, spec: VoiceSpec) -> pipeline.Models:
-        from ..encoders import EncoderBackends
-
-        name = voice_id(spec)
-
-        def encoders():
-            return EncoderBackends(spec.hubert, spec.bert, mode=self.encoders, root=self.model_dir,
-                                   mlx_hubert=lambda: self._model("hubert", spec.hubert, name),
-                                   mlx_bert=lambda: self._model("bert", spec.bert, name))
-
-        sovits = self._model("sovits", spec.sovits, name)
-        return pipeline.Models(
-            gpt=self._model("gpt", spec.gpt, name),
-            sovits=sovits,
-            encoders=self.cache.get(encoders_key(spec.hubert, spec.bert), name, encoders),
-            sv=self._sv_model(spec, sovits, name),
-        )
-
-    def _sv_model(self, spec: VoiceSpec, sovits, name: str):
-        """The speaker-verification model a v2Pro / v2ProPlus voice needs (None for v1/v2)."""
-        if not getattr(sovits, "needs_sv", False):
-            return None
-        if spec.sv is None or not Path(spec.sv).exists():
-            raise VoiceNotInstalledError(
-                f"voice {spec.name!r} is {sovits.args.version} and needs the speaker-verification model "
-                f"(missing: {spec.sv}); download it with `primespeech-mlx download sv`")
-        return self._model("sv", spec.sv, name)
-
-    def _reference(self, spec: VoiceSpec, models: pipeline.Models, prompt_lang: str, timer: Timer) -> Reference:
-        files = (spec.reference, spec.gpt, spec.sovits, spec.hubert, *([spec.sv] if models.sv is not None else []))
-        idents = [file_identity(p) for p in files]
-        key = ("reference", (spec.name, *idents, str(spec.bert), spec.prompt_text, prompt_lang))
-        if any(stamp is None for _, stamp in idents):  # files deleted while running: keep what was computed
-            paths = [path for path, _ in idents]
-            key = next((k for k in self.cache.keys("reference") if [i[0] for i in k[1][1:len(files) + 1]] == paths
-                        and k[1][len(files) + 1:] == key[1][len(files) + 1:]), key)
-
-        def create() -> Reference:
-            self._say(f"computing the reference features of voice {spec.name!r}")
-            ref = self.references.build(spec, models, prompt_lang, timer)
-            self._stats.count("reference_computations")
-            return ref
-
-        ref = self.cache.get(key, voice_id(spec), create)
-        self.cache.discard("reference", voice_id(spec), keep=key)  # an edited voice's old features
-        return ref
 
     def _resolve(self, voice: str | VoiceSpec | None) -> VoiceSpec:
         if voice is None:
@@ -179,8 +105,8 @@ class GPTSoVITSEngine:
         failure the previous voice stays current."""
         spec = self._resolve(name_or_spec)
         with self._lock, self._on_device():
-            models = self._models(spec)
-            self._reference(spec, models, self.config.prompt_lang or spec.prompt_lang, Timer())
+            models = self.store.models(spec)
+            self.store.reference(spec, models, self.config.prompt_lang or spec.prompt_lang, Timer())
             previous, self.voice = self.voice, spec
             self.cache.set_current(voice_id(spec))
             if previous is not None and voice_id(previous) != voice_id(spec):  # switching frees the old models
@@ -192,8 +118,8 @@ class GPTSoVITSEngine:
     def _prepare(self, text, voice, config, overrides, timer: Timer, cancel) -> _Request:
         cfg = (config if config is not None else self.config).replace(**overrides)
         spec = self._resolve(voice)
-        models = self._models(spec)
-        ref = self._reference(spec, models, cfg.prompt_lang or spec.prompt_lang or spec.language, timer)
+        models = self.store.models(spec)
+        ref = self.store.reference(spec, models, cfg.prompt_lang or spec.prompt_lang or spec.language, timer)
         pipeline.check_cancel(cancel)
         chunks = pipeline.text_chunks(text, cfg.text_lang or spec.language, cfg.text_split_method, spec, models,
                                       timer)
@@ -336,7 +262,7 @@ class GPTSoVITSEngine:
         spec = self._resolve(None)
         text = "你好。" if spec.language in ("zh", "all_zh") else "Hello."
         with self._lock, self._on_device():
-            models = self._models(spec)
+            models = self.store.models(spec)
             models.gpt.decoder.warmup()  # numpy views (CPU) / compiled decode buckets (GPU)
             with stage("text"):
                 front_ends = warm_up(self.config.text_lang or spec.language, models.symbol_version)
@@ -349,29 +275,12 @@ class GPTSoVITSEngine:
         Returns what was dropped (the node's ``cleanup`` control command)."""
         with self._lock:
             dropped = self.cache.keep_only(voice_id(self.voice) if self.voice else None)
-            _release_memory()
+            release_memory()
         models = sum(n for kind, n in dropped.items() if kind in MODEL_KINDS)
         return {"models": models, "references": dropped.get("reference", 0), "encoders": dropped.get("encoders", 0)}
 
     def list_voices(self) -> list[dict]:
         return [dataclasses.asdict(v) for v in voices_mod.list_voices(self.model_dir)]
-
-
-def _release_memory() -> None:
-    """After models were dropped: collect them and hand MLX's cached buffers and the freed heap back to the OS."""
-    import gc
-
-    from ..models.storage import trim_heap
-
-    gc.collect()
-    mx.clear_cache()
-    trim_heap()
-
-
-def voice_id(spec: VoiceSpec) -> str:
-    """A voice's identity in the cache: its name and files (every ``VOICE:CUSTOM``/``TRAINED`` voice is named
-    alike, but their files differ)."""
-    return "|".join(map(str, (spec.name, spec.gpt, spec.sovits, spec.reference, spec.hubert, spec.bert)))
 
 
 class _Locked:
@@ -388,15 +297,6 @@ class _Locked:
 
     def __exit__(self, *exc):
         return self._stack.__exit__(*exc)
-
-
-def _configure_models(settings: Settings) -> None:  # models-arch
-    """The process-wide model options: the SoVITS convolution implementation and g2pW."""
-    from ..models.conv import set_conv_impl
-    from ..text import g2pw
-
-    set_conv_impl(settings.conv_impl)
-    g2pw.configure(settings.g2pw, settings.g2pw_vocab)
 
 
 def _pick_device(device: str) -> mx.Device | None:

@@ -35,6 +35,6 @@ def test_settings_choose_the_gpt_decoder(tmp_path, env, kind):
     cases = load_cases_json() or {"checkpoints": {"gpt": "missing"}}
     path = require_fixture("models/" + cases["checkpoints"]["gpt"])
     engine = GPTSoVITSEngine(model_dir=tmp_path, settings=Settings.from_env(env))
-    gpt = engine._model("gpt", path, "fixture")
+    gpt = engine.store.model("gpt", path, "fixture")
     assert gpt.decoder.kind == kind
     assert gpt.decoder.backend == ("numpy" if kind == "numpy" else "mlx")

@@ -1,0 +1,130 @@
+"""What is loaded for a voice: its models (GPT, SoVITS, the encoders, the v2Pro speaker-verification model) and
+its reference features, in one :class:`~.cache.VoiceCache`, loaded with the settings' model options through
+``convert.load`` (the one loading path). The engine asks :class:`VoiceStore` for a voice's
+:class:`~.pipeline.Models` and :class:`~.reference.Reference`; a changed file is reloaded, a deleted one keeps
+what was loaded from it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from ..errors import VoiceNotInstalledError
+from ..settings import Settings
+from ..voices import VoiceSpec
+from . import pipeline
+from .cache import VoiceCache, encoders_key, file_identity
+from .reference import Reference, ReferenceBuilder
+from .stats import EngineStats, Timer, stage
+
+
+class VoiceStore:
+    """A voice's models and reference features, cached per voice (see the module docstring)."""
+
+    def __init__(self, settings: Settings, model_dir: Path, encoders: str, stats: EngineStats,
+                 say: Callable[[str], None]):
+        self.settings, self.model_dir, self.encoders, self.stats, self.say = settings, model_dir, encoders, stats, say
+        configure_models(settings)
+        self.cache = VoiceCache(settings.max_cached_voices, on_release=release_memory)
+        self.references = ReferenceBuilder()
+
+    def model(self, kind: str, path: Path, voice: str) -> Any:
+        from ..convert import load
+
+        loader = {"gpt": load.load_gpt, "sovits": load.load_sovits, "hubert": load.load_hubert,
+                  "bert": load.load_bert, "sv": load.load_sv}[kind]
+        s = self.settings  # models-arch: load-time model options (the GPT decoder, BERT storage)
+        options = {"gpt": {"decode": s.t2s_decode, "compile_step": s.t2s_compile},
+                   "bert": {"half": s.bert_half}}.get(kind, {})
+
+        def create():
+            self.say(f"loading {kind} model {path}")
+            with stage("load"):
+                return loader(Path(path), root=self.model_dir, **options)
+
+        return self.cache.get(self.key(kind, file_identity(path)), voice, create)
+
+    def key(self, kind: str, identity: tuple) -> tuple:
+        """The cache key of a file; a file deleted while running keeps the entry already loaded from it (the
+        model in memory still works; a changed file gives a new key and a fresh load)."""
+        if identity[-1] is None:
+            for key in self.cache.keys(kind):
+                if key[1][0] == identity[0]:
+                    return key
+        return (kind, identity)
+
+    def models(self, spec: VoiceSpec) -> pipeline.Models:
+        from ..encoders import EncoderBackends
+
+        name = voice_id(spec)
+
+        def encoders():
+            return EncoderBackends(spec.hubert, spec.bert, mode=self.encoders, root=self.model_dir,
+                                   mlx_hubert=lambda: self.model("hubert", spec.hubert, name),
+                                   mlx_bert=lambda: self.model("bert", spec.bert, name))
+
+        sovits = self.model("sovits", spec.sovits, name)
+        return pipeline.Models(
+            gpt=self.model("gpt", spec.gpt, name),
+            sovits=sovits,
+            encoders=self.cache.get(encoders_key(spec.hubert, spec.bert), name, encoders),
+            sv=self._sv_model(spec, sovits, name),
+        )
+
+    def _sv_model(self, spec: VoiceSpec, sovits, name: str):
+        """The speaker-verification model a v2Pro / v2ProPlus voice needs (None for v1/v2)."""
+        if not getattr(sovits, "needs_sv", False):
+            return None
+        if spec.sv is None or not Path(spec.sv).exists():
+            raise VoiceNotInstalledError(
+                f"voice {spec.name!r} is {sovits.args.version} and needs the speaker-verification model "
+                f"(missing: {spec.sv}); download it with `primespeech-mlx download sv`")
+        return self.model("sv", spec.sv, name)
+
+    def reference(self, spec: VoiceSpec, models: pipeline.Models, prompt_lang: str, timer: Timer) -> Reference:
+        files = (spec.reference, spec.gpt, spec.sovits, spec.hubert, *([spec.sv] if models.sv is not None else []))
+        idents = [file_identity(p) for p in files]
+        key = ("reference", (spec.name, *idents, str(spec.bert), spec.prompt_text, prompt_lang))
+        if any(stamp is None for _, stamp in idents):  # files deleted while running: keep what was computed
+            paths = [path for path, _ in idents]
+            key = next((k for k in self.cache.keys("reference") if [i[0] for i in k[1][1:len(files) + 1]] == paths
+                        and k[1][len(files) + 1:] == key[1][len(files) + 1:]), key)
+
+        def create() -> Reference:
+            self.say(f"computing the reference features of voice {spec.name!r}")
+            ref = self.references.build(spec, models, prompt_lang, timer)
+            self.stats.count("reference_computations")
+            return ref
+
+        ref = self.cache.get(key, voice_id(spec), create)
+        self.cache.discard("reference", voice_id(spec), keep=key)  # an edited voice's old features
+        return ref
+
+
+def release_memory() -> None:
+    """After models were dropped: collect them and hand MLX's cached buffers and the freed heap back to the OS."""
+    import gc
+
+    from ..models.storage import trim_heap
+
+    gc.collect()
+    mx.clear_cache()
+    trim_heap()
+
+
+def voice_id(spec: VoiceSpec) -> str:
+    """A voice's identity in the cache: its name and files (every ``VOICE:CUSTOM``/``TRAINED`` voice is named
+    alike, but their files differ)."""
+    return "|".join(map(str, (spec.name, spec.gpt, spec.sovits, spec.reference, spec.hubert, spec.bert)))
+
+
+def configure_models(settings: Settings) -> None:
+    """The process-wide model options: the SoVITS convolution implementation and g2pW."""
+    from ..models.conv import set_conv_impl
+    from ..text import g2pw
+
+    set_conv_impl(settings.conv_impl)
+    g2pw.configure(settings.g2pw, settings.g2pw_vocab)
