@@ -191,6 +191,9 @@ VARS: tuple[Var, ...] = (
         "Encoder backend: auto (CoreML on macOS when available) | coreml | mlx. "
         "GPTSVITS_USE_ANE=true means auto, false means mlx.",
         ("GPTSVITS_ENCODERS", "GPTSVITS_USE_ANE"), (("GPTSVITS_USE_ANE", _use_ane),)),
+    Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
+        "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
+        "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
     Var("audio_format", "AUDIO_FORMAT", "list", _choice(("list", "flat")),
         "`audio` output form: list = pa.array([float32 samples]) (old node, ListArray of length 1); "
         "flat = pa.array(float32 samples) (dora-hub players).", ("GPTSVITS_AUDIO_FORMAT",)),
@@ -230,6 +233,7 @@ class Settings:
     auto_download: bool = True
     device: str = "auto"
     encoders: str = "auto"
+    vocoder: str = "auto"
     audio_format: str = "list"
     log_level: str = "INFO"
     log_timing: bool = True

@@ -1,0 +1,256 @@
+"""The SoVITS generator (HiFi-GAN vocoder) on ONNX Runtime, for CPU-only machines.
+
+Why: on the CPU, MLX runs the generator's convolutions through this package's GEMM path at 10-85 GFLOP/s
+per layer and on one core; ONNX Runtime's MLAS convolutions run every layer shape of the v2 generator at
+close to the machine's sgemm peak and use the configured threads (``python -m
+dora_primespeech_mlx.bench_conv`` measures it layer by layer; README, "Performance").
+
+The ONNX graph is built **without torch** from the loaded :class:`~.hifigan.Generator`'s weights with the
+``onnx`` helper API (:func:`build_generator_model`): the same operations in the same order as
+``Generator.__call__``, in ONNX's (B, C, T) layout, batch and time dynamic. It is cached on disk under a
+name derived from a digest of the weights and of this builder's version (:func:`load_or_build`), written
+atomically (temporary file + rename), so it is built once per model and never half-read.
+
+:class:`OnnxGenerator` is the small interface the SoVITS model calls: ``generator(z, ge) -> audio`` with
+numpy arrays, z (B, inter, T), ge (B, gin, 1) -> (B, 1, T * hop). Choosing it (and falling back to MLX on
+any failure) is :mod:`.vocoder`'s job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+BUILDER_VERSION = 1  # bump when the graph changes: the cache name changes with it
+OPSET = 17
+LRELU_SLOPE = 0.1
+POST_SLOPE = 0.01
+
+
+def _np(a) -> np.ndarray:
+    return np.ascontiguousarray(np.array(a, dtype=np.float32))
+
+
+def _conv_weight(conv) -> np.ndarray:
+    """MLX Conv1d weight (Co, K, Ci) -> ONNX Conv weight (Co, Ci, K)."""
+    return _np(conv.weight).transpose(0, 2, 1).copy()
+
+
+def _convt_weight(conv) -> np.ndarray:
+    """MLX transposed-conv weight (Co, K, Ci) -> ONNX ConvTranspose weight (Ci, Co, K)."""
+    return _np(conv.weight).transpose(2, 0, 1).copy()
+
+
+def generator_weights(dec) -> dict[str, np.ndarray]:
+    """Every weight the graph uses, in ONNX layout, named after the module paths."""
+    out: dict[str, np.ndarray] = {}
+
+    def conv(name, module):
+        out[f"{name}.weight"] = _conv_weight(module)
+        if "bias" in module:
+            out[f"{name}.bias"] = _np(module.bias)
+
+    conv("conv_pre", dec.conv_pre)
+    conv("cond", dec.cond)
+    for i, up in enumerate(dec.ups):
+        out[f"ups.{i}.weight"] = _convt_weight(up)
+        out[f"ups.{i}.bias"] = _np(up.bias)
+    for j, block in enumerate(dec.resblocks):
+        for n, (c1, c2) in enumerate(zip(block.convs1, block.convs2)):
+            conv(f"resblocks.{j}.convs1.{n}", c1)
+            conv(f"resblocks.{j}.convs2.{n}", c2)
+    conv("conv_post", dec.conv_post)
+    return out
+
+
+def weights_digest(weights: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256(f"sovits-generator-onnx/{BUILDER_VERSION}/{OPSET}".encode())
+    for name in sorted(weights):
+        w = weights[name]
+        h.update(f"{name}:{w.shape}".encode())
+        h.update(w.tobytes())
+    return h.hexdigest()[:20]
+
+
+class _Graph:
+    """A tiny builder over ``onnx.helper``: initializers, nodes with generated output names."""
+
+    def __init__(self, weights: dict[str, np.ndarray]):
+        from onnx import numpy_helper
+
+        self.nodes: list[Any] = []
+        self.initializers = [numpy_helper.from_array(w, name) for name, w in weights.items()]
+        self.names = set(weights)
+        self._n = 0
+
+    def const(self, name: str, value: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+        self.names.add(name)
+        return name
+
+    def op(self, op_type: str, inputs: list[str], **attrs) -> str:
+        from onnx import helper
+
+        self._n += 1
+        out = f"{op_type.lower()}_{self._n}"
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"n{self._n}", **attrs))
+        return out
+
+    def conv(self, x: str, name: str, kernel: int, padding: int = 0, dilation: int = 1) -> str:
+        inputs = [x, f"{name}.weight"] + ([f"{name}.bias"] if f"{name}.bias" in self.names else [])
+        return self.op("Conv", inputs, kernel_shape=[kernel], pads=[padding, padding], dilations=[dilation],
+                       strides=[1])
+
+    def lrelu(self, x: str, slope: float) -> str:
+        return self.op("LeakyRelu", [x], alpha=float(slope))
+
+
+def build_generator_model(dec, weights: dict[str, np.ndarray] | None = None):
+    """An ``onnx.ModelProto`` computing ``dec(z, g)``: inputs ``z`` (B, inter, T) and ``g`` (B, gin, 1),
+    output ``audio`` (B, 1, T * hop)."""
+    from onnx import TensorProto, checker, helper
+
+    weights = generator_weights(dec) if weights is None else weights
+    g = _Graph(weights)
+    c_in = weights["conv_pre.weight"].shape[1]
+    gin = weights["cond.weight"].shape[1]
+    x = g.conv("z", "conv_pre", weights["conv_pre.weight"].shape[2], padding=3)
+    x = g.op("Add", [x, g.conv("g", "cond", 1)])
+    n = dec.num_kernels
+    inv_n = g.const("inv_num_kernels", np.array(1.0 / n, dtype=np.float32)) if n > 1 else None
+    for i, up in enumerate(dec.ups):
+        x = g.lrelu(x, LRELU_SLOPE)
+        x = g.op("ConvTranspose", [x, f"ups.{i}.weight", f"ups.{i}.bias"], kernel_shape=[up.kernel_size],
+                 strides=[up.stride], pads=[up.padding, up.padding])
+        acc = None
+        for j in range(n):
+            index = i * n + j
+            block = dec.resblocks[index]
+            y = x
+            for m, c1 in enumerate(block.convs1):
+                k = weights[f"resblocks.{index}.convs1.{m}.weight"].shape[2]
+                t = g.lrelu(y, LRELU_SLOPE)
+                t = g.conv(t, f"resblocks.{index}.convs1.{m}", k, padding=c1.padding[0], dilation=c1.dilation)
+                t = g.lrelu(t, LRELU_SLOPE)
+                t = g.conv(t, f"resblocks.{index}.convs2.{m}", k, padding=(k - 1) // 2)
+                y = g.op("Add", [y, t])
+            acc = y if acc is None else g.op("Add", [acc, y])
+        x = g.op("Mul", [acc, inv_n]) if inv_n else acc
+    x = g.lrelu(x, POST_SLOPE)
+    x = g.conv(x, "conv_post", weights["conv_post.weight"].shape[2], padding=3)
+    audio = g.op("Tanh", [x])
+    g.nodes[-1].output[0] = "audio"
+    del audio
+    graph = helper.make_graph(
+        g.nodes,
+        "sovits_generator",
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["B", c_in, "T"]),
+         helper.make_tensor_value_info("g", TensorProto.FLOAT, ["B", gin, 1])],
+        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["B", 1, "S"])],
+        g.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="dora_primespeech_mlx")
+    model.ir_version = min(model.ir_version, 8)  # opset 17 needs IR 8; older runtimes refuse newer IRs
+    checker.check_model(model)
+    return model
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def resolve_threads(threads: int | None = None) -> int:
+    """ONNX Runtime intra-op threads: ``threads``, else the package's BLAS thread setting
+    (``PRIMESPEECH_THREADS``, default 1 on machines with <= 2 CPUs), else 0 (ONNX Runtime's default)."""
+    if threads is not None:
+        return max(1, int(threads))
+    from .. import _blas
+
+    n = _blas.thread_settings().get("blas_threads")
+    if isinstance(n, int) and n > 0:
+        return n
+    value = os.environ.get("PRIMESPEECH_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else 0
+
+
+class OnnxGenerator:
+    """The generator as an ONNX Runtime session. ``__call__(z, ge)`` with numpy float32 arrays."""
+
+    def __init__(self, model: str | os.PathLike | bytes, threads: int | None = None, path: Path | None = None):
+        import onnxruntime as ort
+
+        self.threads = resolve_threads(threads)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        source = model if isinstance(model, bytes) else str(model)
+        self.session = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
+        self.path = path if path is not None else (None if isinstance(model, bytes) else Path(model))
+        self.onnxruntime_version = ort.__version__
+
+    def __call__(self, z: np.ndarray, ge: np.ndarray) -> np.ndarray:
+        z = np.ascontiguousarray(z, dtype=np.float32)
+        ge = np.ascontiguousarray(ge, dtype=np.float32)
+        if z.ndim != 3 or ge.ndim != 3:
+            raise ValueError(f"generator input shapes {z.shape}, {ge.shape}: expected (B, C, T) and (B, gin, 1)")
+        if ge.shape[0] != z.shape[0]:
+            ge = np.broadcast_to(ge, (z.shape[0], *ge.shape[1:])).copy()
+        (audio,) = self.session.run(["audio"], {"z": z, "g": ge})
+        return audio
+
+    def describe(self) -> dict[str, Any]:
+        return {"threads": self.threads, "onnxruntime": self.onnxruntime_version,
+                "path": None if self.path is None else str(self.path)}
+
+
+def cache_file(cache_dir: Path, digest: str) -> Path:
+    return Path(cache_dir) / f"sovits-generator-{digest}.onnx"
+
+
+def load_or_build(dec, cache_dir: str | os.PathLike | None, threads: int | None = None) -> OnnxGenerator:
+    """The generator ``dec`` on ONNX Runtime: from ``cache_dir`` when its graph is already there, else
+    built, written there atomically and loaded. With ``cache_dir`` None (or not writable) the graph is
+    built in memory."""
+    weights = generator_weights(dec)
+    digest = weights_digest(weights)
+    path = cache_file(Path(cache_dir), digest) if cache_dir is not None else None
+    if path is not None and path.is_file():
+        try:
+            return OnnxGenerator(path, threads)
+        except Exception as exc:  # a damaged cache file: rebuild it
+            log.warning("cached vocoder graph %s unusable (%s); rebuilding", path, exc)
+    data = build_generator_model(dec, weights).SerializeToString()
+    if path is not None:
+        try:
+            _write_atomic(path, data)
+            return OnnxGenerator(path, threads)
+        except OSError as exc:
+            log.warning("cannot cache the vocoder graph in %s (%s); keeping it in memory", path.parent, exc)
+    return OnnxGenerator(data, threads)
