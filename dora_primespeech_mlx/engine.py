@@ -357,7 +357,7 @@ class GPTSoVITSEngine:
         root = self.model_dir
         return _Models(
             gpt=self._cached_model("gpt", spec.gpt, lambda p: load.load_gpt(p, root=root)),
-            sovits=self._cached_model("sovits", spec.sovits, lambda p: load.load_sovits(p, root=root)),
+            sovits=self._cached_model("sovits", spec.sovits, lambda p: _load_sovits(p, root)),  # issue 15
             encoders=self._encoders(spec),
         )
 
@@ -833,7 +833,7 @@ class GPTSoVITSEngine:
                     "device": str(self.device if self.device is not None else mx.default_device()),
                     "encoders": self._encoders(self.voice).status() if self.voice else {"mode": self.encoders},
                     "gpt": _gpt_backend(),
-                    "sovits": "mlx",
+                    "sovits": _vocoder_status(self._model_cache, self.voice),  # issue 15 hook
                     "blas": _blas_status(),
                 },
             }
@@ -951,3 +951,19 @@ def _symbol_version(models: _Models) -> str:
 
 def _prior_channels(sovits) -> int:
     return int(sovits.args.inter_channels)
+
+
+# ---- issue 15 hook: the SoVITS generator on ONNX Runtime where MLX runs on the CPU (models/vocoder.py) ----
+def _load_sovits(path, root):
+    from .convert import load
+    from .models import vocoder
+
+    return vocoder.attach(load.load_sovits(path, root=root), cache_dir=vocoder.default_cache_dir(path, root))
+
+
+def _vocoder_status(model_cache: dict, voice) -> dict:
+    from .models import vocoder
+
+    wanted = None if voice is None else str(Path(voice.sovits).resolve())
+    models = [m for k, m in model_cache.items() if k[0] == "sovits" and wanted in (None, k[1])]
+    return vocoder.status(models[0]) if models else {"backend": "not loaded", "mode": vocoder.vocoder_mode()}
