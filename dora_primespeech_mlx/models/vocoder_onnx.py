@@ -29,7 +29,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-BUILDER_VERSION = 1  # bump when the graph changes: the cache name changes with it
+BUILDER_VERSION = 2  # bump when the graph changes: the cache name changes with it
 OPSET = 17
 LRELU_SLOPE = 0.1
 POST_SLOPE = 0.01
@@ -71,8 +71,8 @@ def generator_weights(dec) -> dict[str, np.ndarray]:
     return out
 
 
-def weights_digest(weights: dict[str, np.ndarray]) -> str:
-    h = hashlib.sha256(f"sovits-generator-onnx/{BUILDER_VERSION}/{OPSET}".encode())
+def weights_digest(weights: dict[str, np.ndarray], layout: str = "2d") -> str:
+    h = hashlib.sha256(f"sovits-generator-onnx/{BUILDER_VERSION}/{OPSET}/{layout}".encode())
     for name in sorted(weights):
         w = weights[name]
         h.update(f"{name}:{w.shape}".encode())
@@ -81,20 +81,41 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
 
 
 class _Graph:
-    """A tiny builder over ``onnx.helper``: initializers, nodes with generated output names."""
+    """A tiny builder over ``onnx.helper``: initializers, nodes with generated output names.
 
-    def __init__(self, weights: dict[str, np.ndarray]):
+    With ``conv2d`` every 1-D convolution is written as a 2-D one over (B, C, 1, T) with (1, K) kernels:
+    ONNX Runtime's NCHWc convolution kernels (its layout transformer handles 4-D convs only) then run
+    them, measured faster than its 1-D im2col path on this generator (README, "Performance")."""
+
+    def __init__(self, weights: dict[str, np.ndarray], conv2d: bool = True):
         from onnx import numpy_helper
 
+        self.conv2d = conv2d
         self.nodes: list[Any] = []
-        self.initializers = [numpy_helper.from_array(w, name) for name, w in weights.items()]
+        self.initializers = [
+            numpy_helper.from_array(w[:, :, None, :] if conv2d and w.ndim == 3 else w, name)
+            for name, w in weights.items()
+        ]
         self.names = set(weights)
         self._n = 0
+
+    def _dims(self, values: list[int], pad: bool = False) -> list[int]:
+        """1-D attribute values -> the graph's layout (a unit height first for 2-D)."""
+        if not self.conv2d:
+            return values
+        return [0, values[0], 0, values[1]] if pad else [1, *values]
 
     def const(self, name: str, value: np.ndarray) -> str:
         from onnx import numpy_helper
 
         self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+        self.names.add(name)
+        return name
+
+    def const_int(self, name: str, value: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=np.int64), name))
         self.names.add(name)
         return name
 
@@ -108,30 +129,40 @@ class _Graph:
 
     def conv(self, x: str, name: str, kernel: int, padding: int = 0, dilation: int = 1) -> str:
         inputs = [x, f"{name}.weight"] + ([f"{name}.bias"] if f"{name}.bias" in self.names else [])
-        return self.op("Conv", inputs, kernel_shape=[kernel], pads=[padding, padding], dilations=[dilation],
-                       strides=[1])
+        return self.op("Conv", inputs, kernel_shape=self._dims([kernel]), pads=self._dims([padding, padding], True),
+                       dilations=self._dims([dilation]), strides=self._dims([1]))
+
+    def conv_transpose(self, x: str, name: str, kernel: int, stride: int, padding: int) -> str:
+        return self.op("ConvTranspose", [x, f"{name}.weight", f"{name}.bias"], kernel_shape=self._dims([kernel]),
+                       strides=self._dims([stride]), pads=self._dims([padding, padding], True))
 
     def lrelu(self, x: str, slope: float) -> str:
         return self.op("LeakyRelu", [x], alpha=float(slope))
 
 
-def build_generator_model(dec, weights: dict[str, np.ndarray] | None = None):
+def build_generator_model(dec, weights: dict[str, np.ndarray] | None = None, layout: str = "2d"):
     """An ``onnx.ModelProto`` computing ``dec(z, g)``: inputs ``z`` (B, inter, T) and ``g`` (B, gin, 1),
-    output ``audio`` (B, 1, T * hop)."""
+    output ``audio`` (B, 1, T * hop). ``layout``: ``2d`` (convolutions over (B, C, 1, T), the default) or
+    ``1d``."""
     from onnx import TensorProto, checker, helper
 
+    if layout not in ("1d", "2d"):
+        raise ValueError(f"layout {layout!r}: expected '1d' or '2d'")
     weights = generator_weights(dec) if weights is None else weights
-    g = _Graph(weights)
+    g = _Graph(weights, conv2d=layout == "2d")
     c_in = weights["conv_pre.weight"].shape[1]
     gin = weights["cond.weight"].shape[1]
-    x = g.conv("z", "conv_pre", weights["conv_pre.weight"].shape[2], padding=3)
-    x = g.op("Add", [x, g.conv("g", "cond", 1)])
+    z, cond = "z", "g"
+    if g.conv2d:
+        axis = g.const_int("height_axis", np.array([2], dtype=np.int64))
+        z, cond = g.op("Unsqueeze", ["z", axis]), g.op("Unsqueeze", ["g", axis])
+    x = g.conv(z, "conv_pre", weights["conv_pre.weight"].shape[2], padding=3)
+    x = g.op("Add", [x, g.conv(cond, "cond", 1)])
     n = dec.num_kernels
     inv_n = g.const("inv_num_kernels", np.array(1.0 / n, dtype=np.float32)) if n > 1 else None
     for i, up in enumerate(dec.ups):
         x = g.lrelu(x, LRELU_SLOPE)
-        x = g.op("ConvTranspose", [x, f"ups.{i}.weight", f"ups.{i}.bias"], kernel_shape=[up.kernel_size],
-                 strides=[up.stride], pads=[up.padding, up.padding])
+        x = g.conv_transpose(x, f"ups.{i}", up.kernel_size, up.stride, up.padding)
         acc = None
         for j in range(n):
             index = i * n + j
@@ -148,9 +179,10 @@ def build_generator_model(dec, weights: dict[str, np.ndarray] | None = None):
         x = g.op("Mul", [acc, inv_n]) if inv_n else acc
     x = g.lrelu(x, POST_SLOPE)
     x = g.conv(x, "conv_post", weights["conv_post.weight"].shape[2], padding=3)
-    audio = g.op("Tanh", [x])
+    x = g.op("Tanh", [x])
+    if g.conv2d:
+        x = g.op("Squeeze", [x, axis])
     g.nodes[-1].output[0] = "audio"
-    del audio
     graph = helper.make_graph(
         g.nodes,
         "sovits_generator",
@@ -234,19 +266,21 @@ def cache_file(cache_dir: Path, digest: str) -> Path:
     return Path(cache_dir) / f"sovits-generator-{digest}.onnx"
 
 
-def load_or_build(dec, cache_dir: str | os.PathLike | None, threads: int | None = None) -> OnnxGenerator:
+def load_or_build(
+    dec, cache_dir: str | os.PathLike | None, threads: int | None = None, layout: str = "2d"
+) -> OnnxGenerator:
     """The generator ``dec`` on ONNX Runtime: from ``cache_dir`` when its graph is already there, else
     built, written there atomically and loaded. With ``cache_dir`` None (or not writable) the graph is
     built in memory."""
     weights = generator_weights(dec)
-    digest = weights_digest(weights)
+    digest = weights_digest(weights, layout)
     path = cache_file(Path(cache_dir), digest) if cache_dir is not None else None
     if path is not None and path.is_file():
         try:
             return OnnxGenerator(path, threads)
         except Exception as exc:  # a damaged cache file: rebuild it
             log.warning("cached vocoder graph %s unusable (%s); rebuilding", path, exc)
-    data = build_generator_model(dec, weights).SerializeToString()
+    data = build_generator_model(dec, weights, layout).SerializeToString()
     if path is not None:
         try:
             _write_atomic(path, data)

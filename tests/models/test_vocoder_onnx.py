@@ -232,3 +232,17 @@ def test_fallback_when_a_run_fails(raw_sovits, mlx_model, caplog):
     assert sum("simulated onnxruntime failure" in r.getMessage() for r in caplog.records) == 1
     st = vocoder.status(model)
     assert st["backend"] == "mlx" and "simulated" in st["error"] and st["calls"]["mlx"] == 2
+
+
+def test_layouts_agree(mlx_model):
+    """The 1-D and the default 2-D (NCHWc-friendly) graphs compute the same generator."""
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((1, mlx_model.args.inter_channels, 6)).astype(np.float32)
+    ge = (rng.standard_normal((1, mlx_model.args.gin_channels, 1)) * 0.3).astype(np.float32)
+    one = vocoder_onnx.load_or_build(mlx_model.dec, None, threads=1, layout="1d")
+    two = vocoder_onnx.load_or_build(mlx_model.dec, None, threads=1, layout="2d")
+    ref = np.asarray(mlx_model.vocode(mx.array(z), mx.array(ge)))
+    np.testing.assert_allclose(one(z, ge), ref, atol=1e-4)
+    np.testing.assert_allclose(two(z, ge), ref, atol=1e-4)
+    with pytest.raises(ValueError, match="layout"):
+        vocoder_onnx.build_generator_model(mlx_model.dec, layout="3d")
