@@ -9,6 +9,8 @@ latent frames (200 = 4 s of audio at 32 kHz) this times one layer of each shape 
 - ``mlx-native``: ``mx.conv1d`` / ``mx.conv_transpose1d`` (layout B, L, C);
 - ``mlx-gemm``: this package's GEMM formulations (``models/conv.py``);
 - ``onnxruntime``: a one-node ONNX ``Conv`` / ``ConvTranspose`` graph (layout B, C, L), MLAS kernels;
+- ``onnxruntime-2d``: the same as a 2-D conv over (B, C, 1, L) (ONNX Runtime's NCHWc kernels; what
+  ``models/vocoder_onnx.py`` builds);
 - ``openvino``: the same node in OpenVINO (oneDNN kernels), fp32 inference precision;
 - ``numpy-gemm``: the layer's im2col GEMM alone, ``(L, K*Ci) @ (K*Ci, Co)`` with numpy's BLAS (no im2col
   cost: a lower bound for any GEMM formulation);
@@ -126,37 +128,41 @@ def cand_mlx(layer: Layer, x_ncl, w_onnx, gemm: bool):
     return lambda: mx.eval(fn(x, w, b, padding=layer.padding, dilation=layer.dilation))
 
 
-def onnx_layer_model(layer: Layer, w_onnx):
+def onnx_layer_model(layer: Layer, w_onnx, conv2d: bool = False):
+    """A one-node graph; ``conv2d``: the same conv over (B, C, 1, T) with a (1, K) kernel (NCHWc path)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    attrs = {"kernel_shape": [layer.kernel], "pads": [layer.padding, layer.padding]}
+    pads = [0, layer.padding, 0, layer.padding] if conv2d else [layer.padding, layer.padding]
+    attrs = {"kernel_shape": [1, layer.kernel] if conv2d else [layer.kernel], "pads": pads}
     if layer.transpose:
-        attrs["strides"] = [layer.stride]
+        attrs["strides"] = [1, layer.stride] if conv2d else [layer.stride]
         op = "ConvTranspose"
     else:
-        attrs["dilations"] = [layer.dilation]
+        attrs["dilations"] = [1, layer.dilation] if conv2d else [layer.dilation]
         op = "Conv"
     node = helper.make_node(op, ["x", "w"], ["y"], **attrs)
+    shape = [1, layer.c_in, 1, layer.length] if conv2d else [1, layer.c_in, layer.length]
     graph = helper.make_graph(
         [node],
         "layer",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, layer.c_in, layer.length])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w_onnx, "w")],
+        [numpy_helper.from_array(w_onnx[:, :, None, :] if conv2d else w_onnx, "w")],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def cand_onnxruntime(layer: Layer, x_ncl, w_onnx, threads: int):
+def cand_onnxruntime(layer: Layer, x_ncl, w_onnx, threads: int, conv2d: bool = False):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(
-        onnx_layer_model(layer, w_onnx).SerializeToString(), opts, providers=["CPUExecutionProvider"]
+        onnx_layer_model(layer, w_onnx, conv2d).SerializeToString(), opts, providers=["CPUExecutionProvider"]
     )
-    return lambda: sess.run(None, {"x": x_ncl})
+    x = x_ncl[:, :, None, :] if conv2d else x_ncl
+    return lambda: sess.run(None, {"x": x})
 
 
 def cand_openvino(layer: Layer, x_ncl, w_onnx, threads: int):
@@ -180,7 +186,7 @@ def cand_numpy_gemm(layer: Layer):
     return lambda: a @ b
 
 
-CANDIDATES = ("mlx-native", "mlx-gemm", "onnxruntime", "openvino", "numpy-gemm")
+CANDIDATES = ("mlx-native", "mlx-gemm", "onnxruntime", "onnxruntime-2d", "openvino", "numpy-gemm")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                     fn = cand_mlx(layer, x, w, gemm=True)
                 elif cand == "onnxruntime":
                     fn = cand_onnxruntime(layer, x, w, args.threads)
+                elif cand == "onnxruntime-2d":
+                    fn = cand_onnxruntime(layer, x, w, args.threads, conv2d=True)
                 elif cand == "openvino":
                     fn = cand_openvino(layer, x, w, args.threads)
                 elif cand == "numpy-gemm":
