@@ -40,7 +40,7 @@ N_BERT_TOKENS = 23  # [CLS] + 21 characters + [SEP]
 N_PROMPT_TOKENS = 139  # HuBERT frames of 5.6 s at 16 kHz, halved by ssl_proj
 N_TOKENS = 100
 BENCH_MAX_SEC = N_TOKENS / 50  # early_stop_num = 50 * max_sec = 100
-MODELS_FORMAT = 2  # bump when the generated files change
+MODELS_FORMAT = 3  # bump when the generated files change
 
 # PyTorch upstream, 2-core AMD EPYC VM, torch 2.13, 2 threads (performance-notes.md section 3), in ms.
 UPSTREAM_MS = {
@@ -171,6 +171,17 @@ def _suppress_eos(model) -> None:
     mx.eval(model.parameters())
 
 
+def _float16_values(model) -> None:
+    """Round every float32 weight to the nearest float16 value (kept as float32): the released
+    checkpoints are float16, and paths that keep them in float16 check for it (t2s_numpy.half_weights)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    params = [(k, v.astype(mx.float16).astype(mx.float32)) for k, v in tree_flatten(model.parameters())
+              if v.dtype == mx.float32]
+    model.update(tree_unflatten(params))
+
+
 def _bench_vocab(size: int) -> list[str]:
     """A BERT vocabulary of the real size: specials, ASCII and punctuation, then CJK characters."""
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -225,6 +236,7 @@ def make_models(root: Path) -> Path:
         model = classes[kind](args)
         if kind == "gpt":
             _suppress_eos(model)
+        _float16_values(model)  # like the released checkpoints, which store float16 weights
         mx.eval(model.parameters())
         _save_converted(dst, kind, args, model)
         if kind == "bert":
@@ -389,7 +401,10 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
             what=f"{N_TOKENS} tokens, top_k 15, incl. sampling",
             step_median_ms=min(step_ms),
             backend=backend,
+            half_weights=backend == "numpy" and NumpyDecoder.for_model(gpt).half,
         )
+        if backend == "numpy":
+            results.update(_decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat))
         kv_rows = phones.shape[1] + n_prompt + N_TOKENS / 2
         bw = measure_bandwidth()
         nbytes = weight_bytes_per_token(gpt, kv_rows)
@@ -445,6 +460,31 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
         )
     memory["rss_after_stages_mb"] = rss_mb()
     return results, memory
+
+
+def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
+    """The numpy decode step with float16 weights (the default where available) and with float32 copies
+    of the same weights, alternating token by token in one run: ms per step over N_TOKENS steps."""
+    import mlx.core as mx
+
+    from .models.t2s_numpy import NumpyDecoder
+
+    half = NumpyDecoder.for_model(gpt)
+    if not half.half:
+        return {}
+    full = NumpyDecoder(gpt, half=False)
+    args = (gpt, mx.array(phones), mx.array(feats), mx.array(prompt), N_TOKENS)
+    times: dict[str, list[float]] = {"half": [], "fp32": []}
+    tokens = np.random.default_rng(1).integers(0, 1024, N_TOKENS)
+    for _ in range(max(1, repeat)):
+        states = {"half": half.prefill(*args)[0], "fp32": full.prefill(*args)[0]}
+        for i, tok in enumerate(tokens):
+            for name, st in states.items():
+                t = time.perf_counter()
+                st.step(int(tok), prompt.shape[1] + i)
+                times[name].append((time.perf_counter() - t) * 1e3)
+    del full
+    return {f"gpt_step_{k}": _summary(v, "ms/step", what="numpy decode step alone") for k, v in times.items()}
 
 
 def bench_engine(root: Path, repeat: int, stream: bool = True) -> dict[str, Any]:
@@ -535,6 +575,8 @@ def table(report: dict[str, Any]) -> str:
         ("GPT prefill (71 phones + 139 prompt)", "ms", _fmt(st.get("gpt_prefill")), UPSTREAM_MS["gpt_prefill"], None),
         ("GPT decode (100 tokens)", "ms/token", _fmt(st.get("gpt_decode"), digits=2),
          UPSTREAM_MS["gpt_decode_ms_per_token"], TARGETS["gpt_decode_ms_per_token"]),
+        *[(f"  decode step alone, {name} weights", "ms/step", _fmt(st.get(f"gpt_step_{key}"), digits=2), None, None)
+          for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_step_{key}" in st],
         ("  bandwidth floor of the decode step", "ms/token",
          f"{bw['decode_floor_ms']:.2f} (x{bw['decode_vs_floor']})" if bw else "-", None,
          f"x{TARGETS['gpt_decode_vs_floor']}"),
