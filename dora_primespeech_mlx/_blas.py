@@ -16,12 +16,16 @@ Candidates, in order (``PRIMESPEECH_BLAS`` overrides: ``off``, or the path of a 
 Each choice is self-checked with a timed matmul after MLX loads (:func:`report`); if none works MLX
 keeps its reference BLAS and a warning says so.
 
+Nothing happens at import: :func:`preload` runs when the engine or the models package is first imported,
+before either loads MLX.
+
 Threads (:func:`configure_threads`, run by :func:`preload`): on a machine with at most two usable CPUs
 the BLAS runs single-threaded. Spinning BLAS threads collapse as soon as a neighbour process takes a
 core: measured on a 2-vCPU VM at load 3.4, a real-size GPT decode step's gemvs took 21 ms with one
 thread and 37-78 ms with two; a 256x256 MLX matmul 0.38 ms vs 0.25-15 ms (performance-notes.md
 section 10). ``PRIMESPEECH_THREADS`` (a number, or ``auto``) overrides; explicit
-``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` settings are respected.
+``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` settings are respected. The thread count is applied through the
+loaded libraries' own setters; no environment variable of the process is changed.
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .errors import ConfigError
+from .settings import read
+
 log = logging.getLogger(__name__)
 
 _STATE: dict[str, str | None] = {"name": None, "path": None, "error": None}
 _THREADS: dict[str, object] = {}
 SMALL_MACHINE_CPUS = 2
-_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 
 _SHIM_C = r"""
 #include <stdint.h>
@@ -101,12 +107,11 @@ def _numpy_openblas() -> str | None:
 
 
 def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dora_primespeech_mlx"
+    return Path(read("cache_dir"))
 
 
 def _build_shim(openblas: str) -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = read("cc") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc:
         raise RuntimeError("no C compiler found to build the BLAS shim (install gcc)")
     digest = hashlib.sha1((_SHIM_C + openblas).encode()).hexdigest()[:12]
@@ -138,18 +143,11 @@ def usable_cpus() -> int:
 
 def _wanted_threads() -> tuple[int | None, str]:
     """(BLAS threads to use or None = library default, why)."""
-    value = os.environ.get("PRIMESPEECH_THREADS", "auto").strip().lower() or "auto"
+    value = read("threads")
     if value != "auto":
-        try:
-            n = int(value)
-        except ValueError:
-            raise ValueError(f"PRIMESPEECH_THREADS={value!r}: expected a positive number or 'auto'") from None
-        if n < 1:
-            raise ValueError(f"PRIMESPEECH_THREADS={value!r}: expected a positive number or 'auto'")
-        return n, "PRIMESPEECH_THREADS"
-    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        if os.environ.get(name, "").strip():
-            return None, f"{name} set by the user"
+        return int(value), "PRIMESPEECH_THREADS"
+    if read("user_blas_threads"):
+        return None, "OPENBLAS_NUM_THREADS / MKL_NUM_THREADS set by the user"
     cpus = usable_cpus()
     if cpus <= SMALL_MACHINE_CPUS:
         return 1, f"{cpus} usable CPUs (single-threaded BLAS is robust to busy neighbours)"
@@ -182,18 +180,14 @@ def _runtime_setters() -> list[tuple[str, object]]:
 
 
 def configure_threads(threads: int | None = None) -> dict[str, object]:
-    """Set the BLAS thread count (see the module docstring): ``threads`` or the automatic choice.
-    Sets the environment defaults for libraries not loaded yet and calls the loaded libraries'
-    setters. Returns what was done (also in :func:`thread_settings`)."""
+    """Set the BLAS thread count (see the module docstring): ``threads`` or the automatic choice, through the
+    loaded libraries' setters. Returns what was done (also in :func:`thread_settings`)."""
     if threads is not None:
         n, why = int(threads), "explicit"
     else:
         n, why = _wanted_threads()
     applied = []
     if n is not None:
-        for name in _THREAD_ENV:
-            if threads is not None or not os.environ.get(name, "").strip():
-                os.environ[name] = str(n)
         for tag, fn in _runtime_setters():
             try:
                 fn(n)
@@ -220,7 +214,7 @@ def preload() -> str | None:
     finally:
         try:
             configure_threads()
-        except ValueError as exc:
+        except ConfigError as exc:
             log.warning("%s; keeping the BLAS default threads", exc)
 
 
@@ -228,7 +222,7 @@ def _preload() -> str | None:
     if not sys.platform.startswith("linux"):
         _STATE["name"] = "native"  # macOS: Accelerate; nothing to do
         return _STATE["name"]
-    choice = os.environ.get("PRIMESPEECH_BLAS", "auto").strip() or "auto"
+    choice = str(read("blas")).strip() or "auto"
     if choice.lower() in {"off", "0", "false", "none"}:
         _STATE["error"] = "disabled by PRIMESPEECH_BLAS"
         return None

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .settings import read as read_setting
+
 PROMPT_TEXT = "这是一段用于测试的参考音频。"
 TARGET_TEXT = "今天的天气特别好，我们一起去公园里散步聊天吧。"
 REF_SECONDS = 5.0
@@ -142,8 +144,7 @@ def measure_bandwidth(mb: int = 256, repeat: int = 5) -> dict[str, float]:
 
 
 def default_models_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dora_primespeech_mlx" / f"bench-models-v{MODELS_FORMAT}"
+    return Path(read_setting("cache_dir")) / f"bench-models-v{MODELS_FORMAT}"
 
 
 def _save_converted(dst: Path, kind: str, args, model) -> None:
@@ -291,13 +292,14 @@ def weight_bytes_per_token(gpt, kv_rows: float) -> int:
     return total
 
 
-def memory_probe(root: Path) -> dict[str, float]:
+def memory_probe(root: Path, bert_half: bool = False) -> dict[str, float]:
     """Load the four models through the engine's loader (``convert.load``: one tensor at a time
     straight into MLX, heap trimmed after each model) and report RSS and the process peak. Run in a
-    fresh process by :func:`memory_lean` (``PRIMESPEECH_BERT_HALF`` picks the RoBERTa storage)."""
+    fresh process by :func:`memory_lean` (``bert_half`` picks the RoBERTa storage)."""
     from .convert import load
 
-    models = [load.load(root / kind, kind) for kind in ("gpt", "sovits", "hubert", "bert")]
+    options = {"bert": {"half": bert_half}}
+    models = [load.load(root / kind, kind, **options.get(kind, {})) for kind in ("gpt", "sovits", "hubert", "bert")]
     out = {"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
     del models
     return out
@@ -306,10 +308,10 @@ def memory_probe(root: Path) -> dict[str, float]:
 def memory_lean(root: Path, bert_half: bool) -> dict[str, float]:
     code = (
         "import sys, json, pathlib; import dora_primespeech_mlx.bench as b; "
-        "print(json.dumps(b.memory_probe(pathlib.Path(sys.argv[1]))))"
+        "print(json.dumps(b.memory_probe(pathlib.Path(sys.argv[1]), sys.argv[2] == '1')))"
     )
-    env = {**os.environ, "PRIMESPEECH_BERT_HALF": "1" if bert_half else "0"}
-    out = subprocess.run([sys.executable, "-c", code, str(root)], check=True, capture_output=True, text=True, env=env)
+    args = [sys.executable, "-c", code, str(root), "1" if bert_half else "0"]
+    out = subprocess.run(args, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -324,8 +326,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     from .convert import load
     from .models import audio, vocoder
     from .models.hubert import prompt_features
-    from .models.t2s_generate import KVCache, SamplingParams, decode_backend, generate
-    from .models.t2s_numpy import NumpyDecoder
+    from .models.t2s_generate import SamplingParams, generate
 
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {}
@@ -364,14 +365,10 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     prompt = rng.integers(0, 1024, (1, n_prompt)).astype(np.int32)
 
     if "gpt" in stages:
-        backend = decode_backend()
+        backend = gpt.decoder.backend
 
-        def run_prefill():  # what the generation loop runs on this device
-            if backend == "numpy":
-                NumpyDecoder.for_model(gpt).prefill(gpt, mx.array(phones), mx.array(feats), mx.array(prompt), 1)
-                return
-            cache = KVCache.for_model(gpt)
-            mx.eval(gpt.prefill(mx.array(phones), mx.array(feats), mx.array(prompt), cache))
+        def run_prefill():  # what the generation loop runs on this device (returns evaluated numpy logits)
+            gpt.decoder.prefill(phones, feats, prompt, 1)
 
         results["gpt_prefill"] = _summary(
             [s * 1e3 for s in timed(run_prefill, repeat)],
@@ -401,7 +398,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
             what=f"{N_TOKENS} tokens, top_k 15, incl. sampling",
             step_median_ms=min(step_ms),
             backend=backend,
-            half_weights=backend == "numpy" and NumpyDecoder.for_model(gpt).half,
+            half_weights=bool(getattr(gpt.decoder, "half", False)),
         )
         if backend == "numpy":
             results.update(_decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat))
@@ -465,15 +462,13 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
 def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
     """The numpy decode step with float16 weights (the default where available) and with float32 copies
     of the same weights, alternating token by token in one run: ms per step over N_TOKENS steps."""
-    import mlx.core as mx
-
     from .models.t2s_numpy import NumpyDecoder
 
-    half = NumpyDecoder.for_model(gpt)
-    if not half.half:
+    half = gpt.decoder
+    if not getattr(half, "half", False):
         return {}
     full = NumpyDecoder(gpt, half=False)
-    args = (gpt, mx.array(phones), mx.array(feats), mx.array(prompt), N_TOKENS)
+    args = (phones, feats, prompt, N_TOKENS)
     times: dict[str, list[float]] = {"half": [], "fp32": []}
     tokens = np.random.default_rng(1).integers(0, 1024, N_TOKENS)
     for _ in range(max(1, repeat)):

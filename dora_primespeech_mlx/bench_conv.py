@@ -16,7 +16,7 @@ latent frames (200 = 4 s of audio at 32 kHz) this times one layer of each shape 
   cost: a lower bound for any GEMM formulation);
 
 and reports ms and GFLOP/s next to the machine's sgemm peak (numpy 2048^3 matmul). Threads:
-``PRIMESPEECH_THREADS`` for the BLAS (set from ``--threads`` before anything loads), ``intra_op_num_threads``
+the BLAS threads (``_blas.configure_threads``), ``intra_op_num_threads``
 for ONNX Runtime and ``INFERENCE_NUM_THREADS`` for OpenVINO. Missing candidates are reported as such.
 Not a test; numbers depend on the load of the machine (the 1-minute loadavg is printed).
 """
@@ -197,10 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=",".join(CANDIDATES), help="comma list of candidates")
     p.add_argument("--skip-slow-native", action="store_true", help="skip mlx-native dilated/transposed layers")
     args = p.parse_args(argv)
-    os.environ["PRIMESPEECH_THREADS"] = str(args.threads)
     import numpy as np
 
-    from . import _blas  # noqa: F401  (loads the fast BLAS and sets the threads before mlx)
+    from . import _blas
+
+    _blas.preload()  # the fast BLAS before mlx loads
+    _blas.configure_threads(args.threads)
 
     wanted = [c.strip() for c in args.only.split(",") if c.strip()]
     rng = np.random.default_rng(0)

@@ -28,13 +28,16 @@ def cmd_voices(args) -> int:
 
 
 def cmd_download(args) -> int:
-    from .download import download_encoders, download_voice
+    from .download import download_encoders, download_sv, download_voice
     from .voices import preset_names
 
     root = _model_dir(args)
     names = args.voices
     if names == ["encoders"]:
         download_encoders(root)
+        return 0
+    if names == ["sv"]:  # the speaker-verification model of v2Pro / v2ProPlus voices
+        download_sv(root)
         return 0
     if names == ["all"]:
         names = preset_names()
@@ -118,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--voice", default="Doubao")
     s.add_argument("-o", "--output", default="out.wav")
     s.add_argument("--stream", action="store_true", help="use streaming synthesis (reports time to first audio)")
-    s.add_argument("--lang", help="text language: zh, en, all_zh, auto (default: the voice's)")
+    s.add_argument("--lang", help="text language: zh, en, ja, ko, yue, all_zh, all_ja, all_ko, all_yue, auto, auto_yue "
+                   "(default: the voice's)")
     s.add_argument("--speed", dest="speed_factor", type=float)
     s.add_argument("--top-k", dest="top_k", type=int)
     s.add_argument("--top-p", dest="top_p", type=float)
@@ -134,19 +138,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_voices)
 
     s = sub.add_parser("download", help="download voices from Hugging Face and convert them (resumable)")
-    s.add_argument("voices", nargs="+", help="voice names, 'all', or 'encoders'")
+    s.add_argument(
+        "voices", nargs="+", help="voice names, 'all', 'encoders', or 'sv' (the v2Pro speaker-verification model)"
+    )
     s.add_argument("--no-convert", action="store_true", help="only download the original files")
     s.set_defaults(func=cmd_download)
 
     s = sub.add_parser("convert", help="convert a .ckpt/.pth/Hugging Face folder to the MLX format")
     s.add_argument("src")
     s.add_argument("-o", "--output", help="output folder (default: <src>-mlx)")
-    s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert"])
+    s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert", "sv"])
     s.set_defaults(func=cmd_convert)
 
     s = sub.add_parser("phones", help="print the phonemes of a text as JSON (debugging voices)")
     s.add_argument("text")
-    s.add_argument("--lang", default="zh", help="zh, en, all_zh or auto")
+    s.add_argument("--lang", default="zh", help="zh, en, ja, ko, yue, all_zh, all_ja, all_ko, all_yue, auto, auto_yue")
     s.add_argument("--version", default="v2", choices=["v1", "v2"])
     s.set_defaults(func=cmd_phones)
 

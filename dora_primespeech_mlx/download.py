@@ -2,19 +2,28 @@
 (``lj1995/GPT-SoVITS``), into the old dora-primespeech layout under the model directory.
 
 ``huggingface_hub`` writes each file to a temporary ``.incomplete`` file and renames it when complete,
-so an interrupted download leaves nothing half-written and is resumed by the next call. Nothing is ever
-replaced by placeholder files: a failure raises :class:`DownloadError` that says what to do.
+so an interrupted download (even ``kill -9``) leaves nothing half-written and is resumed by the next call.
+Every file is checked against the size and SHA-256 the Hub gives for it (git blob id for small non-LFS
+files) at a pinned revision: the catalog's ``revision`` of the repo, else the commit the first download
+from that repo resolved, recorded with the verified sizes and hashes in
+``<originals>/.primespeech-download.json`` (:mod:`dora_primespeech_mlx.integrity`). A present file that does
+not match (truncated by an interrupted copy, corrupt) is fetched again; a download that does not match is
+removed and raises. Conversion writes to a temporary folder renamed into place
+(:func:`dora_primespeech_mlx.convert.load.convert`). Nothing is ever replaced by placeholder files: a
+failure raises :class:`DownloadError` that says what to do.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
+from huggingface_hub import constants as hf_constants
+
 from .errors import DownloadError
+from .integrity import file_entry, mismatch, read_lock, write_lock
 from .paths import model_dir, originals_dir
 from .voices import VoiceSpec, encoder_info, preset_voice
 
@@ -24,14 +33,13 @@ log = logging.getLogger(__name__)
 _HUB_REACHABLE: bool | None = None
 
 
-def _check_hub(dest_root: Path, filename: str) -> None:
-    """Fail in seconds, not after minutes of retries, when the Hub cannot be reached at all."""
+def _hub_reachable() -> bool:
     global _HUB_REACHABLE
     if _HUB_REACHABLE is None:
-        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}:
+        if hf_constants.HF_HUB_OFFLINE:  # huggingface_hub's own settings (HF_HUB_OFFLINE, HF_ENDPOINT)
             _HUB_REACHABLE = False
         else:
-            endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+            endpoint = hf_constants.ENDPOINT
             url = urlparse(endpoint)
             port = url.port or (443 if url.scheme == "https" else 80)
             try:
@@ -39,7 +47,12 @@ def _check_hub(dest_root: Path, filename: str) -> None:
                 _HUB_REACHABLE = True
             except OSError:
                 _HUB_REACHABLE = False
-    if not _HUB_REACHABLE:
+    return _HUB_REACHABLE
+
+
+def _check_hub(dest_root: Path, filename: str) -> None:
+    """Fail in seconds, not after minutes of retries, when the Hub cannot be reached at all."""
+    if not _hub_reachable():
         raise DownloadError(
             f"cannot reach the Hugging Face Hub (offline, or HF_HUB_OFFLINE=1) to download {filename}.\n"
             f"Place the voice files by hand under {dest_root.parent} (the old dora-primespeech node's layout: "
@@ -49,19 +62,107 @@ def _check_hub(dest_root: Path, filename: str) -> None:
         )
 
 
-def _fetch(repo: str, filename: str, dest_root: Path) -> Path:
+def _api():
+    from huggingface_hub import HfApi
+
+    return HfApi()
+
+
+def _revision(repo: str, pinned: str | None, lock: dict) -> str:
+    """The commit to download ``repo`` at: the catalog's pin, else the one recorded by the first download
+    from that repo, else the repo's current commit (then recorded, so later files come from the same one)."""
+    if pinned:
+        return pinned
+    recorded = lock.get("repos", {}).get(repo, {}).get("revision")
+    if recorded:
+        return recorded
+    try:
+        sha = _api().model_info(repo).sha
+    except Exception as exc:
+        raise DownloadError(f"cannot resolve the current revision of the Hugging Face repo '{repo}': "
+                            f"{type(exc).__name__}: {exc}") from None
+    if not sha:
+        raise DownloadError(f"the Hugging Face Hub gave no commit for '{repo}'")
+    return str(sha)
+
+
+def _remote(repo: str, filename: str, revision: str) -> dict:
+    """Size and SHA-256 (LFS files) or git blob id (small files) of ``filename`` at ``revision``."""
+    try:
+        infos = _api().get_paths_info(repo, [filename], revision=revision)
+    except Exception as exc:
+        raise DownloadError(f"cannot read the size/SHA-256 of '{filename}' in the Hugging Face repo '{repo}' "
+                            f"(revision {revision}): {type(exc).__name__}: {exc}") from None
+    for info in infos:
+        if getattr(info, "path", None) == filename and getattr(info, "size", None) is not None:
+            lfs = getattr(info, "lfs", None)
+            sha256 = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) if lfs else None
+            return {"size": int(info.size), "sha256": sha256, "blob_id": None if sha256 else info.blob_id}
+    raise DownloadError(f"'{filename}' is not a file of the Hugging Face repo '{repo}' at revision {revision}")
+
+
+def _record(dest_root: Path, repo: str, revision: str, filename: str, expected: dict) -> None:
+    lock = read_lock(dest_root)
+    entry = lock["repos"].setdefault(repo, {"revision": revision, "files": {}})
+    entry.setdefault("revision", revision)
+    entry.setdefault("files", {})[filename] = {**expected, "revision": revision,
+                                               "mtime_ns": (dest_root / filename).stat().st_mtime_ns}
+    write_lock(dest_root, lock)
+
+
+def _local_ok(target: Path, entry: dict) -> str | None:
+    """Why a recorded file no longer matches its record (None: it does). Hashes only a file whose size or
+    modification time changed since it was verified."""
+    st = target.stat()
+    if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns"):
+        return None
+    return mismatch(target, entry.get("size"), entry.get("sha256"), entry.get("blob_id"))
+
+
+def _fetch(repo: str, filename: str, dest_root: Path, revision: str | None = None) -> Path:
+    """``dest_root/filename``, downloaded from ``repo`` unless a verified copy is there.
+
+    A file already present is used only if it matches the record of an earlier verified download (or,
+    never verified, the Hub's size and SHA-256); a truncated or corrupt one is removed and fetched again.
+    Offline, a file placed by hand (no record) is used as it is. A download that does not match the Hub's
+    checksum is removed and raises :class:`DownloadError`.
+    """
     target = dest_root / filename
-    if target.is_file() and target.stat().st_size > 0:
-        return target
+    lock = read_lock(dest_root)
+    entry = file_entry(lock, repo, filename)
+    if target.is_file():
+        if entry is not None:
+            why = _local_ok(target, entry)
+            if why is None:
+                if target.stat().st_mtime_ns != entry.get("mtime_ns"):  # same content, touched: re-record
+                    _record(dest_root, repo, entry.get("revision") or _revision(repo, revision, lock), filename,
+                            {k: entry.get(k) for k in ("size", "sha256", "blob_id")})
+                return target
+        elif not _hub_reachable():
+            log.info("%s: not downloaded by this package (no record), cannot be checked offline: used as is",
+                     target)
+            return target
+        else:
+            rev = _revision(repo, revision, lock)
+            expected = _remote(repo, filename, rev)
+            why = mismatch(target, expected["size"], expected["sha256"], expected["blob_id"])
+            if why is None:
+                _record(dest_root, repo, rev, filename, expected)
+                return target
+        log.warning("%s is damaged (%s): downloading it again", target, why)
+        target.unlink()
     _check_hub(dest_root, filename)
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise DownloadError("huggingface_hub is not installed") from exc
+    rev = _revision(repo, revision, lock)
+    expected = _remote(repo, filename, rev)
     dest_root.mkdir(parents=True, exist_ok=True)
-    log.info("downloading %s from %s", filename, repo)
+    log.info("downloading %s from %s (revision %s, %d bytes)", filename, repo, rev, expected["size"])
     try:
-        return Path(hf_hub_download(repo_id=repo, filename=filename, local_dir=str(dest_root)))
+        # huggingface_hub writes to a temporary file and renames it when complete (no half-written target)
+        path = Path(hf_hub_download(repo_id=repo, filename=filename, revision=rev, local_dir=str(dest_root)))
     except Exception as exc:  # offline, 404, HTTP errors, disk errors
         raise DownloadError(
             f"could not download '{filename}' from the Hugging Face repo '{repo}': "
@@ -70,6 +171,16 @@ def _fetch(repo: str, filename: str, dest_root: Path) -> Path:
             f"{target} (the old dora-primespeech node's layout), or set PRIMESPEECH_MODEL_DIR to a folder "
             "that has it."
         ) from None
+    why = mismatch(path, expected["size"], expected["sha256"], expected["blob_id"])
+    if why is not None:
+        path.unlink(missing_ok=True)
+        raise DownloadError(
+            f"the downloaded '{filename}' from '{repo}' (revision {rev}) does not match the Hub's checksum "
+            f"({why}); it was removed. Run the download again; if it keeps failing, the transfer is being "
+            "altered (proxy, disk) or the Hub's copy changed."
+        )
+    _record(dest_root, repo, rev, filename, expected)
+    return path
 
 
 def download_encoders(root: Path | None = None) -> tuple[Path, Path]:
@@ -78,10 +189,17 @@ def download_encoders(root: Path | None = None) -> tuple[Path, Path]:
     enc = encoder_info()
     dest = originals_dir(root)
     for f in enc.hubert_files:
-        _fetch(enc.repository, f"{enc.hubert}/{f}", dest)
+        _fetch(enc.repository, f"{enc.hubert}/{f}", dest, enc.revision)
     for f in enc.bert_files:
-        _fetch(enc.repository, f"{enc.bert}/{f}", dest)
+        _fetch(enc.repository, f"{enc.bert}/{f}", dest, enc.revision)
     return dest / enc.hubert, dest / enc.bert
+
+
+def download_sv(root: Path | None = None) -> Path:
+    """Download the speaker-verification model (ERes2NetV2) that v2Pro / v2ProPlus voices need (once)."""
+    root = root or model_dir()
+    enc = encoder_info()
+    return _fetch(enc.repository, enc.sv, originals_dir(root))
 
 
 def download_voice(name: str, root: Path | None = None, convert: bool = True) -> VoiceSpec:
@@ -90,7 +208,9 @@ def download_voice(name: str, root: Path | None = None, convert: bool = True) ->
     spec = preset_voice(name, root)
     download_encoders(root)
     for f in spec.files:
-        _fetch(spec.repository, f, originals_dir(root))
+        _fetch(spec.repository, f, originals_dir(root), spec.revision)
+    if spec.needs_sv:  # a v2Pro / v2ProPlus SoVITS: the speaker-verification model too
+        download_sv(root)
     if convert:
         from .convert.load import convert_voice
 

@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from .settings import read
+
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "coreml", "mlx")
@@ -49,7 +51,7 @@ KINDS = ("hubert", "bert")
 
 
 def resolve_mode(mode: str | None = None) -> str:
-    value = (mode if mode is not None else os.environ.get(MODE_ENV, "") or "auto").strip().lower()
+    value = (mode if mode is not None else read("encoders")).strip().lower()
     if value not in MODES:
         raise ValueError(f"encoder mode {value!r} is invalid ({MODE_ENV}): use one of {', '.join(MODES)}")
     return value

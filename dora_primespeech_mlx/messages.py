@@ -15,7 +15,8 @@
 ``cleanup``.
 
 Metadata: :func:`sanitize_metadata` keeps every incoming key with its type, except values Dora cannot
-send faithfully (numpy scalars become int/float/bool, None/dict/bytes/mixed lists become strings).
+send faithfully (numpy scalars become int/float/bool, None/dict/bytes/mixed lists become strings), and
+:func:`normalize_segment_index` makes a numeric ``segment_index`` an int, as the old node read it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 VOICE_PREFIX = "VOICE:"
-PREFIX_LANGS = ("zh", "en", "ja", "auto")
+PREFIX_LANGS = ("zh", "en", "ja", "ko", "yue", "all_zh", "all_ja", "all_ko", "all_yue", "auto", "auto_yue")
 
 # JSON payload keys -> SynthesisConfig overrides (and their types).
 _FLOAT_KEYS = {
@@ -248,11 +248,6 @@ def _prefix_lang(lang: str) -> str:
     return v if v in PREFIX_LANGS else "auto"
 
 
-def has_speakable(text: str) -> bool:
-    """True if the text has a letter or digit (the old node skipped punctuation/whitespace-only text)."""
-    return any(unicodedata.category(ch)[0] in "LN" for ch in text)
-
-
 # ---------------------------------------------------------------------------------------------------
 # control
 
@@ -308,6 +303,23 @@ def sanitize_metadata(metadata: Any) -> dict[str, Any]:
     if not isinstance(metadata, dict):
         return {}
     return {str(k): sanitize_value(v) for k, v in metadata.items()}
+
+
+def normalize_segment_index(md: dict[str, Any]) -> bool:
+    """Make a numeric ``segment_index`` an int in place (the MaaS LLM client sends "0"; the players do
+    ``segment_index + 1`` and the old node parsed it with ``int()``). Returns False when a segment_index is
+    present but not numeric (it is then left as it came)."""
+    if "segment_index" not in md:
+        return True
+    raw = md["segment_index"]
+    try:
+        number = float(raw.strip()) if isinstance(raw, str) else float(raw)
+    except (TypeError, ValueError):
+        return False
+    if isinstance(raw, bool) or not math.isfinite(number) or number != int(number):
+        return False
+    md["segment_index"] = int(number)
+    return True
 
 
 def as_int(value: Any, default: int | None = None) -> int | None:

@@ -1,22 +1,17 @@
 """Where the package keeps downloaded and converted files.
 
-This module is imported by every layer (text, models, engine), so it knows nothing but paths.
+This module is imported by every layer (text, models, engine), so it knows nothing but paths; the
+directories named by environment variables come from :mod:`.settings`, where they are declared.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-DEFAULT_MODEL_DIR = "~/.dora/models/primespeech"  # the old node's default: its downloads are reused
+from .settings import DEFAULT_MODEL_DIR, expand, read
 
-# The old node's name first (drop-in use), then the design document's alias.
-MODEL_DIR_ENV = ("PRIMESPEECH_MODEL_DIR", "GPTSVITS_MODEL_DIR")
-
-
-def expand(path: str | os.PathLike) -> Path:
-    """Expand ``~`` and ``$VARS`` the way the old node did."""
-    return Path(os.path.expandvars(os.path.expanduser(str(path))))
+__all__ = ["DEFAULT_MODEL_DIR", "expand", "mlx_cache_dir", "model_dir", "nltk_data_dir", "originals_dir",
+           "text_data_dir", "user_voices_dir"]
 
 
 def model_dir() -> Path:
@@ -24,11 +19,7 @@ def model_dir() -> Path:
 
     The directory is not created here; writers create what they need.
     """
-    for name in MODEL_DIR_ENV:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return expand(value)
-    return expand(DEFAULT_MODEL_DIR)
+    return read("model_dir")
 
 
 def text_data_dir() -> Path:
@@ -37,10 +28,7 @@ def text_data_dir() -> Path:
     ``$PRIMESPEECH_TEXT_DATA`` names an existing folder (tests, offline installs); otherwise
     ``<model_dir>/text-data``, filled on first use.
     """
-    value = os.environ.get("PRIMESPEECH_TEXT_DATA", "").strip()
-    if value:
-        return expand(value)
-    return model_dir() / "text-data"
+    return read("text_data") or model_dir() / "text-data"
 
 
 def nltk_data_dir() -> Path:

@@ -1,4 +1,4 @@
-"""The node's settings: one dataclass read from the environment.
+"""The package's settings: every environment variable it reads is declared here, and read nowhere else.
 
 Every setting has one primary name (the old dora-primespeech node's name where it had one, so existing
 dataflows keep working) and optional aliases (the design document's ``GPTSVITS_*`` names and a few
@@ -19,19 +19,21 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import defaults
 from .errors import ConfigError
-from .paths import DEFAULT_MODEL_DIR, expand
 
-# Languages the old node accepted for TEXT_LANG / PROMPT_LANG. The engine refuses the ones it cannot
-# speak (ja, ko, yue, ...) with a clear error when the voice is loaded.
+DEFAULT_MODEL_DIR = "~/.dora/models/primespeech"  # the old node's default: its downloads are reused
+COMPUTE_UNITS = ("CPU_AND_NE", "ALL", "CPU_AND_GPU", "CPU_ONLY")  # CoreML compute units; the first is the default
+
+# Languages the old node accepted for TEXT_LANG / PROMPT_LANG (all have a text front end; ja, ko and yue
+# need the pip extras of the same name).
 OLD_LANGS = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue", "all_ko")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-SPLIT_METHODS = ("cut0", "cut1", "cut2", "cut3", "cut4", "cut5")
+SPLIT_METHODS = defaults.TEXT_SPLIT_METHODS
 SAMPLES_PER_TOKEN = 640  # 32 kHz audio, 50 semantic tokens per second
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -40,6 +42,11 @@ _FALSE = {"0", "false", "no", "off", "n", "f"}
 
 # ---------------------------------------------------------------------------------------------------
 # Parsers: str -> value, raising ValueError with a short reason.
+
+
+def expand(path: str | os.PathLike) -> Path:
+    """Expand ``~`` and ``$VARS`` the way the old node did."""
+    return Path(os.path.expandvars(os.path.expanduser(str(path))))
 
 
 def _str(s: str) -> str:
@@ -96,8 +103,32 @@ def _choice(values: tuple[str, ...], upper: bool = False, synonyms: Mapping[str,
     return check
 
 
+def _limits(name: str) -> Callable[[str], Any]:
+    """The parser of request parameter ``name`` with the range the engine enforces (defaults.RANGES)."""
+    rng = defaults.RANGES[name]
+    return _ranged(_int if rng.integer else _number, rng.lo, rng.hi, lo_open=rng.lo_open)
+
+
 def _path(s: str) -> Path:
     return expand(s.strip())
+
+
+def _cache_under(s: str) -> Path:
+    return expand(s.strip()) / "dora_primespeech_mlx"
+
+
+def _threads(s: str) -> int | str:
+    v = s.strip().lower()
+    if v == "auto":
+        return v
+    try:
+        return _ranged(_int, 1)(v)
+    except ValueError:
+        raise ValueError("expected a positive number or auto") from None
+
+
+def _auto_bool(s: str) -> bool | None:
+    return None if s.strip().lower() == "auto" else _bool(s)
 
 
 def _use_gpu(s: str) -> str:
@@ -151,28 +182,28 @@ VARS: tuple[Var, ...] = (
         ("GPTSVITS_PROMPT_LANG",)),
     Var("prompt_text", "PROMPT_TEXT", None, _str,
         "Transcript of the start voice's reference clip (unset: the voice's).", ("GPTSVITS_PROMPT_TEXT",)),
-    Var("top_k", "TOP_K", defaults.TOP_K, _ranged(_int, 1), "GPT sampling: top-k.", ("GPTSVITS_TOP_K",)),
-    Var("top_p", "TOP_P", defaults.TOP_P, _ranged(_number, 0.0, 1.0, lo_open=True), "GPT sampling: top-p.",
+    Var("top_k", "TOP_K", defaults.TOP_K, _limits("top_k"), "GPT sampling: top-k.", ("GPTSVITS_TOP_K",)),
+    Var("top_p", "TOP_P", defaults.TOP_P, _limits("top_p"), "GPT sampling: top-p.",
         ("GPTSVITS_TOP_P",)),
-    Var("temperature", "TEMPERATURE", defaults.TEMPERATURE, _ranged(_number, 0.0, lo_open=True),
+    Var("temperature", "TEMPERATURE", defaults.TEMPERATURE, _limits("temperature"),
         "GPT sampling temperature.",
         ("GPTSVITS_TEMPERATURE",)),
-    Var("repetition_penalty", "REPETITION_PENALTY", defaults.REPETITION_PENALTY, _ranged(_number, 0.0, lo_open=True),
+    Var("repetition_penalty", "REPETITION_PENALTY", defaults.REPETITION_PENALTY, _limits("repetition_penalty"),
         "GPT sampling: repetition penalty.", ("GPTSVITS_REPETITION_PENALTY",)),
-    Var("speed_factor", "SPEED_FACTOR", None, _ranged(_number, 0.0, 4.0, lo_open=True),
+    Var("speed_factor", "SPEED_FACTOR", None, _limits("speed_factor"),
         "Speech speed (unset: the voice's speed_factor, 1.1 for most zh presets). A JSON `speed` wins.",
         ("GPTSVITS_SPEED_FACTOR",)),
-    Var("fragment_interval", "FRAGMENT_INTERVAL", defaults.FRAGMENT_INTERVAL, _ranged(_number, 0.0),
+    Var("fragment_interval", "FRAGMENT_INTERVAL", defaults.FRAGMENT_INTERVAL, _limits("fragment_interval"),
         "Silence (s) between the sentences of one text.", ("GPTSVITS_FRAGMENT_INTERVAL",)),
     Var("text_split_method", "TEXT_SPLIT_METHOD", defaults.TEXT_SPLIT_METHOD, _choice(SPLIT_METHODS),
         "How one text is cut into sentences (upstream cut0..cut5).", ("GPTSVITS_TEXT_SPLIT_METHOD",)),
-    Var("seed", "SEED", defaults.SEED, _ranged(_int, -1), "Sampling seed (-1: random).", ("GPTSVITS_SEED",)),
-    Var("noise_scale", "NOISE_SCALE", defaults.NOISE_SCALE, _ranged(_number, 0.0), "SoVITS noise scale.",
+    Var("seed", "SEED", defaults.SEED, _limits("seed"), "Sampling seed (-1: random).", ("GPTSVITS_SEED",)),
+    Var("noise_scale", "NOISE_SCALE", defaults.NOISE_SCALE, _limits("noise_scale"), "SoVITS noise scale.",
         ("GPTSVITS_NOISE_SCALE",)),
     Var("streaming", "STREAMING", False, _bool,
         "Send audio in chunks while the GPT still generates (else one `audio` message per text).",
         ("RETURN_FRAGMENT", "GPTSVITS_STREAMING")),
-    Var("stream_chunk_tokens", "STREAM_CHUNK_TOKENS", None, _ranged(_int, 1, 1500),
+    Var("stream_chunk_tokens", "STREAM_CHUNK_TOKENS", None, _limits("stream_chunk_tokens"),
         "Streaming: semantic tokens (50 per second of audio) per audio chunk after the first "
         "(unset: the engine's default). GPTSVITS_CHUNK_SIZE gives it in samples (640 per token).",
         ("GPTSVITS_CHUNK_SIZE",), (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),)),
@@ -191,9 +222,6 @@ VARS: tuple[Var, ...] = (
         "Encoder backend: auto (CoreML on macOS when available) | coreml | mlx. "
         "GPTSVITS_USE_ANE=true means auto, false means mlx.",
         ("GPTSVITS_ENCODERS", "GPTSVITS_USE_ANE"), (("GPTSVITS_USE_ANE", _use_ane),)),
-    Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
-        "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
-        "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
     Var("audio_format", "AUDIO_FORMAT", "list", _choice(("list", "flat")),
         "`audio` output form: list = pa.array([float32 samples]) (old node, ListArray of length 1); "
         "flat = pa.array(float32 samples) (dora-hub players).", ("GPTSVITS_AUDIO_FORMAT",)),
@@ -205,6 +233,61 @@ VARS: tuple[Var, ...] = (
         "Accepted for old dataflows and checked; MLX chooses its own CPU threads.", ()),
     Var("sample_rate", "SAMPLE_RATE", None, _ranged(_int, 1),
         "Informational: the rate comes from the model (32000). A different value logs a warning.", ()),
+    Var("silence_on_skip", "SILENCE_ON_SKIP", True, _bool,
+        "Answer a text that is skipped (nothing to speak) or fails with one short silent `audio` message "
+        "(`is_final`, `silent: true`, the text's metadata) besides its segment_complete, so players and segmenters "
+        "that advance per `audio` message never stall (not for texts cancelled by reset or stop).",
+        ("GPTSVITS_SILENCE_ON_SKIP",)),
+    Var("max_cached_voices", "PRIMESPEECH_VOICE_CACHE", 2, _ranged(_int, 0, 64),
+        "Voices used by per-request `VOICE:` prefixes that stay loaded besides the current one (least recently "
+        "used first out); 0 loads them for each request.", ("GPTSVITS_VOICE_CACHE",)),
+    Var("max_queued_texts", "MAX_QUEUED_TEXTS", 1000, _ranged(_int, 1),
+        "Texts waiting to be spoken; one more is answered at once with segment_complete `error` (busy), "
+        "never dropped.", ("GPTSVITS_MAX_QUEUED_TEXTS",)),
+    Var("threads", "PRIMESPEECH_THREADS", "auto", _threads,
+        "CPU BLAS threads: a number, or auto (1 on machines with <= 2 usable CPUs, else the library default). "
+        "OPENBLAS_NUM_THREADS / MKL_NUM_THREADS set by the user are respected.", ()),
+    Var("user_blas_threads", "OPENBLAS_NUM_THREADS", None, _str,
+        "Read, never written: when set (or MKL_NUM_THREADS), PRIMESPEECH_THREADS=auto leaves the BLAS threads "
+        "to it.", ("MKL_NUM_THREADS",)),
+    Var("blas", "PRIMESPEECH_BLAS", "auto", _str,
+        "CPU BLAS for MLX on Linux: auto (pip MKL, system OpenBLAS, numpy's OpenBLAS via a compiled shim), off, "
+        "or the path of a library exporting cblas_sgemm.", ()),
+    Var("conv_impl", "PRIMESPEECH_CONV_IMPL", "auto", _choice(("auto", "gemm", "native")),
+        "SoVITS convolutions: auto (GEMM formulation on the CPU, MLX's conv on GPUs) | gemm | native.", ()),
+    Var("t2s_decode", "PRIMESPEECH_T2S_DECODE", "auto", _choice(("auto", "mlx", "compile", "numpy")),
+        "GPT decode step, chosen when the GPT loads: auto (numpy on the CPU, MLX on GPUs) | mlx | compile "
+        "(mx.compile'd MLX step) | numpy.", ()),
+    Var("t2s_compile", "PRIMESPEECH_T2S_COMPILE", None, _auto_bool,
+        "Compile the MLX GPT decode step with mx.compile (unset/auto: on GPUs only).", ()),
+    Var("bert_half", "PRIMESPEECH_BERT_HALF", False, _bool,
+        "Keep the RoBERTa weights in float16 (computing in float32): ~0.6 GB less memory.", ()),
+    Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
+        "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
+        "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
+    Var("gpt_half", "PRIMESPEECH_GPT_HALF", "auto",
+        _choice(("auto", "1", "0"), synonyms={"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0",
+                                              "no": "0"}),
+        "GPT decode step on the CPU with float16 weights and float32 accumulation (a small C kernel built once): "
+        "auto (when the weights are float16 values, as in the released checkpoints) | 1 (always) | 0.", ()),
+    Var("g2pw", "PRIMESPEECH_G2PW", False, _bool,
+        "Chinese polyphones by g2pW (needs onnxruntime and <model dir>/G2PWModel) instead of pypinyin.", ()),
+    Var("g2pw_vocab", "PRIMESPEECH_G2PW_VOCAB", None, _path,
+        "g2pW's BERT vocabulary file (unset: vocab.txt in the G2PWModel folder).", ()),
+    Var("coreml_compute_units", "PRIMESPEECH_COREML_COMPUTE_UNITS", COMPUTE_UNITS[0],
+        _choice(COMPUTE_UNITS, upper=True), "CoreML compute units on macOS.", ()),
+    Var("dora_sends", "PRIMESPEECH_DORA_SENDS", "auto", _choice(("auto", "worker", "main")),
+        "Which thread calls dora's send_output: auto (worker on dora-rs >= 1, main on 0.3.x) | worker | main.",
+        ()),
+    Var("voices_dir", "PRIMESPEECH_VOICES_DIR", None, _path,
+        "An extra folder of user voice YAML files.", ()),
+    Var("text_data", "PRIMESPEECH_TEXT_DATA", None, _path,
+        "Folder with the original front end's dictionaries (unset: <model dir>/text-data, filled on first "
+        "use).", ()),
+    Var("cache_dir", "PRIMESPEECH_CACHE_DIR", expand("~/.cache/dora_primespeech_mlx"), _path,
+        "Cache for the compiled BLAS shim and the benchmark's models (XDG_CACHE_HOME/dora_primespeech_mlx when "
+        "only that is set).", ("XDG_CACHE_HOME",), (("XDG_CACHE_HOME", _cache_under),)),
+    Var("cc", "CC", None, _str, "C compiler used to build the BLAS shim (unset: cc, gcc or clang on PATH).", ()),
 )
 
 
@@ -233,12 +316,31 @@ class Settings:
     auto_download: bool = True
     device: str = "auto"
     encoders: str = "auto"
-    vocoder: str = "auto"
     audio_format: str = "list"
     log_level: str = "INFO"
     log_timing: bool = True
     num_threads: int | None = None
     sample_rate: int | None = None
+    silence_on_skip: bool = True
+    max_cached_voices: int = 2
+    max_queued_texts: int = 1000
+    threads: int | str = "auto"
+    user_blas_threads: str | None = None
+    blas: str = "auto"
+    conv_impl: str = "auto"
+    t2s_decode: str = "auto"
+    t2s_compile: bool | None = None
+    bert_half: bool = False
+    vocoder: str = "auto"
+    gpt_half: str = "auto"
+    g2pw: bool = False
+    g2pw_vocab: Path | None = None
+    coreml_compute_units: str = COMPUTE_UNITS[0]
+    dora_sends: str = "auto"
+    voices_dir: Path | None = None
+    text_data: Path | None = None
+    cache_dir: Path = expand("~/.cache/dora_primespeech_mlx")
+    cc: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -247,15 +349,13 @@ class Settings:
         values: dict[str, Any] = {}
         errors: list[str] = []
         for var in VARS:
-            for name in var.names:
-                raw = env.get(name)
-                if raw is None or str(raw).strip() == "":
-                    continue
-                try:
-                    values[var.field] = var.parser(name)(str(raw))
-                except ValueError as exc:
-                    errors.append(f"{name}={raw!r}: {exc}")
-                break
+            try:
+                found = _lookup(var, env)
+            except ValueError as exc:
+                errors.append(str(exc))
+                continue
+            if found is not None:
+                values[var.field] = found[0]
         if errors:
             raise ConfigError("invalid environment variable(s) for dora-primespeech-mlx:\n  " + "\n  ".join(errors))
         return cls(**values)
@@ -278,12 +378,35 @@ class Settings:
             out["stream_chunk_tokens"] = self.stream_chunk_tokens
         return out
 
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: (str(v) if isinstance(v := getattr(self, f.name), Path) else v) for f in fields(self)}
+def _lookup(var: Var, env: Mapping[str, str]) -> tuple[Any] | None:
+    """(value,) from the first of ``var``'s names set in ``env``, or None; ValueError names a bad value."""
+    for name in var.names:
+        raw = env.get(name)
+        if raw is None or str(raw).strip() == "":
+            continue
+        try:
+            return (var.parser(name)(str(raw)),)
+        except ValueError as exc:
+            raise ValueError(f"{name}={raw!r}: {exc}") from None
+    return None
+
+
+_BY_FIELD = {v.field: v for v in VARS}
+
+
+def read(field: str, env: Mapping[str, str] | None = None) -> Any:
+    """One setting from the environment (its default when unset); a bad value raises ConfigError naming it.
+    For modules that need one value without validating the whole environment (e.g. the BLAS set-up)."""
+    var = _BY_FIELD[field]
+    try:
+        found = _lookup(var, os.environ if env is None else env)
+    except ValueError as exc:
+        raise ConfigError(f"invalid environment variable for dora-primespeech-mlx: {exc}") from None
+    return var.default if found is None else found[0]
 
 
 def describe() -> list[tuple[str, tuple[str, ...], Any, str]]:
     """``(name, aliases, default, meaning)`` for every setting, in the order of :data:`VARS`
     (the model directory's default is shown unexpanded, ``~/.dora/models/primespeech``)."""
-    return [(v.name, v.aliases, DEFAULT_MODEL_DIR if v.field == "model_dir" else v.default, v.meaning)
-            for v in VARS]
+    shown = {"model_dir": DEFAULT_MODEL_DIR, "cache_dir": "~/.cache/dora_primespeech_mlx"}
+    return [(v.name, v.aliases, shown.get(v.field, v.default), v.meaning) for v in VARS]

@@ -10,9 +10,11 @@ RoBERTa). Presets are described by the YAML files in the repository's top-level 
                                  /ref_audios/*.wav
                                  /chinese-hubert-base/  /chinese-roberta-wwm-ext-large/
 
-so a model directory filled by the old node works unchanged. User voices are YAML files with the same
-fields, either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml`` or any ``*.yaml`` in
-``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
+so a model directory filled by the old node works unchanged. v2Pro / v2ProPlus voices (a SoVITS file of that
+version) also need the speaker-verification model, ``moyoyo/sv/pretrained_eres2netv2w24s4ep4.ckpt`` (from
+``lj1995/GPT-SoVITS``, fetched with the encoders when such a voice is installed). User voices are YAML files
+with the same fields (plus an optional ``sv`` path), either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml``
+or any ``*.yaml`` in ``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import yaml
 
 from .errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
 from .paths import expand, model_dir, originals_dir, user_voices_dir
+from .settings import read as read_setting
+from .text.langsplit import SUPPORTED_OPTIONS
 
 DEFAULT_VOICE = "Doubao"
-SUPPORTED_LANGS = ("zh", "en", "all_zh", "auto")
+SUPPORTED_LANGS = SUPPORTED_OPTIONS  # zh en ja ko yue, their all_* forms, auto, auto_yue
 
 
 def _catalog_dir() -> Path:
@@ -58,10 +62,26 @@ class VoiceSpec:
     description: str = ""
     repository: str | None = None  # Hugging Face repo of gpt/sovits/reference (presets)
     files: tuple[str, ...] = ()  # their paths inside that repo
+    revision: str | None = None  # pinned commit of that repo (None: the one recorded by the first download)
+    sv: Path | None = None  # speaker-verification model, used only when the SoVITS is v2Pro / v2ProPlus
+
+    @property
+    def needs_sv(self) -> bool:
+        """Whether the SoVITS file is v2Pro-family (read cheaply from the file; False while it is missing)."""
+        from .convert.checkpoints import sovits_needs_sv
+
+        return sovits_needs_sv(self.sovits)
 
     def missing_files(self) -> list[Path]:
         out = [p for p in (self.gpt, self.sovits, self.reference) if not p.exists()]
         out += [p for p in (self.hubert, self.bert) if not (p / "config.json").exists()]
+        if self.source == "preset":  # downloaded files truncated/replaced since verified count as missing
+            from .integrity import damaged
+
+            out += [p for p in damaged(self.hubert.parent, (self.gpt, self.sovits, self.reference, self.hubert,
+                                                            self.bert)) if p not in out]
+        if self.sovits.exists() and self.needs_sv and (self.sv is None or not Path(self.sv).exists()):
+            out.append(Path(self.sv) if self.sv is not None else Path("<speaker-verification model (sv)>"))
         return out
 
     @property
@@ -90,6 +110,8 @@ class EncoderInfo:
     bert: str
     hubert_files: tuple[str, ...]
     bert_files: tuple[str, ...]
+    revision: str | None = None  # pinned commit of the repo (None: the one recorded by the first download)
+    sv: str = "sv/pretrained_eres2netv2w24s4ep4.ckpt"  # v2Pro voices' speaker-verification model (same repo)
 
 
 def _read_yaml(path: Path) -> dict:
@@ -107,7 +129,9 @@ def _read_yaml(path: Path) -> dict:
 def encoder_info() -> EncoderInfo:
     d = _read_yaml(_catalog_dir() / "_encoders.yaml")
     return EncoderInfo(
-        d["repository"], d["hubert"], d["bert"], tuple(d["hubert_files"]), tuple(d["bert_files"])
+        d["repository"], d["hubert"], d["bert"], tuple(d["hubert_files"]), tuple(d["bert_files"]),
+        revision=str(d["revision"]) if d.get("revision") else None,
+        sv=str(d.get("sv") or EncoderInfo.sv),
     )
 
 
@@ -146,6 +170,8 @@ def _preset_from_yaml(path: Path, root: Path) -> VoiceSpec:
         description=str(d.get("description") or ""),
         repository=str(d["repository"]),
         files=(str(d["gpt"]), str(d["sovits"]), str(d["reference"])),
+        revision=str(d["revision"]) if d.get("revision") else None,
+        sv=base / enc.sv,
     )
 
 
@@ -172,6 +198,7 @@ def _user_from_yaml(path: Path, root: Path) -> VoiceSpec:
         bert=resolve(d["bert"]) if d.get("bert") else default.bert,
         source="user",
         description=str(d.get("description") or ""),
+        sv=resolve(d["sv"]) if d.get("sv") else default.sv,
     )
 
 
@@ -189,9 +216,9 @@ def preset_voice(name: str, root: Path | None = None) -> VoiceSpec:
 
 def _user_yaml_files(root: Path) -> list[Path]:
     files = sorted(user_voices_dir(root).glob("*/voice.yaml"))
-    extra = os.environ.get("PRIMESPEECH_VOICES_DIR", "").strip()
+    extra = read_setting("voices_dir")
     if extra:
-        files += sorted(expand(extra).glob("*.yaml"))
+        files += sorted(Path(extra).glob("*.yaml"))
     return files
 
 
@@ -249,7 +276,7 @@ def ensure_installed(spec: VoiceSpec, root: Path | None = None) -> None:
         )
     else:
         how = "Fix the paths in the voice's YAML file, or download the shared encoders with " \
-              "`primespeech-mlx download encoders`."
+              "`primespeech-mlx download encoders` (v2Pro voices: also `primespeech-mlx download sv`)."
     raise VoiceNotInstalledError(f"voice {spec.name!r} is not installed; missing:\n  {listing}\n{how}")
 
 
@@ -277,8 +304,8 @@ def custom_voice(
         base_spec = base
     else:
         base_spec = resolve_voice(base or DEFAULT_VOICE, root, require_installed=False)
-    # The old node's rule: zh/en/ja/auto pass, anything else becomes auto (ja is refused later, clearly).
-    lang = language if language in (*SUPPORTED_LANGS, "ja") else "auto"
+    # The old node's rule: a known language passes, anything else becomes auto.
+    lang = language if language in SUPPORTED_LANGS else "auto"
     ref = expand(str(reference))
     if not ref.is_file():
         raise VoiceNotInstalledError(f"reference audio {ref} not found")

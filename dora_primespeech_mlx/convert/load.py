@@ -4,6 +4,14 @@ A converted model is a folder holding ``config.json`` (``{"kind": ..., "version"
 "source": ...}``) and ``model.safetensors`` (the sanitized float32 weights). Loading a converted folder
 parses no pickle and does no key mapping. :func:`convert` writes one; the ``load_*`` functions accept
 either form and, given an original file, convert it into ``<model_dir>/mlx/`` the first time.
+:func:`from_checkpoint` builds a model from a checkpoint already read (``checkpoints.read_*``) the same way.
+
+This is the one loading path (product and tests). Options a model takes at load:
+
+- GPT: ``decode`` (``"auto"`` | ``"mlx"`` | ``"compile"`` | ``"numpy"``) and ``compile_step`` (None | bool):
+  which :class:`~..models.t2s.Decoder` runs its steps (``models.t2s_decode.decoder_kind``), kept in
+  ``model.decoder``;
+- BERT: ``half`` (default False): float16 weight storage (``BertModel.prepare``).
 """
 
 from __future__ import annotations
@@ -21,13 +29,14 @@ from typing import Any
 import numpy as np
 
 from ..paths import mlx_cache_dir, model_dir
-from .checkpoints import RawCheckpoint, read_gpt, read_hf_dir, read_sovits
-from .torch_pickle import CheckpointError
+from .checkpoints import RawCheckpoint, read_gpt, read_hf_dir, read_sovits, read_sv, sovits_needs_sv
+from .torch_pickle import CheckpointError, pickle_bytes
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-KINDS = ("gpt", "sovits", "hubert", "bert")
+KINDS = ("gpt", "sovits", "hubert", "bert", "sv")  # sv: the speaker-verification model of v2Pro voices
+OPTIONS = {"gpt": ("decode", "compile_step"), "sovits": (), "hubert": (), "bert": ("half",), "sv": ()}
 
 
 def _model_classes(kind: str):
@@ -48,6 +57,10 @@ def _model_classes(kind: str):
         from ..models.bert import BertArgs, BertModel
 
         return BertArgs, BertModel
+    if kind == "sv":
+        from ..models.sv import ERes2NetV2, SVArgs
+
+        return SVArgs, ERes2NetV2
     raise ValueError(f"unknown model kind {kind!r} (expected one of {', '.join(KINDS)})")
 
 
@@ -67,8 +80,12 @@ def detect_kind(path: str | os.PathLike) -> str:
             if model_type in ("hubert", "bert"):
                 return model_type
         raise CheckpointError(path, "cannot tell which model this folder holds (no usable config.json)")
-    if path.suffix == ".ckpt":
-        return "gpt"
+    if path.suffix == ".ckpt":  # a GPT, or the speaker-verification state dict (tell them by tensor names)
+        try:
+            names = pickle_bytes(path)
+        except CheckpointError:
+            return "gpt"  # reading it as a GPT reports what is wrong with the file
+        return "sv" if b"layer3_ds" in names and b"ar_text_embedding" not in names else "gpt"
     if path.suffix == ".pth":
         return "sovits"
     raise CheckpointError(path, "cannot tell the model kind: expected a .ckpt, a .pth or a model folder")
@@ -79,6 +96,8 @@ def read_original(path: str | os.PathLike, kind: str) -> RawCheckpoint:
         return read_gpt(path)
     if kind == "sovits":
         return read_sovits(path)
+    if kind == "sv":
+        return read_sv(path)
     return read_hf_dir(path, kind)
 
 
@@ -107,14 +126,40 @@ def sanitized(raw: RawCheckpoint) -> tuple[Any, dict[str, np.ndarray]]:
     """(args, sanitized float32 weights) of an original checkpoint."""
     args_cls, model_cls = _model_classes(raw.kind)
     if raw.kind == "sovits":
-        args = args_cls.from_config(raw.config, version=raw.version)
+        args = args_cls.from_config(raw.config, version=raw.version, weights=raw.weights)
     else:
         args = args_cls.from_config(raw.config)
     weights = model_cls.sanitize(dict(raw.weights))
+    if hasattr(args, "check_weights"):
+        args.check_weights(weights)
     return args, weights
 
 
-def _build(kind: str, args: Any, weights):
+def _check_options(kind: str, options: dict) -> None:
+    unknown = sorted(set(options) - set(OPTIONS.get(kind, ())))
+    if unknown:
+        raise TypeError(f"{kind} models take no option {', '.join(unknown)} (options: {OPTIONS.get(kind, ())})")
+
+
+def _finish(kind: str, model, options: dict) -> None:
+    """Load-time choices: the GPT's decoder, the other models' ``prepare`` (derived weights, storage)."""
+    if kind == "gpt":
+        from ..models.t2s_decode import make_decoder
+
+        model.decoder = make_decoder(model, options.get("decode", "auto"), options.get("compile_step"))
+    elif hasattr(model, "prepare"):
+        model.prepare(**options)
+
+
+def from_checkpoint(raw: RawCheckpoint, **options):
+    """The model of an original checkpoint already read (``checkpoints.read_gpt``/``read_sovits``/
+    ``read_hf_dir``), built as :func:`load` builds it. ``options``: see the module docstring."""
+    _check_options(raw.kind, options)
+    args, weights = sanitized(raw)
+    return _build(raw.kind, args, weights, raw.path, options)
+
+
+def _build(kind: str, args: Any, weights, source=None, options: dict | None = None):
     """The model of ``kind`` with ``weights``: a dict (emptied as it is read) or an iterable of
     (name, array) pairs (numpy or MLX). Arrays become MLX arrays one at a time and each numpy source is
     dropped once copied, so no second full copy of the weights builds up; the freed heap is handed
@@ -129,10 +174,12 @@ def _build(kind: str, args: Any, weights):
         items = ((k, weights.pop(k)) for k in list(weights))
     else:
         items = iter(weights)
-    model.load_weights([(k, v if isinstance(v, mx.array) else mx.array(v)) for k, v in items], strict=True)
+    try:
+        model.load_weights([(k, v if isinstance(v, mx.array) else mx.array(v)) for k, v in items], strict=True)
+    except ValueError as exc:
+        raise CheckpointError(source, f"{kind} weights do not fit the config: {exc}") from None
     del items, weights  # the model holds the only references: prepare() may replace them unevaluated
-    if hasattr(model, "prepare"):
-        model.prepare()
+    _finish(kind, model, options or {})
     model.eval()
     mx.eval(model.parameters())
     gc.collect()
@@ -197,36 +244,40 @@ def _cache_path(src: Path, kind: str, root: Path | None) -> Path:
     return mlx_cache_dir(root or model_dir()) / f"{kind}-{src.stem}-{digest}"
 
 
-def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, root: Path | None = None):
-    """Load a model of ``kind`` from an original or converted path (converting once into the cache)."""
+def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, root: Path | None = None, **options):
+    """Load a model of ``kind`` from an original or converted path (converting once into the cache;
+    ``cache=False`` converts in memory). ``options``: see the module docstring."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(path, "not found")
     kind = kind or detect_kind(path)
+    _check_options(kind, options)
     if path.is_dir() and is_converted(path):
         converted = path
     else:
-        converted = _cache_path(path, kind, root) if cache else None
-        if converted is None or not is_converted(converted):
+        if not cache:
+            return from_checkpoint(read_original(path, kind), **options)
+        converted = _cache_path(path, kind, root)
+        if not is_converted(converted):
             try:
-                if converted is None:
-                    raise OSError("cache disabled")
                 convert(path, converted, kind)
                 log.info("converted %s -> %s", path, converted)
             except OSError as exc:  # read-only model dir: convert in memory
                 log.warning("cannot cache the converted %s (%s); converting in memory", path, exc)
-                args, weights = sanitized(read_original(path, kind))
-                return _build(kind, args, weights)
+                return from_checkpoint(read_original(path, kind), **options)
     meta = json.loads((converted / "config.json").read_text(encoding="utf-8"))
     if meta.get("kind") != kind:
         raise CheckpointError(converted, f"holds a {meta.get('kind')} model, expected {kind}")
     args_cls, _ = _model_classes(kind)
     args = args_cls.from_dict(meta["args"]) if hasattr(args_cls, "from_dict") else args_cls(**meta["args"])
-    return _build(kind, args, _read_converted(converted / "model.safetensors"))
+    return _build(kind, args, _read_converted(converted / "model.safetensors"), converted, options)
 
 
-def load_gpt(path, **kw):
-    return load(path, "gpt", **kw)
+def load_gpt(path, *, decode: str = "auto", compile_step: bool | None = None, **kw):
+    """The GPT (``T2SModel``) with its decoder chosen now: ``decode`` ``"auto"`` (numpy on the CPU,
+    compiled MLX on a GPU), ``"mlx"``, ``"compile"`` or ``"numpy"``; ``compile_step`` None (compile
+    off the CPU) or a bool, for the MLX step."""
+    return load(path, "gpt", decode=decode, compile_step=compile_step, **kw)
 
 
 def load_sovits(path, **kw):
@@ -237,12 +288,19 @@ def load_hubert(path, **kw):
     return load(path, "hubert", **kw)
 
 
-def load_bert(path, **kw):
-    """(BertModel, BertTokenizer) from an original or converted folder (the tokenizer files travel)."""
+def load_sv(path, **kw):
+    """The speaker-verification model (ERes2NetV2) of v2Pro voices, from the original ``.ckpt`` or a
+    converted folder (converted once into the cache)."""
+    return load(path, "sv", **kw)
+
+
+def load_bert(path, *, half: bool = False, **kw):
+    """(BertModel, BertTokenizer) from an original or converted folder (the tokenizer files travel);
+    ``half`` keeps the weights in float16 storage (``BertModel.prepare``)."""
     from ..models.bert import BertTokenizer
 
     path = Path(path)
-    model = load(path, "bert", **kw)
+    model = load(path, "bert", half=half, **kw)
     return model, BertTokenizer.from_dir(path)
 
 
@@ -251,6 +309,9 @@ def convert_voice(spec, root: Path | None = None) -> None:
     from tqdm import tqdm
 
     items = [("gpt", spec.gpt), ("sovits", spec.sovits), ("hubert", spec.hubert), ("bert", spec.bert)]
+    sv = getattr(spec, "sv", None)
+    if sv is not None and sovits_needs_sv(spec.sovits):  # v2Pro / v2ProPlus: the speaker-verification model too
+        items.append(("sv", sv))
     for kind, path in tqdm(items, desc=f"converting {spec.name}", unit="model"):
         if Path(path).is_dir() and is_converted(path):
             continue

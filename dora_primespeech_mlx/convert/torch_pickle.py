@@ -172,6 +172,36 @@ def read_header(path: str | os.PathLike) -> bytes:
         return f.read(2)
 
 
+def _open_archive(path: Path, head: bytes) -> zipfile.ZipFile:
+    if head == b"PK":
+        return zipfile.ZipFile(path)
+    if head in VERSION_TAGS:
+        data = bytearray(path.read_bytes())
+        data[:2] = b"PK"
+        return zipfile.ZipFile(io.BytesIO(bytes(data)))
+    if head[:1] == b"\x80":
+        raise CheckpointError(
+            path, "legacy (pre-1.6) PyTorch serialization is not supported; re-save it with torch.save"
+        )
+    raise CheckpointError(path, f"not a PyTorch checkpoint (starts with {head!r})")
+
+
+def pickle_bytes(path: str | os.PathLike) -> bytes:
+    """The raw ``data.pkl`` of a ``torch.save`` archive (tensor names and config, no tensor data): a
+    cheap way to tell what a file holds without unpickling it. Raises :class:`CheckpointError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(path, "file not found")
+    try:
+        with _open_archive(path, read_header(path)) as archive:
+            pkls = [n for n in archive.namelist() if n.endswith("data.pkl")]
+            if not pkls:
+                raise CheckpointError(path, "archive has no data.pkl: not a torch.save file")
+            return archive.read(min(pkls, key=len))
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise CheckpointError(path, f"corrupt or truncated archive ({exc})") from None
+
+
 def load_torch_file(path: str | os.PathLike) -> Any:
     """Load a ``torch.save`` zip archive (also one whose "PK" magic was replaced by a version tag).
 
@@ -183,18 +213,7 @@ def load_torch_file(path: str | os.PathLike) -> Any:
         raise CheckpointError(path, "file not found")
     head = read_header(path)
     try:
-        if head == b"PK":
-            archive = zipfile.ZipFile(path)
-        elif head in VERSION_TAGS:
-            data = bytearray(path.read_bytes())
-            data[:2] = b"PK"
-            archive = zipfile.ZipFile(io.BytesIO(bytes(data)))
-        elif head[:1] == b"\x80":
-            raise CheckpointError(
-                path, "legacy (pre-1.6) PyTorch serialization is not supported; re-save it with torch.save"
-            )
-        else:
-            raise CheckpointError(path, f"not a PyTorch checkpoint (starts with {head!r})")
+        archive = _open_archive(path, head)
     except zipfile.BadZipFile as exc:
         raise CheckpointError(path, f"corrupt or truncated archive ({exc})") from None
 

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..settings import COMPUTE_UNITS, read
 from .export import PROMPT_TAIL_SAMPLES, ExportSpec, _ct, read_package_spec
 
 log = logging.getLogger(__name__)
 
 COMPUTE_UNITS_ENV = "PRIMESPEECH_COREML_COMPUTE_UNITS"
-COMPUTE_UNITS = ("CPU_AND_NE", "ALL", "CPU_AND_GPU", "CPU_ONLY")
-DEFAULT_COMPUTE_UNITS = "CPU_AND_NE"
+DEFAULT_COMPUTE_UNITS = COMPUTE_UNITS[0]
 
 
 class CoreMLError(RuntimeError):
@@ -48,7 +48,7 @@ class BucketError(ValueError):
 
 def compute_units(name: str | None = None) -> str:
     """The compute-unit name from ``name`` or ``$PRIMESPEECH_COREML_COMPUTE_UNITS`` (validated)."""
-    value = (name or os.environ.get(COMPUTE_UNITS_ENV, "") or DEFAULT_COMPUTE_UNITS).strip().upper()
+    value = (name or read("coreml_compute_units")).strip().upper()
     if value not in COMPUTE_UNITS:
         raise ValueError(f"{COMPUTE_UNITS_ENV}={value!r} is invalid: use one of {', '.join(COMPUTE_UNITS)}")
     return value

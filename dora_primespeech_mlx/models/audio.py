@@ -1,10 +1,9 @@
-"""Audio helpers around the models: reading, resampling, the SoVITS reference spectrogram and the
-pipeline's int16 output (gpt-sovits-v2.md sections 4.1, 6.2 and 8.6). numpy only."""
+"""Audio helpers around the models: reading, resampling and the SoVITS reference spectrogram
+(gpt-sovits-v2.md sections 4.1 and 6.2). numpy only."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -78,37 +77,3 @@ def spectrogram(
     spec = np.fft.rfft(frames * window, axis=-1)
     mag = np.sqrt(spec.real**2 + spec.imag**2 + 1e-8)
     return mag.T[None].astype(np.float32)
-
-
-def reference_spectrogram(
-    wav: np.ndarray,
-    sr: int,
-    target_sr: int = 32000,
-    n_fft: int = 2048,
-    hop_length: int = 640,
-    win_length: int = 2048,
-) -> np.ndarray:
-    """The reference spectrogram as ``TTS._get_ref_spec`` makes it: resample to ``target_sr``, divide by
-    ``min(2, max|x|)`` when the peak exceeds 1, then :func:`spectrogram`."""
-    x = resample(wav, sr, target_sr)
-    peak = float(np.max(np.abs(x))) if x.size else 0.0
-    if peak > 1:
-        x = x / min(2.0, peak)
-    return spectrogram(x, n_fft, hop_length, win_length)
-
-
-def to_int16_output(fragments: Iterable[np.ndarray], sr: int, fragment_interval: float = 0.3) -> np.ndarray:
-    """The pipeline's output (``TTS.audio_postprocess``): each fragment divided by its peak if that
-    exceeds 1, followed by ``int(sr * fragment_interval)`` zeros (after every fragment, the last too),
-    concatenated and converted with ``(x * 32768).astype(int16)``: no clipping, as in the original."""
-    gap = np.zeros(int(sr * fragment_interval), dtype=np.float32)
-    parts = []
-    for frag in fragments:
-        x = np.asarray(frag, dtype=np.float32).reshape(-1)
-        peak = float(np.max(np.abs(x))) if x.size else 0.0
-        if peak > 1:
-            x = x / peak
-        parts.extend([x, gap])
-    if not parts:
-        return np.zeros(0, dtype=np.int16)
-    return (np.concatenate(parts) * 32768).astype(np.int16)

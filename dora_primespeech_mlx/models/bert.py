@@ -190,14 +190,13 @@ class BertModel(nn.Module):
                 hidden.append(x)
         return hidden if output_hidden_states else x
 
-    def prepare(self, half: bool | None = None) -> BertModel:
+    def prepare(self, half: bool = False) -> BertModel:
         """Ready for inference (the loader calls this). With ``half`` the Linear weights and the word
         embedding are kept in float16 storage with float32 compute (``models/storage.py``; the released
         checkpoint is float16, so nothing is lost): 1.19 GB -> 0.65 GB resident. It is off by default
         because the per-call upcast is not free on a CPU (23 tokens, 2-core VM: 400 -> 760 ms);
-        ``PRIMESPEECH_BERT_HALF=1`` turns it on where memory matters more than ~0.35 s per request."""
-        if half is None:
-            half = os.environ.get("PRIMESPEECH_BERT_HALF", "").strip().lower() in ("1", "true", "yes", "on")
+        turn it on (``convert.load.load_bert(..., half=True)``) where memory matters more than ~0.35 s
+        per request."""
         if half:
             from .storage import half_storage
 
@@ -380,14 +379,3 @@ def bert_features_batch(
         phone_features(hidden[i, 1 : len(row) - 1], word2ph)
         for i, (row, (_, word2ph)) in enumerate(zip(encoded, items))
     ]
-
-
-def load_bert(raw) -> BertModel:
-    """Model from a :class:`~dora_primespeech_mlx.convert.checkpoints.RawCheckpoint` (``read_hf_dir``)."""
-    model = BertModel(BertArgs.from_config(raw.config))
-    sanitized = BertModel.sanitize(raw.weights)
-    model.load_weights([(k, mx.array(v)) for k, v in sanitized.items()], strict=True)
-    model.prepare()
-    mx.eval(model.parameters())
-    model.eval()
-    return model

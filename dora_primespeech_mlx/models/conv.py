@@ -10,23 +10,18 @@ The functions here express those convolutions as one GEMM each:
 
 Which path runs is decided in one place, :func:`use_gemm`: ``"auto"`` (the default) takes the GEMM path
 when the default device is the CPU and the native MLX ops elsewhere (Metal/CUDA, where they are fast).
-Override with :func:`set_conv_impl` or the ``PRIMESPEECH_CONV_IMPL`` environment variable
-(``auto`` | ``gemm`` | ``native``).
+The application chooses once with :func:`set_conv_impl` (``auto`` | ``gemm`` | ``native``).
 
 Layout: activations are (B, L, C) and weights are MLX's (C_out, K, C_in), for both directions.
 """
 
 from __future__ import annotations
 
-import os
-
 import mlx.core as mx
 import mlx.nn as nn
 
 _IMPLS = ("auto", "gemm", "native")
-_impl = os.environ.get("PRIMESPEECH_CONV_IMPL", "auto").strip().lower() or "auto"
-if _impl not in _IMPLS:
-    raise ValueError(f"PRIMESPEECH_CONV_IMPL={_impl!r}: expected one of {', '.join(_IMPLS)}")
+_impl = "auto"
 
 
 def set_conv_impl(name: str) -> str:
@@ -37,10 +32,6 @@ def set_conv_impl(name: str) -> str:
         raise ValueError(f"unknown conv implementation {name!r}: expected one of {', '.join(_IMPLS)}")
     old, _impl = _impl, name
     return old
-
-
-def get_conv_impl() -> str:
-    return _impl
 
 
 def use_gemm() -> bool:

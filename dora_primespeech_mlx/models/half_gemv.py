@@ -61,14 +61,9 @@ _STATE: dict[str, object] = {}
 def mode() -> str:
     """``PRIMESPEECH_GPT_HALF``: ``auto`` (default: on where the kernel builds and the weights are exactly
     float16), ``1`` (same, and a warning when it cannot be had), ``0`` (never)."""
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if value in ("1", "true", "yes", "on"):
-        return "on"
-    if value in ("0", "false", "no", "off"):
-        return "off"
-    if value != "auto":
-        raise ValueError(f"{ENV}={value!r}: expected auto, 1 or 0")
-    return "auto"
+    from ..settings import read
+
+    return {"1": "on", "0": "off"}.get(read("gpt_half"), "auto")
 
 
 def _cpu_ok() -> str | None:
@@ -86,8 +81,9 @@ def _cpu_ok() -> str | None:
 
 def _build() -> str:
     from .._blas import _cache_root
+    from ..settings import read
 
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = read("cc") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc:
         raise RuntimeError("no C compiler found (install gcc)")
     digest = hashlib.sha1((_SOURCE + " ".join(_FLAGS)).encode()).hexdigest()[:12]

@@ -314,17 +314,6 @@ class HubertModel(nn.Module):
         return out
 
 
-def load_hubert(raw) -> HubertModel:
-    """Model from a :class:`~dora_primespeech_mlx.convert.checkpoints.RawCheckpoint` (``read_hf_dir``)."""
-    model = HubertModel(HubertArgs.from_config(raw.config))
-    sanitized = HubertModel.sanitize(raw.weights)
-    model.load_weights([(k, mx.array(v)) for k, v in sanitized.items()], strict=True)
-    model.prepare()
-    mx.eval(model.parameters())
-    model.eval()
-    return model
-
-
 def prompt_features(model: HubertModel, wav16k: np.ndarray) -> mx.array:
     """The SoVITS ``extract_latent`` input for a reference clip: raw mono 16 kHz float waveform ->
     append 9600 zeros (0.6 s, as GPT-SoVITS does) -> HuBERT -> (1, hidden, T) (PyTorch (B, C, T) layout)."""

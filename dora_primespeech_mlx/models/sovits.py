@@ -1,16 +1,30 @@
-"""SoVITS synthesizer (GPT-SoVITS ``module/models.py`` ``SynthesizerTrn``, inference only), v1 and v2.
+"""SoVITS synthesizer (GPT-SoVITS ``module/models.py`` ``SynthesizerTrn``, inference only): v1, v2, v2Pro
+and v2ProPlus.
 
 Public methods keep the PyTorch (B, C, T) convention; inside, activations are (B, T, C). The stages
 (gpt-sovits-v2.md section 6) are exposed one by one so the engine can stream:
 
     ge = model.ref_embedding(spec)                       # (B, gin, 1)
     y = model.encode_features(codes, phones, ge)         # (B, 192, 2T) before the speed change
-    x, m_p, logs_p, y_mask = model.project(y, speed)     # prior statistics
+    x, m_p, logs_p, y_mask = model.project(y, speed)     # prior statistics, output_frames(2T, speed) frames
     z_p = model.sample_prior(m_p, logs_p, noise_scale, noise=..., seed=...)
     z = model.flow_reverse(z_p, y_mask, ge)
     audio = model.vocode(z, ge, y_mask)                  # (B, 1, 640 * T')
 
-``decode`` runs them all; ``decode_staged`` returns every intermediate.
+``decode`` runs them all; ``decode_staged`` returns every intermediate. A streamed sentence decodes
+windows of tokens onto one fixed output grid instead of each window's own speed change::
+
+    y = model.encode_features(codes[..., start:end], phones, ge)  # (B, 192, 2 (end - start))
+    f0, f1 = grid_frame(start, speed), grid_frame(end, speed)    # last window: output_frames(2 * end, speed)
+    if speed != 1:
+        y = interpolate_at(y, grid_positions(f0, f1, speed, start, y.shape[2]), axis=2)
+    x, m_p, logs_p, y_mask = model.project(y, 1.0)
+
+v2Pro / v2ProPlus (one code path; only their configs differ) also condition on a speaker-verification
+embedding of each reference (``models/sv.py``, (1, D_sv)): ``ref_embedding(spec, sv_emb=e)`` gives
+``ge = prelu(ref_enc(spec) + sv_emb_linear(e))`` (gin wide; several references are averaged after the
+PReLU), and the TextEncoder's MRTE gets ``ge_to512(ge)`` instead of ``ge``. That projection happens
+inside ``encode_features`` / ``decode``, so callers pass the same gin-wide ``ge`` to every stage, as for v2.
 """
 
 from __future__ import annotations
@@ -29,7 +43,10 @@ from .sovits_layers import MRTE, Encoder, MelStyleEncoder, ResidualCouplingBlock
 
 SSL_DIM = 768
 V2_REF_BINS = 704
-N_SYMBOLS = {"v1": 322, "v2": 732}
+FRAMES_PER_TOKEN = 2  # 25 Hz semantic tokens -> 50 Hz latent frames (quantized_50hz)
+MRTE_HIDDEN = 512  # MRTE's width, fixed by the original (v1/v2 feed it ge directly, so gin must be 512 there)
+N_SYMBOLS = {"v1": 322, "v2": 732, "v2Pro": 732, "v2ProPlus": 732}
+V2PRO_VERSIONS = ("v2Pro", "v2ProPlus")
 
 
 @dataclass
@@ -55,11 +72,15 @@ class SoVITSArgs:
     hop_length: int = 640
     win_length: int = 2048
     codebook_size: int = 1024
+    sv_dim: int = 20480  # v2Pro family: width of the speaker-verification embedding (sv_emb's input)
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], version: str | None = None) -> SoVITSArgs:
+    def from_config(
+        cls, config: dict[str, Any], version: str | None = None, weights: dict[str, Any] | None = None
+    ) -> SoVITSArgs:
         """From a SoVITS ``.pth`` config (sections ``model`` and ``data``, like ``configs/s2.json``).
-        ``version`` (from the checkpoint's text embedding) overrides ``model.version``."""
+        ``version`` (detected from the file) overrides ``model.version``; ``weights`` (the checkpoint's)
+        give the v2Pro ``sv_dim`` (``sv_emb.weight``'s input width, never assumed)."""
         if "model" not in config:
             raise ValueError("SoVITS config has no 'model' section")
         model, data = config["model"], config.get("data", {})
@@ -72,22 +93,37 @@ class SoVITSArgs:
             kwargs["spec_channels"] = kwargs["filter_length"] // 2 + 1
         kwargs["version"] = version or model.get("version") or "v2"
         kwargs["semantic_frame_rate"] = "25hz"  # TTS.init_vits_weights forces it, whatever the config says
+        if weights is not None and "sv_emb.weight" in weights:
+            kwargs["sv_dim"] = int(weights["sv_emb.weight"].shape[1])
         args = cls(**kwargs)
         args.validate()
         return args
 
     def validate(self) -> None:
         if self.version not in N_SYMBOLS:
-            raise ValueError(f"SoVITS version {self.version!r} is not supported (supported: v1, v2)")
+            raise ValueError(
+                f"SoVITS version {self.version!r} is not supported (supported: {', '.join(N_SYMBOLS)})"
+            )
         if str(self.resblock) != "1":
             raise ValueError(f"SoVITS resblock {self.resblock!r} is not supported (only '1', as in v1/v2)")
         if self.semantic_frame_rate not in ("25hz", "50hz"):
             raise ValueError(f"semantic_frame_rate {self.semantic_frame_rate!r}: expected '25hz' or '50hz'")
-        if self.hidden_channels != 192 or self.gin_channels != 512:
+        if self.hidden_channels != 192 or (self.gin_channels != MRTE_HIDDEN and not self.is_v2pro):
             raise ValueError(
                 f"hidden_channels={self.hidden_channels}, gin_channels={self.gin_channels}: the original MRTE "
-                "block fixes them to 192 and 512"
+                f"block fixes them to 192 and {MRTE_HIDDEN} (gin is free only for v2Pro/v2ProPlus)"
             )
+
+    def check_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Refuse sanitized weights of another version (the phone table's size tells v1 from v2)."""
+        emb = weights.get("enc_p.text_embedding.weight")
+        if emb is not None and emb.shape[0] != self.n_symbols:
+            raise ValueError(f"text embedding has {emb.shape[0]} rows, expected {self.n_symbols} for {self.version}")
+
+    @property
+    def is_v2pro(self) -> bool:
+        """v2Pro / v2ProPlus: conditioned on a speaker-verification embedding as well."""
+        return self.version in V2PRO_VERSIONS
 
     @property
     def n_symbols(self) -> int:
@@ -107,6 +143,7 @@ class DecodeOutputs:
     """Every stage of ``decode`` in (B, C, T) layout."""
 
     ge: mx.array
+    ge512: mx.array  # what MRTE adds: ge_to512(ge) for v2Pro, ge itself for v1/v2
     quantized_50hz: mx.array
     enc_p_x: mx.array
     m_p: mx.array
@@ -127,16 +164,48 @@ def _as_mx(x, dtype=None) -> mx.array:
     return a.astype(dtype) if dtype is not None and a.dtype != dtype else a
 
 
-def interpolate_linear(x: mx.array, size: int) -> mx.array:
-    """``F.interpolate(mode="linear", align_corners=False)`` along time for x (B, T, C)."""
-    length = x.shape[1]
-    scale = np.float32(length / size)
-    src = (np.arange(size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
-    src = np.maximum(src, np.float32(0.0))
+def output_frames(frames: int, speed: float) -> int:
+    """Output frames after the speed change of ``frames`` 50 Hz feature frames (``FRAMES_PER_TOKEN`` per
+    semantic token): unchanged at speed 1, else upstream's ``int(frames / speed) + 1`` (the one place this
+    formula lives)."""
+    return frames if speed == 1 else int(frames / speed) + 1
+
+
+def grid_frame(token: int, speed: float) -> int:
+    """Output frame at which token boundary ``token`` falls on a sentence's fixed output grid (frame ``i``
+    samples the 50 Hz features at ``(i + 0.5) * speed - 0.5``, the nominal ratio: :func:`grid_positions`).
+    The grid a streamed sentence is decoded on, window by window."""
+    return FRAMES_PER_TOKEN * token if speed == 1 else round(FRAMES_PER_TOKEN * token / speed)
+
+
+def grid_positions(f0: int, f1: int, speed: float, first_token: int, length: int) -> np.ndarray:
+    """Source positions of output frames [f0, f1) of a sentence's fixed grid in the features of a window
+    of ``length`` 50 Hz frames that begins at token ``first_token``, clipped to the window."""
+    src = (np.arange(f0, f1) + 0.5) * speed - 0.5 - FRAMES_PER_TOKEN * first_token
+    return np.clip(src, 0, length - 1)
+
+
+def interpolate_at(x: mx.array, src: np.ndarray, axis: int = 1) -> mx.array:
+    """Linear interpolation of ``x`` along ``axis`` (time; default: x is (B, T, C)) at fractional source
+    positions ``src``: the one implementation of the speed change, for whole sentences
+    (:func:`interpolate_linear`) and streamed windows (positions from :func:`grid_positions`). Positions
+    below 0 read frame 0; beyond the last frame the indices are clamped as torch clamps them."""
+    length = x.shape[axis]
+    src = np.maximum(src, 0)
     i0 = np.minimum(np.floor(src).astype(np.int32), length - 1)
     i1 = np.minimum(i0 + 1, length - 1)
-    lam = mx.array((src - i0).astype(np.float32))[None, :, None]
-    return x[:, mx.array(i0)] * (1.0 - lam) + x[:, mx.array(i1)] * lam
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    lam = mx.array((src - i0).astype(np.float32)).reshape(shape)
+    lead = (slice(None),) * axis
+    return x[(*lead, mx.array(i0))] * (1.0 - lam) + x[(*lead, mx.array(i1))] * lam
+
+
+def interpolate_linear(x: mx.array, size: int) -> mx.array:
+    """``F.interpolate(mode="linear", align_corners=False)`` along time for x (B, T, C): ``size`` frames at
+    positions ``(i + 0.5) * T / size - 0.5`` (float32, as torch computes them)."""
+    scale = np.float32(x.shape[1] / size)
+    return interpolate_at(x, (np.arange(size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5))
 
 
 class TextEncoder(nn.Module):
@@ -156,7 +225,7 @@ class TextEncoder(nn.Module):
         self.encoder_ssl = Encoder(h, f, heads, n // 2, k)
         self.text_embedding = nn.Embedding(args.n_symbols, h)
         self.encoder_text = Encoder(h, f, heads, n, k)
-        self.mrte = MRTE(h, args.gin_channels)
+        self.mrte = MRTE(h, MRTE_HIDDEN)
         self.encoder2 = Encoder(h, f, heads, n // 2, k)
         self.proj = Conv1d(h, 2 * args.inter_channels, 1)
 
@@ -167,9 +236,9 @@ class TextEncoder(nn.Module):
         return self.encoder2(self.mrte(y, text, ge))
 
     def project(self, y: mx.array, speed: float = 1.0) -> tuple[mx.array, mx.array, mx.array]:
-        """Speed change (linear interpolation to int(T / speed) + 1 frames) and the ``proj`` conv."""
+        """Speed change (linear interpolation to :func:`output_frames` frames) and the ``proj`` conv."""
         if speed != 1:
-            y = interpolate_linear(y, int(y.shape[1] / speed) + 1)
+            y = interpolate_linear(y, output_frames(y.shape[1], speed))
         stats = self.proj(y)
         return y, stats[..., : self.inter_channels], stats[..., self.inter_channels :]
 
@@ -213,6 +282,10 @@ class SoVITSModel(nn.Module):
         ssl_kernel = 2 if args.semantic_frame_rate == "25hz" else 1
         self.ssl_proj = Conv1d(SSL_DIM, SSL_DIM, ssl_kernel, stride=ssl_kernel)
         self.quantizer = Quantizer(args.codebook_size, SSL_DIM)
+        if args.is_v2pro:
+            self.sv_emb = nn.Linear(args.sv_dim, args.gin_channels)
+            self.ge_to512 = nn.Linear(args.gin_channels, MRTE_HIDDEN)
+            self.prelu = nn.PReLU(args.gin_channels)
 
     # ----------------------------------------------------------------------------------------------
     # weights
@@ -270,6 +343,11 @@ class SoVITSModel(nn.Module):
         return self.args.sampling_rate
 
     @property
+    def needs_sv(self) -> bool:
+        """True for v2Pro / v2ProPlus: ``ref_embedding`` needs the reference's speaker-verification embedding."""
+        return self.args.is_v2pro
+
+    @property
     def samples_per_frame(self) -> int:
         """Output samples per 50 Hz latent frame (640 for v1/v2)."""
         return self.dec.hop_length
@@ -295,14 +373,53 @@ class SoVITSModel(nn.Module):
     # ----------------------------------------------------------------------------------------------
     # stages of decode
 
-    def ref_embedding(self, spec) -> mx.array:
+    def ref_embedding(self, spec, sv_emb=None) -> mx.array:
         """Reference spectrogram (B, spec_channels, F) -> ge (B, gin, 1); a list of spectrograms gives
-        the mean of their embeddings."""
+        the mean of their embeddings.
+
+        v2Pro / v2ProPlus need ``sv_emb``: the reference's speaker-verification embedding (B, D_sv)
+        (``models.sv.speaker_embedding``), or a list of them, one per spectrogram; then
+        ``ge = prelu(style + sv_emb_linear(sv_emb))``, averaged over references after the PReLU."""
+        if self.needs_sv and sv_emb is None:
+            raise ValueError(
+                f"a {self.args.version} SoVITS needs the reference's speaker-verification embedding (sv_emb)"
+            )
         if isinstance(spec, (list, tuple)):
             if not spec:
                 raise ValueError("ref_embedding: empty list of reference spectrograms")
-            ges = [self.ref_embedding(s) for s in spec]
+            if self.needs_sv:
+                if not isinstance(sv_emb, (list, tuple)) or len(sv_emb) != len(spec):
+                    raise ValueError("ref_embedding: give one sv embedding per reference spectrogram")
+                ges = [self.ref_embedding(s, e) for s, e in zip(spec, sv_emb)]
+            else:
+                ges = [self.ref_embedding(s) for s in spec]
             return mx.mean(mx.stack(ges, axis=0), axis=0)
+        ge = self.style_embedding(spec)
+        if not self.needs_sv:
+            return ge
+        if isinstance(sv_emb, (list, tuple)):
+            if len(sv_emb) != 1:
+                raise ValueError("ref_embedding: one spectrogram but several sv embeddings")
+            sv_emb = sv_emb[0]
+        return _bct(self.prelu(_bct(ge + self.sv_projection(sv_emb)[:, :, None])))
+
+    def sv_projection(self, sv_emb) -> mx.array:
+        """v2Pro: the ``sv_emb`` Linear applied to a speaker-verification embedding (B, D_sv) -> (B, gin)."""
+        e = _as_mx(sv_emb, mx.float32)
+        if e.ndim == 1:
+            e = e[None]
+        if e.ndim != 2 or e.shape[1] != self.args.sv_dim:
+            raise ValueError(f"sv embedding has shape {tuple(e.shape)}, expected (B, {self.args.sv_dim})")
+        return self.sv_emb(e)
+
+    def mrte_ge(self, ge) -> mx.array:
+        """The conditioning MRTE adds, (B, C, 1): ``ge_to512(ge)`` for v2Pro, ``ge`` itself for v1/v2."""
+        ge = _as_mx(ge, mx.float32)
+        return _bct(self.ge_to512(_bct(ge))) if self.needs_sv else ge
+
+    def style_embedding(self, spec) -> mx.array:
+        """The MelStyleEncoder alone: reference spectrogram (B, spec_channels, F) -> (B, gin, 1) (the
+        whole ``ge`` of v1/v2; v2Pro adds the speaker-verification term to it)."""
         spec = _as_mx(spec, mx.float32)
         if spec.ndim != 3 or spec.shape[1] != self.args.spec_channels:
             raise ValueError(
@@ -311,7 +428,7 @@ class SoVITSModel(nn.Module):
         x = _bct(spec[:, : self.args.ref_bins])
         return self.ref_enc(x)[:, :, None]
 
-    def _resolve_ge(self, refer, ge) -> mx.array:
+    def _resolve_ge(self, refer, ge, sv_emb=None) -> mx.array:
         if ge is not None:
             return _as_mx(ge, mx.float32)
         if refer is None:
@@ -321,7 +438,7 @@ class SoVITSModel(nn.Module):
             if r.ndim == 3 and r.shape[1] == self.args.gin_channels and r.shape[2] == 1:
                 return r  # already an embedding
             refer = r
-        return self.ref_embedding(refer)
+        return self.ref_embedding(refer, sv_emb)
 
     def quantized_50hz(self, codes) -> mx.array:
         """Codes (B, 1, T) -> codebook vectors at 50 Hz, internal layout (B, 2T, 768)."""
@@ -341,7 +458,7 @@ class SoVITSModel(nn.Module):
         phones = _as_mx(phones, mx.int32)
         if phones.ndim == 1:
             phones = phones[None]
-        ge_btc = _bct(_as_mx(ge, mx.float32))
+        ge_btc = _bct(self.mrte_ge(ge))
         return self.enc_p.features(quantized, phones, ge_btc)
 
     def project(self, y, speed: float = 1.0) -> tuple[mx.array, mx.array, mx.array, mx.array]:
@@ -402,16 +519,17 @@ class SoVITSModel(nn.Module):
         *,
         ge=None,
         seed: int | None = None,
+        sv_emb=None,
     ) -> DecodeOutputs:
         """``decode`` returning every intermediate (see :class:`DecodeOutputs`)."""
-        ge = self._resolve_ge(refer, ge)
+        ge = self._resolve_ge(refer, ge, sv_emb)
         quantized = self.quantized_50hz(codes)
         y = self._features(quantized, phones, ge)
         x, m_p, logs_p, y_mask = self.project(_bct(y), speed)
         z_p = self.sample_prior(m_p, logs_p, noise_scale, noise=noise, seed=seed)
         z = self.flow_reverse(z_p, y_mask, ge)
         audio = self.vocode(z, ge, y_mask)
-        return DecodeOutputs(ge, _bct(quantized), x, m_p, logs_p, y_mask, z_p, z, audio)
+        return DecodeOutputs(ge, self.mrte_ge(ge), _bct(quantized), x, m_p, logs_p, y_mask, z_p, z, audio)
 
     def decode(
         self,
@@ -424,33 +542,15 @@ class SoVITSModel(nn.Module):
         *,
         ge=None,
         seed: int | None = None,
+        sv_emb=None,
     ) -> mx.array:
         """Semantic codes (B, 1, T) + phones (B, Tp) + reference -> audio (B, 1, 1280 T / speed approx.).
 
         ``refer``: a reference spectrogram (B, spec_channels, F), a list of them (their embeddings are
-        averaged), or a ready ``ge`` (B, gin, 1); or pass ``ge=`` explicitly.
+        averaged), or a ready ``ge`` (B, gin, 1); or pass ``ge=`` explicitly. v2Pro / v2ProPlus with a
+        spectrogram ``refer`` also need ``sv_emb`` (one (B, D_sv) embedding, or a list, one per spectrogram).
         """
-        ge = self._resolve_ge(refer, ge)
+        ge = self._resolve_ge(refer, ge, sv_emb)
         m_p, logs_p, y_mask = self.encode(codes, phones, ge, speed)
         z_p = self.sample_prior(m_p, logs_p, noise_scale, noise=noise, seed=seed)
         return self.vocode(self.flow_reverse(z_p, y_mask, ge), ge, y_mask)
-
-
-def load_sovits(raw) -> SoVITSModel:
-    """A ready model from a :class:`~dora_primespeech_mlx.convert.checkpoints.RawCheckpoint` (``read_sovits``)."""
-    args = SoVITSArgs.from_config(raw.config, version=getattr(raw, "version", None))
-    model = SoVITSModel(args)
-    weights = SoVITSModel.sanitize(raw.weights)
-    n_emb = weights.get("enc_p.text_embedding.weight")
-    if n_emb is not None and n_emb.shape[0] != args.n_symbols:
-        raise ValueError(
-            f"{getattr(raw, 'path', 'SoVITS checkpoint')}: text embedding has {n_emb.shape[0]} rows, "
-            f"expected {args.n_symbols} for {args.version}"
-        )
-    try:
-        model.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=True)
-    except ValueError as e:
-        raise ValueError(f"{getattr(raw, 'path', 'SoVITS checkpoint')}: weights do not fit the config: {e}") from e
-    model.eval()
-    mx.eval(model.parameters())
-    return model.prepare()

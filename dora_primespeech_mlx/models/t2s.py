@@ -9,30 +9,33 @@ The math follows gpt-sovits-v2.md section 5:
 - prefix mask: text rows see all text and no audio, audio rows see all text and causal audio;
   every decoded token sees everything before it.
 
-The model is pure math. The KV cache is an object passed in (``t2s_generate.KVCache``: per-layer
-``keys``/``values`` arrays of shape (1, heads, capacity, head_dim), ``offset``, ``reserve(n)``); sampling
-and the decode loop live in ``t2s_generate.py``. :meth:`T2SModel.decode` is the one-token step as a pure
-function of arrays whose shapes only change when the cache grows by a bucket, so it can be wrapped by
+The model is pure math. The KV cache it fills is :class:`.t2s_cache.KVCache` (per-layer
+``keys``/``values`` arrays of shape (1, heads, capacity, head_dim), ``offset``, ``reserve(n)``; made by
+:meth:`T2SModel.make_cache`). :meth:`T2SModel.decode` is the one-token step as a pure function of
+arrays whose shapes only change when the cache grows by a bucket, so it can be wrapped by
 ``mx.compile`` or swapped for another backend without touching the loop.
+
+How the decode steps run is a :class:`Decoder` (declared here, implemented in ``t2s_decode.py``: MLX
+eager, MLX compiled, numpy), chosen once when the model is loaded and kept in ``T2SModel.decoder``;
+sampling and the decode loop live in ``t2s_generate.py``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
 from .common import strip_prefix, to_float32
-
-if TYPE_CHECKING:
-    from ..convert.checkpoints import RawCheckpoint
-    from .t2s_generate import KVCache
+from .t2s_cache import CACHE_STEP, KVCache
 
 BERT_DIM = 1024  # bert_proj is Linear(1024, D) in the original, whatever BERT the config names
+DecodeFn = Callable[..., tuple[mx.array, list[mx.array], list[mx.array]]]  # T2SModel.decode's form
 PE_ROWS = 4000  # the original builds its sinusoid table with 4000 rows and extends it on demand
 TOKENS_PER_SEC = 50  # TTS.run: early_stop_num = 50 * data.max_sec
 
@@ -96,6 +99,33 @@ class T2SArgs:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class DecodeSession(Protocol):
+    """The decode state of one generation (its KV cache)."""
+
+    def step(self, token: int, position: int) -> np.ndarray:
+        """Feed ``token`` at audio position ``position``; the raw logits (V,) float32 of the next token."""
+        ...
+
+
+class Decoder(Protocol):
+    """How a :class:`T2SModel` runs its prefix and its one-token steps (MLX eager, MLX compiled or
+    numpy: ``t2s_decode.make_decoder``). Every implementation computes the same float32 math."""
+
+    kind: str  # "mlx" | "compile" | "numpy"
+    backend: str  # what computes the steps: "mlx" | "numpy"
+
+    def prefill(
+        self, phones: np.ndarray, bert: np.ndarray, prompt: np.ndarray, max_new: int
+    ) -> tuple[DecodeSession, np.ndarray]:
+        """Run the prefix (phones (1, Tx) int32, bert (1, 1024, Tx) float32, prompt (1, Ty) int32) with
+        room for ``max_new`` tokens; returns the session and the raw logits (V,) of the first token."""
+        ...
+
+    def warmup(self, prefix_rows: int = 256) -> None:
+        """Build ahead of the first request what it would otherwise pay for."""
+        ...
 
 
 def sine_table(rows: int, dim: int) -> np.ndarray:
@@ -200,6 +230,7 @@ class T2SModel(nn.Module):
         self.layers = [Block(args) for _ in range(args.num_layers)]
         self.predict = nn.Linear(D, args.vocab_size, bias=False)
         self._pe = mx.array(sine_table(PE_ROWS, D))  # underscore: not a parameter
+        self.decoder: Decoder | None = None  # set once at load (t2s_decode.make_decoder); a plain attribute
 
     # ---- positions -------------------------------------------------------------------------------
     def positions(self, rows: int) -> mx.array:
@@ -229,6 +260,11 @@ class T2SModel(nn.Module):
         if prompt.shape[1] == 0:
             return x
         return mx.concatenate([x, self.embed_audio(prompt)], axis=1)
+
+    def make_cache(self, step: int = CACHE_STEP) -> KVCache:
+        """An empty KV cache for this model, growing ``step`` rows at a time."""
+        a = self.args
+        return KVCache(a.num_layers, a.num_heads, a.head_dim, step)
 
     # ---- forward passes --------------------------------------------------------------------------
     def prefill(self, phones: mx.array, bert: mx.array, prompt: mx.array, cache: KVCache) -> mx.array:
@@ -268,25 +304,13 @@ class T2SModel(nn.Module):
             new_values.append(v)
         return self.predict(x[:, -1]), new_keys, new_values
 
-    def compiled_decode(self):
-        """:meth:`decode` under ``mx.compile`` (one trace per cache capacity, i.e. per KV bucket; the
-        weights are passed as state, so new weights need no re-trace). For GPUs, where launching the
-        ~300 small kernels of an eager step costs more than the math; warm it up before the first
-        request (``t2s_generate.warmup``)."""
-        fn = getattr(self, "_compiled", None)
-        if fn is None:
-            fn = mx.compile(self.decode, inputs=self.state)
-            object.__setattr__(self, "_compiled", fn)  # a plain attribute, not a parameter
-        return fn
-
-    def step(self, token: int, position: int, cache: KVCache, compiled: bool = False) -> mx.array:
+    def step(self, token: int, position: int, cache: KVCache, decode: DecodeFn | None = None) -> mx.array:
         """Feed one token with audio position ``position`` (Ty + k for the k-th generated token) at
-        cache row ``cache.offset``; returns the logits (1, V) for the next token. ``compiled`` uses
-        :meth:`compiled_decode`."""
+        cache row ``cache.offset``; returns the logits (1, V) for the next token. ``decode`` replaces
+        :meth:`decode` (same signature: e.g. its ``mx.compile``'d form)."""
         self.positions(position + 1)
         cache.reserve(cache.offset + 1)
-        decode = self.compiled_decode() if compiled else self.decode
-        logits, cache.keys, cache.values = decode(
+        logits, cache.keys, cache.values = (decode or self.decode)(
             mx.array([[token]], dtype=mx.int32),
             mx.array([position], dtype=mx.int32),
             mx.array([cache.offset], dtype=mx.int32),
@@ -328,16 +352,3 @@ def _rename(key: str) -> str:
         elif key.startswith(old):
             key = new + key[len(old) :]
     return key
-
-
-def load_t2s(raw: RawCheckpoint) -> T2SModel:
-    """Build the GPT from a checkpoint read by ``convert.checkpoints.read_gpt``."""
-    model = T2SModel(T2SArgs.from_config(raw.config))
-    weights = T2SModel.sanitize(raw.weights)
-    try:
-        model.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=True)
-    except ValueError as exc:
-        raise ValueError(f"{raw.path}: GPT weights do not match its config: {exc}") from None
-    model.eval()
-    mx.eval(model.parameters())
-    return model

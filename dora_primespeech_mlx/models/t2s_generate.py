@@ -22,98 +22,24 @@ its naive loop, which keeps one extra token on an early stop.
 Sampling runs in numpy on the (1025,) logits row, in float32 like torch. The exponential noise comes
 from a callable ``noise(step_idx, width) -> q`` (width 1024 for steps 0..10, 1025 after), so recorded
 noise can be replayed exactly; by default it is drawn from ``numpy.random.default_rng(seed)``.
+
+The prefix and the steps run on the model's :class:`~.t2s.Decoder` (``T2SModel.decoder``, chosen when
+the model is loaded: ``t2s_decode.make_decoder``), or on one passed explicitly.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import mlx.core as mx
 import numpy as np
 
-from .t2s import BERT_DIM, T2SModel
+from .t2s import BERT_DIM, Decoder, T2SModel
 
 NoiseSource = Callable[[int, int], np.ndarray]
 
 EOS_MASKED_STEPS = 11  # steps 0..10 cannot end the sentence
 MAX_STEPS = 1500
-CACHE_STEP = 256
-DECODE_BACKENDS = ("auto", "mlx", "numpy")
-
-
-def decode_backend(override: str | None = None) -> str:
-    """Which implementation runs the one-token decode steps: ``"numpy"`` (``t2s_numpy``: gemv, about
-    twice as fast as MLX's M=1 sgemm on the CPU) when MLX computes on the CPU, ``"mlx"`` otherwise
-    (Metal/CUDA). ``override`` or ``PRIMESPEECH_T2S_DECODE`` (auto | mlx | numpy) forces one."""
-    choice = (override or os.environ.get("PRIMESPEECH_T2S_DECODE", "auto")).strip().lower() or "auto"
-    if choice not in DECODE_BACKENDS:
-        raise ValueError(f"GPT decode backend {choice!r}: expected one of {', '.join(DECODE_BACKENDS)}")
-    if choice == "auto":
-        return "numpy" if mx.default_device().type == mx.cpu else "mlx"
-    return choice
-
-
-def compile_decode() -> bool:
-    """Whether the MLX decode step runs under ``mx.compile`` (``T2SModel.compiled_decode``): on by
-    default off the CPU (GPUs), where the eager step is launch-bound; ``PRIMESPEECH_T2S_COMPILE``
-    (0/1) overrides."""
-    value = os.environ.get("PRIMESPEECH_T2S_COMPILE", "").strip().lower()
-    if value:
-        return value in ("1", "true", "yes", "on")
-    return mx.default_device().type != mx.cpu
-
-
-def warmup(model: T2SModel, prefix_rows: int = 256, cache_step: int = CACHE_STEP) -> None:
-    """Build what the first request would otherwise pay for: the numpy views (CPU) or the compiled
-    decode step of the first KV buckets (MLX). Call at node start; takes ~0.1 s on the CPU path and
-    one trace per bucket on the compiled path."""
-    backend = decode_backend()
-    if backend == "numpy":
-        from .t2s_numpy import NumpyDecoder
-
-        NumpyDecoder.for_model(model)
-        return
-    if not compile_decode():
-        return
-    for rows in range(cache_step, prefix_rows + 2 * cache_step, cache_step):
-        cache = KVCache.for_model(model, cache_step)
-        cache.reserve(rows)
-        cache.offset = rows - 1
-        mx.eval(model.step(0, 0, cache, compiled=True))
-
-
-class KVCache:
-    """Preallocated keys/values of every layer, (1, heads, capacity, head_dim) each, written in place
-    by slice updates. The capacity grows in multiples of ``step`` rows, so the decode step's shapes stay
-    the same within a bucket; ``offset`` is the number of filled rows."""
-
-    def __init__(self, num_layers: int, num_heads: int, head_dim: int, step: int = CACHE_STEP):
-        if step < 1:
-            raise ValueError(f"KV cache step must be >= 1, got {step}")
-        self.num_heads, self.head_dim, self.step = num_heads, head_dim, step
-        self.keys: list[mx.array] = [mx.zeros((1, num_heads, 0, head_dim)) for _ in range(num_layers)]
-        self.values: list[mx.array] = [mx.zeros((1, num_heads, 0, head_dim)) for _ in range(num_layers)]
-        self.offset = 0
-
-    @classmethod
-    def for_model(cls, model: T2SModel, step: int = CACHE_STEP) -> KVCache:
-        a = model.args
-        return cls(a.num_layers, a.num_heads, a.head_dim, step)
-
-    @property
-    def capacity(self) -> int:
-        return self.keys[0].shape[2] if self.keys else 0
-
-    def reserve(self, rows: int) -> None:
-        """Make room for ``rows`` rows in total (grows to the next multiple of ``step``)."""
-        if rows <= self.capacity:
-            return
-        extra = -(-rows // self.step) * self.step - self.capacity
-        pad = mx.zeros((1, self.num_heads, extra, self.head_dim))
-        self.keys = [mx.concatenate([k, pad], axis=2) for k in self.keys]
-        self.values = [mx.concatenate([v, pad], axis=2) for v in self.values]
 
 
 @dataclass(frozen=True)
@@ -213,8 +139,7 @@ def _decode(
     max_steps: int,
     noise: NoiseSource | None,
     seed: int | None,
-    cache_step: int,
-    backend: str | None = None,
+    decoder: Decoder | None,
 ) -> Iterator[_Step]:
     """Check the inputs now (errors surface at the call, not at the first ``next``) and return the
     step iterator; the prefill runs when iteration starts."""
@@ -232,15 +157,20 @@ def _decode(
         raise ValueError(f"prompt semantic tokens must be in [0, {a.eos}), got {prompt.min()}..{prompt.max()}")
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    backend = decode_backend(backend)
-    return _loop(
-        model, phones, bert, prompt, params, early_stop_num, max_steps, noise or default_noise(seed), cache_step,
-        backend,
-    )
+    decoder = decoder if decoder is not None else model.decoder
+    if decoder is None:
+        raise ValueError("the GPT has no decoder: load it with convert.load.load_gpt or pass decoder=make_decoder(...)")
+    return _loop(model, decoder, phones, bert, prompt, params, early_stop_num, max_steps, noise or default_noise(seed))
+
+
+def _max_new(early_stop_num: int, max_steps: int) -> int:
+    """How many tokens a generation can feed at most."""
+    return max_steps if early_stop_num == -1 else min(max_steps, early_stop_num + 1)
 
 
 def _loop(
     model: T2SModel,
+    decoder: Decoder,
     phones: np.ndarray,
     bert: np.ndarray,
     prompt: np.ndarray,
@@ -248,34 +178,12 @@ def _loop(
     early_stop_num: int,
     max_steps: int,
     noise: NoiseSource,
-    cache_step: int,
-    backend: str,
 ) -> Iterator[_Step]:
     eos = model.args.eos
     seen = np.zeros(model.args.vocab_size, dtype=bool)
     seen[prompt[0]] = True
     n_prompt = prompt.shape[1]
-
-    if backend == "numpy":
-        from .t2s_numpy import NumpyDecoder
-
-        n_new = max_steps if early_stop_num == -1 else min(max_steps, early_stop_num + 1)
-        state, raw = NumpyDecoder.for_model(model).prefill(
-            model, mx.array(phones), mx.array(bert), mx.array(prompt), n_new
-        )
-
-        def next_logits(token: int, position: int) -> np.ndarray:
-            return state.step(token, position)
-    else:
-        cache = KVCache.for_model(model, cache_step)
-        logits = model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), cache)
-        raw = np.array(logits[0], dtype=np.float32)
-
-        compiled = compile_decode()
-
-        def next_logits(token: int, position: int) -> np.ndarray:
-            return np.array(model.step(token, position, cache, compiled=compiled)[0], dtype=np.float32)
-
+    session, raw = decoder.prefill(phones, bert, prompt, _max_new(early_stop_num, max_steps))
     for idx in range(max_steps):
         row = raw[:eos] if idx < EOS_MASKED_STEPS else raw
         token, greedy = sample_token(row, seen, params, noise(idx, row.shape[0]))
@@ -291,7 +199,7 @@ def _loop(
             return
         seen[token] = True
         # the k-th generated token (k = idx) is fed at audio position Ty + k
-        raw = next_logits(token, n_prompt + idx)
+        raw = session.step(token, n_prompt + idx)
 
 
 def generate(
@@ -304,14 +212,12 @@ def generate(
     max_steps: int = MAX_STEPS,
     noise: NoiseSource | None = None,
     seed: int | None = None,
-    cache_step: int = CACHE_STEP,
-    backend: str | None = None,
+    decoder: Decoder | None = None,
 ) -> Iterator[int]:
     """Yield semantic tokens as soon as they are chosen. ``phones`` (1, Tx) ids, ``bert`` (1, 1024, Tx),
     ``prompt`` (1, Ty) semantic tokens or None; ``early_stop_num`` is ``T2SArgs.early_stop_num`` in the
-    pipeline (-1 = off). Stop iterating to cancel. ``backend`` picks the decode-step implementation
-    (:func:`decode_backend`; default: numpy on the CPU, MLX on a GPU)."""
-    steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, cache_step, backend)
+    pipeline (-1 = off). Stop iterating to cancel. ``decoder`` runs the steps (default: ``model.decoder``)."""
+    steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, decoder)
     return (s.token for s in steps if s.stop is None)
 
 
@@ -325,22 +231,16 @@ def generate_all(
     max_steps: int = MAX_STEPS,
     noise: NoiseSource | None = None,
     seed: int | None = None,
-    cache_step: int = CACHE_STEP,
     return_logits: bool = False,
     progress: bool = False,
-    backend: str | None = None,
+    decoder: Decoder | None = None,
 ) -> GenerationResult:
     """Run the whole decode; optionally keep every step's raw logits (tests) and show tqdm progress."""
-    steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, cache_step, backend)
+    steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, decoder)
     if progress:
         from tqdm import tqdm
 
-        steps = tqdm(
-            steps,
-            total=max_steps if early_stop_num == -1 else min(max_steps, early_stop_num + 1),
-            desc="GPT",
-            unit="tok",
-        )
+        steps = tqdm(steps, total=_max_new(early_stop_num, max_steps), desc="GPT", unit="tok")
     tokens: list[int] = []
     logits: list[np.ndarray] = []
     last = None

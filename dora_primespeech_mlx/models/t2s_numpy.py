@@ -4,16 +4,16 @@ On the CPU a decode step is memory-bound: it reads all block weights (about 300 
 token. MLX's CPU backend sends (1, D) @ (D, N) products through ``sgemm`` (~230 us for 512x2048),
 numpy through ``gemv`` (~60 us), so the same math runs about twice as fast in numpy
 (performance-notes.md section 8). :class:`NumpyDecoder` is that step, reading the model's own weights
-through zero-copy numpy views of the MLX arrays (no second copy in memory). The prefill stays in MLX
-(it is a real matrix product); its KV cache is copied once into preallocated numpy buffers.
+through zero-copy numpy views of the MLX arrays (no second copy in memory), built on first use
+(or at :meth:`NumpyDecoder.warmup`) and rebuilt when the model's weights are replaced.
 
 :meth:`NumpyDecoder.prefill` runs the prefix in numpy too: the products go to the same BLAS, and
 MLX's CPU ``exp`` is scalar (10 ms for the 16x210x210 attention scores of one layer, numpy: 1 ms), so
 the 24-layer prefix of the benchmark sentence takes about 0.45 s instead of 0.73 s.
 
 The math is :meth:`T2SModel.decode` (float32): embedding + alpha * pe, post-norm blocks with packed
-qkv, attention over the cache rows 0..slot, ReLU FFN, bias-free head. Which backend the decode loop
-uses is decided in ``t2s_generate.decode_backend``.
+qkv, attention over the cache rows 0..slot, ReLU FFN, bias-free head. It is one of the :class:`~.t2s.Decoder`
+implementations ``t2s_decode.make_decoder`` chooses from when the model is loaded.
 
 float16 weights (:func:`half_weights`, ``PRIMESPEECH_GPT_HALF``): where the ``half_gemv`` kernel builds and
 the GPT's Linear weights are float16 values (as in the released checkpoints), they are stored as float16
@@ -23,14 +23,10 @@ token, ~2x faster steps and ~140 MB less memory for v2. The prefill upcasts one 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import mlx.core as mx
 import numpy as np
 
-if TYPE_CHECKING:
-    from .t2s import T2SModel
-    from .t2s_generate import KVCache
+from .t2s import T2SModel
 
 
 def _view(a: mx.array) -> np.ndarray:
@@ -107,64 +103,74 @@ class _Layer:
         self.n2_w, self.n2_b = _view(block.norm2.weight), _view(block.norm2.bias)
 
 
-class NumpyDecoder:
-    """Numpy views of one :class:`T2SModel`'s decode weights. Build with :meth:`for_model` (cached on
-    the model and rebuilt when its weights are replaced)."""
+class _Weights:
+    """Zero-copy numpy views of one model's decode weights (float16 ones through ``half_gemv``).
+
+    ``half``: None lets :func:`half_weights` decide; False keeps float32 (copies of float16 weights, e.g.
+    to compare)."""
 
     def __init__(self, model: T2SModel, half: bool | None = None):
-        """``half``: float16 weights with the kernel of ``half_gemv`` (None: :func:`half_weights` decides;
-        False: float32 copies of the weights, e.g. to compare)."""
+        from . import half_gemv
+
         a = model.args
         self.num_heads, self.head_dim, self.dim = a.num_heads, a.head_dim, a.hidden_dim
         self.scale = np.float32(1.0 / np.sqrt(a.head_dim))
-        from . import half_gemv
-
         self.half = half_weights(model) if half is None or half else False
         fn = half_gemv.kernel() if self.half else None
         self.layers = [_Layer(b, fn) for b in model.layers]
         self.embedding = _view(model.audio_embedding.weight)
         self.alpha = np.float32(_view(model.audio_position.alpha)[0])
         self.predict = _matrix(model.predict.weight, fn)
-        self._source = model.predict.weight  # identity check for stale views
+        self.source = model.predict.weight  # identity check for stale views
 
-    @classmethod
-    def for_model(cls, model: T2SModel) -> NumpyDecoder:
-        dec = getattr(model, "_numpy_decoder", None)
-        if dec is None or dec._source is not model.predict.weight:
-            dec = cls(model)
-            object.__setattr__(model, "_numpy_decoder", dec)  # a plain attribute, not a parameter
-        return dec
 
-    def start(self, model: T2SModel, cache: KVCache, max_new: int) -> NumpyDecodeState:
-        """Copy the prefilled MLX cache (``cache.offset`` rows) into numpy buffers with room for
-        ``max_new`` more rows (zero pages: memory is only touched as rows are written)."""
-        state = NumpyDecodeState(self, model, cache.offset + max_new)
-        for i in range(len(self.layers)):
-            n = cache.offset
-            state.keys[i][:, :n] = np.array(cache.keys[i][0, :, :n], dtype=np.float32)
-            state.values[i][:, :n] = np.array(cache.values[i][0, :, :n], dtype=np.float32)
-        state.offset = cache.offset
-        return state
+class NumpyDecoder:
+    """The :class:`~.t2s.Decoder` computing in numpy (the CPU fast path) from views of the model's weights."""
+
+    kind = "numpy"
+    backend = "numpy"
+
+    def __init__(self, model: T2SModel, half: bool | None = None):
+        self.model = model
+        self.half_setting = half  # None: automatic (see half_weights); False: float32
+        self._weights: _Weights | None = None
+
+    def weights(self) -> _Weights:
+        """The numpy views, (re)built when missing or when the model's weights were replaced."""
+        w = self._weights
+        if w is None or w.source is not self.model.predict.weight:
+            w = self._weights = _Weights(self.model, self.half_setting)
+        return w
+
+    @property
+    def half(self) -> bool:
+        """Whether the step reads float16 weights (``half_gemv``)."""
+        return self.weights().half
+
+    def warmup(self, prefix_rows: int = 256) -> None:
+        self.weights()
 
     def prefill(
-        self, model: T2SModel, phones: mx.array, bert: mx.array, prompt: mx.array, max_new: int
+        self, phones: np.ndarray, bert: np.ndarray, prompt: np.ndarray, max_new: int
     ) -> tuple[NumpyDecodeState, np.ndarray]:
         """:meth:`T2SModel.prefill` in numpy: the prefix ``[text ; audio]`` (embedded by the model in
         MLX) through every block with the prefix mask; returns the decode state (cache rows 0..T-1
         filled, room for ``max_new`` more) and the raw logits (V,) of the first new token."""
+        w, model = self.weights(), self.model
         n_text = int(phones.shape[1])
-        x = np.array(model.embed_prefix(phones, bert.astype(mx.float32), prompt)[0], dtype=np.float32)
+        xy = model.embed_prefix(mx.array(phones), mx.array(bert).astype(mx.float32), mx.array(prompt))
+        x = np.array(xy[0], dtype=np.float32)
         T = x.shape[0]
         row, col = np.arange(T)[:, None], np.arange(T)[None, :]
         blocked = ~((col < n_text) | ((row >= n_text) & (col <= row)))  # True = may not attend
-        state = NumpyDecodeState(self, model, T + max_new)
-        H, hd, D = self.num_heads, self.head_dim, self.dim
-        for layer, K, V in zip(self.layers, state.keys, state.values):
+        state = NumpyDecodeState(w, model, T + max_new)
+        H, hd, D = w.num_heads, w.head_dim, w.dim
+        for layer, K, V in zip(w.layers, state.keys, state.values):
             qkv = x @ layer.qkv_w.T + layer.qkv_b
             q = qkv[:, :D].reshape(T, H, hd).transpose(1, 0, 2)
             K[:, :T] = qkv[:, D : 2 * D].reshape(T, H, hd).transpose(1, 0, 2)
             V[:, :T] = qkv[:, 2 * D :].reshape(T, H, hd).transpose(1, 0, 2)
-            s = np.matmul(q, K[:, :T].transpose(0, 2, 1)) * self.scale  # (H, T, T)
+            s = np.matmul(q, K[:, :T].transpose(0, 2, 1)) * w.scale  # (H, T, T)
             s[:, blocked] = -np.inf
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
@@ -174,13 +180,13 @@ class NumpyDecoder:
             np.maximum(h, 0, out=h)
             x = _layer_norm_rows(x + h @ layer.fc2_w.T + layer.fc2_b, layer.n2_w, layer.n2_b)
         state.offset = T
-        return state, self.predict @ x[-1]
+        return state, w.predict @ x[-1]
 
 
 class NumpyDecodeState:
     """The numpy KV cache of one generation and its :meth:`step`."""
 
-    def __init__(self, dec: NumpyDecoder, model: T2SModel, capacity: int):
+    def __init__(self, dec: _Weights, model: T2SModel, capacity: int):
         self.dec = dec
         self.pe_source = model
         cap = max(int(capacity), 1)

@@ -29,10 +29,10 @@ MODES = ("auto", "onnx", "mlx")
 
 
 def vocoder_mode() -> str:
-    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if mode not in MODES:
-        raise ValueError(f"{ENV}={mode!r}: expected one of {', '.join(MODES)}")
-    return mode
+    """``PRIMESPEECH_VOCODER`` (settings.py; a bad value raises ConfigError naming it)."""
+    from ..settings import read
+
+    return read("vocoder")
 
 
 def _on_cpu() -> bool:

@@ -1,7 +1,8 @@
 """Text front end of GPT-SoVITS v2: text -> chunks -> language segments -> phones and phone ids.
 
 No MLX here: the engine turns :class:`PhoneResult` segments into BERT features and model inputs.
-The Chinese and English G2P libraries are loaded on first use.
+The G2P libraries (Chinese, English; Japanese, Korean, Cantonese from the pip extras ja/ko/yue) are loaded
+on first use.
 """
 
 from .errors import TextFrontendError, UnsupportedLanguageError
@@ -16,8 +17,9 @@ from .frontend import (
     prompt_phones,
     prompt_text_input,
 )
-from .langsplit import SUPPORTED_OPTIONS, split_languages
+from .langsplit import SUPPORTED_OPTIONS, check_option, split_languages
 from .segmentation import get_method, split_text
+from .speakable import has_speakable
 from .symbols import cleaned_text_to_sequence, symbol_to_id
 
 __all__ = [
@@ -27,10 +29,12 @@ __all__ = [
     "Segment",
     "TextFrontendError",
     "UnsupportedLanguageError",
+    "check_option",
     "clean_text",
     "cleaned_text_to_sequence",
     "get_method",
     "get_phones",
+    "has_speakable",
     "phones_json",
     "preprocess",
     "prompt_phones",

@@ -10,8 +10,8 @@ Two public functions, called by the pipeline once per Chinese segment:
 
 Pinyin comes from pypinyin (``lazy_pinyin`` on each jieba word), then tone sandhi
 (:mod:`.tone_sandhi`) and erhua; this is upstream's ``is_g2pw = False`` branch, which the reference
-fixtures use. With ``PRIMESPEECH_G2PW=1`` and a g2pW model installed, polyphonic characters are
-predicted by g2pW instead (:mod:`.g2pw`).
+fixtures use. With g2pW switched on (``g2pw.configure``) and a g2pW model installed, polyphonic
+characters are predicted by g2pW instead (:mod:`.g2pw`).
 
 Not done here: upstream's ``cleaner.clean_text`` handles ``￥`` and ``^`` in a Chinese segment by
 replacing them with ``,`` before :func:`text_normalize` and then every ``,`` phone by ``SP2``/``SP3``;

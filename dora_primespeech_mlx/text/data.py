@@ -268,9 +268,10 @@ def nltk_download(package: str, download_dir: str) -> bool:
     return bool(nltk.download(package, download_dir=download_dir, quiet=True, raise_on_error=True))
 
 
-@functools.lru_cache(maxsize=1)
-def ensure_nltk_data() -> None:
-    """Make sure NLTK finds the data the English front end needs; download what is missing.
+@functools.lru_cache(maxsize=4)
+def ensure_nltk_data(packages: tuple[str, ...] | None = None, user: str = "the English front end") -> None:
+    """Make sure NLTK finds the data the English front end needs (or only ``packages`` of
+    :data:`NLTK_PACKAGES`, for ``user``); download what is missing.
 
     NLTK's own search path (``$NLTK_DATA``, ``~/nltk_data``, ...) is used first; missing packages are
     downloaded into :func:`~dora_primespeech_mlx.paths.nltk_data_dir`, which is added to the path.
@@ -282,7 +283,7 @@ def ensure_nltk_data() -> None:
     if target not in nltk.data.path:
         nltk.data.path.append(target)
     for package, resource in NLTK_PACKAGES:
-        if _nltk_has(resource):
+        if (packages is not None and package not in packages) or _nltk_has(resource):
             continue
         logger.warning("NLTK data %r not found on NLTK's path; downloading it into %s", package, target)
         error: Exception | None = None
@@ -293,7 +294,7 @@ def ensure_nltk_data() -> None:
         if not ok or not _nltk_has(resource):
             detail = f" ({type(error).__name__}: {error})" if error else ""
             raise TextFrontendError(
-                f"NLTK data package {package!r} ({resource}) is needed by the English front end, was not "
+                f"NLTK data package {package!r} ({resource}) is needed by {user}, was not "
                 f"found on NLTK's search path and could not be downloaded into {target}{detail}. "
                 f"Install it with `python -m nltk.downloader -d {target} {package}` on a machine with "
                 f"network, or set NLTK_DATA to a folder that holds it."

@@ -9,3 +9,7 @@ class TextFrontendError(ValueError):
 
 class UnsupportedLanguageError(TextFrontendError):
     """A language (or language option) the front end does not support was requested."""
+
+
+class MissingExtraError(TextFrontendError):
+    """A language front end needs an optional dependency (a pip extra) that is not installed."""

@@ -1,6 +1,6 @@
 """The text front end pipeline: text -> language segments -> phones and ids (gpt-sovits-v2.md §2.2-2.6).
 
-* :func:`clean_text` — upstream ``text/cleaner.py:clean_text`` for one segment (zh or en).
+* :func:`clean_text` — upstream ``text/cleaner.py:clean_text`` for one segment (zh, en, ja, ko, yue).
 * :func:`get_phones` — upstream ``TextPreprocessor.get_phones_and_bert`` without the BERT step: the
   engine computes BERT features for every Chinese :class:`Segment` from its ``norm_text`` and
   ``word2ph`` (zeros for other segments).
@@ -9,8 +9,9 @@
 * :func:`prompt_phones` — the reference-text path of ``TTS.run``.
 * :func:`phones_json` — everything above as a JSON-ready dict (``primespeech-mlx phones``).
 
-Every failure is a :class:`~.errors.TextFrontendError` (language options and languages that have no
-front end here: :class:`~.errors.UnsupportedLanguageError`).
+Every failure is a :class:`~.errors.TextFrontendError` (unknown language options:
+:class:`~.errors.UnsupportedLanguageError`; a Japanese, Korean or Cantonese front end whose pip extra is
+not installed: :class:`~.errors.MissingExtraError`). Those three load their libraries on first use.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import TextFrontendError, UnsupportedLanguageError
-from .langsplit import UNSUPPORTED_LANGUAGES, check_option, split_languages, unsupported
+from .langsplit import LANGUAGES, check_option, split_languages
 from .segmentation import split_text, splits
 from .symbols import cleaned_text_to_sequence, symbols, table_version
 
@@ -104,6 +105,18 @@ def _language_module(lang: str):
         from . import chinese
 
         return chinese
+    if lang == "ja":
+        from . import japanese
+
+        return japanese
+    if lang == "ko":
+        from . import korean
+
+        return korean
+    if lang == "yue":
+        from . import cantonese
+
+        return cantonese
     from . import english
 
     return english
@@ -131,15 +144,13 @@ def _clean_special(text: str, mark: str, target: str, table: frozenset) -> tuple
 def clean_text(text: str, lang: str, version: str = "v2") -> tuple[list[str], list[int] | None, str]:
     """Phones, word2ph (zh only, else None) and normalised text of one segment (``cleaner.clean_text``).
 
-    ``lang`` is "zh" or "en"; any other label that upstream's language splitter can produce (e.g.
-    "punctuation" for a text of marks only in ``auto`` mode) is treated like upstream: English with the
-    text " ". Japanese, Korean and Cantonese raise :class:`UnsupportedLanguageError`.
+    ``lang`` is "zh", "en", "ja", "ko" or "yue" (word2ph for zh and yue); any other label that upstream's
+    language splitter can produce (e.g. "punctuation" for a text of marks only in ``auto`` mode) is
+    treated like upstream: English with the text " ".
     """
     if table_version(version) == "v1":
         raise TextFrontendError("the v1 text front end (text/chinese.py) is not implemented; use a v2+ model")
-    if lang in UNSUPPORTED_LANGUAGES:
-        raise unsupported(lang)
-    if lang not in ("zh", "en"):
+    if lang not in LANGUAGES:
         lang, text = "en", " "
     table = frozenset(symbols(version))
     if lang == "zh":
@@ -149,16 +160,16 @@ def clean_text(text: str, lang: str, version: str = "v2") -> tuple[list[str], li
     module = _language_module(lang)
     norm_text = _call(lang, "text_normalize", module.text_normalize, text)
     word2ph: list[int] | None
-    if lang == "zh":
+    if lang in ("zh", "yue"):
         phones, word2ph = _call(lang, "g2p", module.g2p, norm_text)
         phones, word2ph = list(phones), list(word2ph)
         if len(phones) != sum(word2ph) or len(norm_text) != len(word2ph):
             raise TextFrontendError(
-                f"zh g2p gave {len(phones)} phones / word2ph {word2ph} for {norm_text!r} (inconsistent)"
+                f"{lang} g2p gave {len(phones)} phones / word2ph {word2ph} for {norm_text!r} (inconsistent)"
             )
     else:
         phones = list(_call(lang, "g2p", module.g2p, norm_text))
-        if len(phones) < MIN_EN_PHONES:
+        if lang == "en" and len(phones) < MIN_EN_PHONES:
             phones = [",", *phones]
         word2ph = None
     return [ph if ph in table else "UNK" for ph in phones], word2ph, norm_text
@@ -177,7 +188,7 @@ def _segment(lang: str, text: str, version: str) -> Segment:
 
 
 def get_phones(text: str, language: str, version: str = "v2") -> PhoneResult:
-    """Phonemes of ``text`` for a language option ("all_zh", "zh", "en" or "auto").
+    """Phonemes of ``text`` for a language option (:data:`~.langsplit.SUPPORTED_OPTIONS`).
 
     Upstream ``get_phones_and_bert``: runs of spaces collapse to one, the text is split by language,
     every segment is cleaned, and a result with fewer than 6 phones is recomputed once on ``"." + text``.
@@ -202,7 +213,7 @@ def _get_phones(original: str, language: str, version: str, retry: bool) -> Phon
             segments=result.segments,
             retried_with_dot=True,
         )
-    all_zh = bool(segments) and all(s.word2ph is not None for s in segments)
+    all_zh = bool(segments) and all(s.lang == "zh" for s in segments)
     return PhoneResult(
         text=original,
         phone_ids=tuple(i for s in segments for i in s.phone_ids),

@@ -1,10 +1,11 @@
 """Optional g2pW polyphone prediction (upstream's ``G2PWPinyin``, ``is_g2pw = True`` branch).
 
 Off by default: the reference fixtures and this package's default use pypinyin. It is used only when
-``PRIMESPEECH_G2PW=1`` is set, ``onnxruntime`` is installed and ``<model_dir>/G2PWModel`` holds the
+the application switches it on (:func:`configure`, before the first Chinese sentence: the front end
+builds its runtime once), ``onnxruntime`` is installed and ``<model_dir>/G2PWModel`` holds the
 g2pW export (``g2pW.onnx``, ``POLYPHONIC_CHARS.txt``, ``MONOPHONIC_CHARS.txt``,
 ``bopomofo_to_pinyin_wo_tune_dict.json``, ``char_bopomofo_dict.json``, ``config.py``) plus a BERT
-``vocab.txt`` (in that folder, or named by ``PRIMESPEECH_G2PW_VOCAB``). Upstream's word fixes
+``vocab.txt`` (in that folder, or another one given to :func:`configure`). Upstream's word fixes
 (``polyphonic.rep``, ``polyphonic-fix.rep``) are applied when they are in that folder too, and
 ``opencc`` (s2tw, as upstream) when it is installed.
 
@@ -18,6 +19,7 @@ import ast
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +31,6 @@ from .zh_normalization import to_simplified
 
 logger = logging.getLogger(__name__)
 
-ENV_SWITCH = "PRIMESPEECH_G2PW"
 REQUIRED_FILES = (
     "g2pW.onnx",
     "POLYPHONIC_CHARS.txt",
@@ -48,26 +49,40 @@ def g2pw_dir() -> Path:
     return model_dir() / "G2PWModel"
 
 
-def _enabled() -> bool:
-    return os.environ.get(ENV_SWITCH, "").strip().lower() in {"1", "true", "yes", "on"}
+@dataclass(frozen=True)
+class G2PWOptions:
+    enabled: bool = False  # use g2pW for polyphones (else pypinyin)
+    vocab: str | None = None  # the BERT vocab.txt (default: the one in the G2PWModel folder)
 
 
-def load_predictor() -> G2PWPredictor | None:
-    """A predictor when g2pW is switched on and usable; otherwise ``None`` (pypinyin is used)."""
-    if not _enabled():
-        logger.info("g2pW is not in use (set %s=1 to enable): Chinese pinyin comes from pypinyin", ENV_SWITCH)
+_options = G2PWOptions()
+
+
+def configure(enabled: bool = False, vocab: str | os.PathLike | None = None) -> None:
+    """Switch g2pW on or off (default off) for the process and optionally name its ``vocab.txt``.
+    Takes effect when the Chinese front end builds its runtime (once, at the first Chinese sentence)."""
+    global _options
+    _options = G2PWOptions(bool(enabled), None if vocab is None else os.fspath(vocab))
+
+
+def load_predictor(options: G2PWOptions | None = None) -> G2PWPredictor | None:
+    """A predictor when g2pW is switched on (``options``, default: what :func:`configure` set) and
+    usable; otherwise ``None`` (pypinyin is used)."""
+    options = options if options is not None else _options
+    if not options.enabled:
+        logger.info("g2pW is not in use (switched off): Chinese pinyin comes from pypinyin")
         return None
     folder = g2pw_dir()
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     if missing:
-        logger.warning("%s=1 but %s lacks %s; using pypinyin", ENV_SWITCH, folder, ", ".join(missing))
+        logger.warning("g2pW is switched on but %s lacks %s; using pypinyin", folder, ", ".join(missing))
         return None
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
-        logger.warning("%s=1 but onnxruntime is not installed; using pypinyin", ENV_SWITCH)
+        logger.warning("g2pW is switched on but onnxruntime is not installed; using pypinyin")
         return None
-    return G2PWPredictor(folder)
+    return G2PWPredictor(folder, options.vocab)
 
 
 def _read_config(path: Path) -> dict:
@@ -112,7 +127,7 @@ def split_pinyin(pinyins: list[str]) -> tuple[list[str], list[str]]:
 class G2PWPredictor:
     """Per-character pinyin of a sentence, polyphones predicted by the g2pW ONNX classifier."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, vocab: str | os.PathLike | None = None):
         import onnxruntime
         from tokenizers import BertWordPieceTokenizer
 
@@ -140,7 +155,7 @@ class G2PWPredictor:
         if not self.word_fixes:
             logger.info("g2pW: no polyphonic.rep in %s, word-level pinyin fixes are not applied", folder)
 
-        vocab = os.environ.get("PRIMESPEECH_G2PW_VOCAB") or str(folder / "vocab.txt")
+        vocab = os.fspath(vocab) if vocab else str(folder / "vocab.txt")
         self.tokenizer = BertWordPieceTokenizer(vocab, lowercase=True)
         try:
             from opencc import OpenCC

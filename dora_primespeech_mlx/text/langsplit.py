@@ -8,9 +8,8 @@ module reproduces both stages. The one difference is language identification: sp
 fastText ``lid.176`` model; here a script rule decides (kana -> ja, hangul -> ko, Han -> zh,
 Latin -> en, anything else unknown). For Chinese/English text the two agree (text fixtures README).
 
-Only Chinese and English front ends exist in this package, so the language options are ``all_zh``,
-``zh``, ``en`` and ``auto``; a text that ``auto`` routes to Japanese or Korean, and the options for
-Japanese, Korean and Cantonese, raise :class:`UnsupportedLanguageError`.
+The language options are upstream's: ``all_zh``, ``zh``, ``en``, ``all_ja``, ``ja``, ``all_ko``, ``ko``,
+``all_yue``, ``yue``, ``auto`` and ``auto_yue``; anything else raises :class:`UnsupportedLanguageError`.
 """
 
 from __future__ import annotations
@@ -20,15 +19,16 @@ from dataclasses import dataclass
 
 from .errors import TextFrontendError, UnsupportedLanguageError
 
-SUPPORTED_OPTIONS = ("all_zh", "zh", "en", "auto")
-#: Options upstream has but whose front ends (Japanese, Korean, Cantonese) are not implemented.
-UNSUPPORTED_OPTIONS = ("all_ja", "all_ko", "all_yue", "ja", "ko", "yue", "auto_yue")
-UNSUPPORTED_LANGUAGES = ("ja", "ko", "yue")
+SUPPORTED_OPTIONS = ("all_zh", "zh", "en", "auto", "all_ja", "ja", "all_ko", "ko", "all_yue", "yue", "auto_yue")
+#: Segment languages that have a front end (``clean_text``).
+LANGUAGES = ("zh", "en", "ja", "ko", "yue")
+#: all_* option -> (default language given to LangSegmenter.getTexts, label its "zh" pieces get)
+_ALL_OPTIONS = {"all_zh": ("zh", "zh"), "all_ja": ("ja", "ja"), "all_ko": ("ko", "ko"), "all_yue": ("zh", "yue")}
 
 
 def unsupported(language: str) -> UnsupportedLanguageError:
     return UnsupportedLanguageError(
-        f"language {language!r} is not supported yet (supported options: {', '.join(SUPPORTED_OPTIONS)})"
+        f"language {language!r} is not supported (supported options: {', '.join(SUPPORTED_OPTIONS)})"
     )
 
 
@@ -190,8 +190,9 @@ def _pre_split(text: str) -> list[tuple[str, str]]:
 
 
 def _zh_ja_words(text: str) -> list[str]:
-    """Kana / non-kana runs of a CJK section (split-lang uses budoux phrases; only the kana-Han
-    boundaries matter for the language decision). Spaces stay with the run before them."""
+    """Phrases of a CJK section, each a non-kana run and the kana run after it (split-lang uses budoux
+    phrases such as 今日は / 天気ですね; only whether a phrase holds kana matters for the language
+    decision). Spaces stay with the phrase before them."""
     words: list[str] = []
     prev_kana: bool | None = None
     for ch in text:
@@ -199,7 +200,7 @@ def _zh_ja_words(text: str) -> list[str]:
         if ch.isspace() and words:
             words[-1] += ch
             continue
-        if prev_kana is None or is_kana != prev_kana:
+        if prev_kana is None or (prev_kana and not is_kana):
             words.append(ch)
         else:
             words[-1] += ch
@@ -587,26 +588,26 @@ def split_languages(text: str, option: str) -> list[tuple[str, str]]:
     """(language, text) segments for a language option, as ``get_phones_and_bert`` builds them.
 
     - ``en``: the whole text is English (never split).
-    - ``all_zh``: everything Chinese except pure-Latin pieces (English); digits become Chinese.
-    - ``zh``: neighbouring non-English pieces merge into one Chinese segment.
-    - ``auto``: the detected languages; Japanese or Korean text raises UnsupportedLanguageError.
+    - ``all_zh`` / ``all_ja`` / ``all_ko``: everything in that language except pure-Latin pieces
+      (English); digits join that language. ``all_yue``: as ``all_zh``, Chinese pieces labelled ``yue``.
+    - ``zh`` / ``ja`` / ``ko`` / ``yue``: neighbouring non-English pieces merge into one segment of that
+      language (Han text included: upstream cannot tell Chinese, Japanese and Korean Han apart).
+    - ``auto``: the detected languages (zh, ja, ko, en; here by script, see the module doc);
+      ``auto_yue``: the same with Chinese pieces labelled ``yue``.
 
     Text that is empty or whitespace-only raises TextFrontendError, except with ``en``.
     """
     check_option(option)
     if option == "en":
         return [("en", text)]
-    if option == "all_zh":
-        return [(p.lang, p.text) for p in get_texts(text, "zh")]
+    if option in _ALL_OPTIONS:
+        default, zh_label = _ALL_OPTIONS[option]
+        return [(zh_label if p.lang == "zh" else p.lang, p.text) for p in get_texts(text, default)]
     pieces = get_texts(text)
-    if option == "auto":
-        for p in pieces:
-            if p.lang in UNSUPPORTED_LANGUAGES:
-                raise UnsupportedLanguageError(
-                    f"language {p.lang!r} is not supported yet: 'auto' detected it in {p.text[:40]!r}"
-                )
-        return [(p.lang, p.text) for p in pieces]
+    if option in ("auto", "auto_yue"):
+        label = "yue" if option == "auto_yue" else "zh"
+        return [(label if p.lang == "zh" else p.lang, p.text) for p in pieces]
     merged: list[Piece] = []
-    for p in pieces:  # option "zh"
+    for p in pieces:  # options "zh", "ja", "ko", "yue"
         _merge_lang(merged, Piece("en" if p.lang == "en" else option, p.text))
     return [(p.lang, p.text) for p in merged]

@@ -48,13 +48,26 @@ def test_sovits_reads_and_detects_v2():
     assert raw.config["model"]["upsample_rates"] == load_cases_json()["sovits_config_model"]["upsample_rates"]
 
 
-@pytest.mark.parametrize("tag,version", [(b"05", "v2Pro"), (b"06", "v2ProPlus"), (b"03", "v3"), (b"04", "v4")])
+@pytest.mark.parametrize("tag,version", [(b"02", "v3"), (b"03", "v3"), (b"04", "v4")])
 def test_sovits_version_tags_refused_clearly(tmp_path, tag, version):
     data = bytearray(_ckpt("sovits").read_bytes())
     data[:2] = tag
     path = tmp_path / "tagged.pth"
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=rf"{version}.*not supported yet") as exc:
+        read_sovits(path)
+    assert str(path) in str(exc.value)
+
+
+@pytest.mark.parametrize("tag,version", [(b"05", "v2Pro"), (b"06", "v2ProPlus")])
+def test_v2pro_tag_on_v2_weights_is_a_clear_error(tmp_path, tag, version):
+    """A v2Pro-family tag needs the speaker-verification layers; v2 weights under that tag are refused
+    by name (upstream would fail later, at decode, on a shape mismatch)."""
+    data = bytearray(_ckpt("sovits").read_bytes())
+    data[:2] = tag
+    path = tmp_path / "tagged.pth"
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=rf"tagged {version} but lacks") as exc:
         read_sovits(path)
     assert str(path) in str(exc.value)
 

@@ -28,18 +28,16 @@ LOGGER = "dora_primespeech_mlx.encoders"
 
 @functools.lru_cache(maxsize=2)
 def _mlx_hubert(path: str):
-    from dora_primespeech_mlx.convert.checkpoints import read_hf_dir
-    from dora_primespeech_mlx.models.hubert import load_hubert
+    from dora_primespeech_mlx.convert.load import load_hubert
 
-    return load_hubert(read_hf_dir(path, "hubert"))
+    return load_hubert(path, cache=False)
 
 
 @functools.lru_cache(maxsize=2)
 def _mlx_bert(path: str):
-    from dora_primespeech_mlx.convert.checkpoints import read_hf_dir
-    from dora_primespeech_mlx.models.bert import BertTokenizer, load_bert
+    from dora_primespeech_mlx.convert.load import load_bert
 
-    return load_bert(read_hf_dir(path, "bert")), BertTokenizer.from_dir(path)
+    return load_bert(path, cache=False)
 
 
 def _bert_items():

@@ -21,10 +21,9 @@ pytestmark = [
 
 @functools.lru_cache(maxsize=1)
 def _mlx_hubert(path: str):
-    from dora_primespeech_mlx.convert.checkpoints import read_hf_dir
-    from dora_primespeech_mlx.models.hubert import load_hubert
+    from dora_primespeech_mlx.convert.load import load_hubert
 
-    return load_hubert(read_hf_dir(path, "hubert"))
+    return load_hubert(path, cache=False)
 
 
 def _backends(tmp_path, precision, units):

@@ -16,7 +16,7 @@ import soundfile as sf
 from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
 
 import dora_primespeech_mlx.models.t2s_generate as t2s_generate
-from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig, SynthesisResult
+from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig, SynthesisResult, pipeline
 from dora_primespeech_mlx.errors import ConfigError, NothingToSpeakError, SynthesisError
 from dora_primespeech_mlx.models.hubert import PROMPT_TAIL_SAMPLES
 from dora_primespeech_mlx.text import TextFrontendError, UnsupportedLanguageError
@@ -132,8 +132,8 @@ def engine(model_dir, voice):
 
 
 def _reference(eng: GPTSoVITSEngine):
-    (ref,) = eng._ref_cache.values()
-    return ref
+    (key,) = eng.cache.keys("reference")
+    return eng.cache.peek(key)
 
 
 # ---- golden ---------------------------------------------------------------------------------------
@@ -155,9 +155,9 @@ def test_e2e_golden(case, model_dir, monkeypatch):
     assert not wav16k[-PROMPT_TAIL_SAMPLES:].any(), "stored wav16k should end with the 0.6 s zero tail"
 
     eng = GPTSoVITSEngine(model_dir=model_dir, config=FAST)
-    monkeypatch.setattr(eng, "_load_reference_16k", lambda path, wav, sr: wav16k[:-PROMPT_TAIL_SAMPLES])
+    monkeypatch.setattr(eng.references, "load_16k", lambda path, wav, sr: wav16k[:-PROMPT_TAIL_SAMPLES])
     replay = ReplayNoise(golden["noise"])
-    monkeypatch.setattr(eng, "_new_noise_bank", lambda seed, sentence, channels: replay)
+    monkeypatch.setattr(eng, "noise_bank", lambda seed, channels: replay)
     result = eng.synthesize(inp["text"], voice=fixture_voice(case), **golden_settings(case))
 
     ref = _reference(eng)
@@ -294,8 +294,8 @@ def test_speed_factor_default_comes_from_the_voice(engine, voice):
 def test_reference_cache_is_reused(model_dir, voice, monkeypatch):
     eng = GPTSoVITSEngine(model_dir=model_dir, config=FAST)
     calls = []
-    real = eng._prompt_semantic
-    monkeypatch.setattr(eng, "_prompt_semantic", lambda *a: calls.append(1) or real(*a))
+    real = eng.references.prompt_semantic
+    monkeypatch.setattr(eng.references, "prompt_semantic", lambda *a: calls.append(1) or real(*a))
     first = eng.synthesize("Hello there, my friend.", voice=voice)
     second = eng.synthesize("Hello again, my friend.", voice=voice)
     assert len(calls) == 1
@@ -368,7 +368,7 @@ def test_chinese_segments_get_bert_features_in_one_batch(engine, voice):
     encoders = EncoderBackends(mode="mlx", mlx_bert=lambda: (Counting(), tokenizer))
     chunks = preprocess("你好world，再见。好的", "zh", "cut5")
     assert len(chunks) >= 2
-    feats = engine._bert_for(chunks, voice, encoders)
+    feats = pipeline.bert_features(chunks, voice, encoders)
     assert len(calls) == 1
     for chunk, f in zip(chunks, feats):
         assert f.shape == (1024, len(chunk.phone_ids))

@@ -1,7 +1,7 @@
 """GPTSoVITSEngine.synthesize_stream: audio comes out while the GPT is still generating, the stream
 matches the whole-utterance audio, its seams are smooth, and cancel stops generation between tokens.
 
-The seam logic (_Stitcher) is also checked on a synthetic smooth signal, where a missing crossfade
+The seam logic (Stitcher) is also checked on a synthetic smooth signal, where a missing crossfade
 would show as a jump (the fixture models' audio is noise-like, so jumps there say little).
 """
 
@@ -14,7 +14,8 @@ import pytest
 from test_engine import GenerateSpy, case, model_dir, voice  # noqa: F401  (shared fixtures)
 from test_engine import engine as engine  # noqa: F401,F811
 
-from dora_primespeech_mlx.engine import AudioChunk, _Stitcher
+from dora_primespeech_mlx.engine import AudioChunk
+from dora_primespeech_mlx.engine.streaming import Stitcher
 from dora_primespeech_mlx.errors import NothingToSpeakError
 
 TEXT = "Hello world, this is a small test."
@@ -114,7 +115,7 @@ def test_stitcher_seams_are_smooth(crossfade):
     sr, hop, total = 32000, 640, 60
     offsets = iter([0.0, 0.04, -0.04, 0.03, -0.02, 0.04, 0.0, 0.02] * 4)
     signal, decode = _smooth_decoder(sr, hop, offsets)
-    st = _Stitcher(hop, 1.0, crossfade)
+    st = Stitcher(hop, 1.0, crossfade)
     pieces, n, context, lookahead = [], 0, 5, 2
     while n < total:
         n = min(total, n + 9)

@@ -13,13 +13,13 @@ import pytest
 from conftest import model_cases, param_or_missing, require_case, require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import read_hf_dir
+from dora_primespeech_mlx.convert.load import load_bert
 from dora_primespeech_mlx.models.bert import (
     BertArgs,
     BertModel,
     BertTokenizer,
     bert_features,
     bert_features_batch,
-    load_bert,
     phone_features,
 )
 
@@ -29,7 +29,7 @@ BERT_CASES = model_cases("bert")
 
 @functools.lru_cache(maxsize=4)
 def _load(model_dir: str) -> tuple[BertModel, BertTokenizer]:
-    return load_bert(read_hf_dir(model_dir, "bert")), BertTokenizer.from_dir(model_dir)
+    return load_bert(model_dir, cache=False)
 
 
 def _load_for(rel: str) -> tuple[BertModel, BertTokenizer]:

@@ -17,11 +17,11 @@ from conftest import (
 )
 
 from dora_primespeech_mlx.convert.checkpoints import read_hf_dir
+from dora_primespeech_mlx.convert.load import from_checkpoint
 from dora_primespeech_mlx.models.hubert import (
     PROMPT_TAIL_SAMPLES,
     HubertArgs,
     HubertModel,
-    load_hubert,
     prompt_features,
 )
 
@@ -32,7 +32,7 @@ E2E_CASES = [c for c in model_cases("e2e") if "hubert_last_hidden_state" in c.ge
 
 @functools.lru_cache(maxsize=4)
 def _model(model_dir: str) -> HubertModel:
-    return load_hubert(read_hf_dir(model_dir, "hubert"))
+    return from_checkpoint(read_hf_dir(model_dir, "hubert"))
 
 
 def _model_for(rel: str) -> HubertModel:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from audio_testlib import to_int16_output
 from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import RawCheckpoint, read_sovits
+from dora_primespeech_mlx.convert.load import from_checkpoint
 from dora_primespeech_mlx.models import audio
-from dora_primespeech_mlx.models.sovits import SoVITSArgs, SoVITSModel, load_sovits
+from dora_primespeech_mlx.models.sovits import SoVITSArgs, SoVITSModel
 
 SOVITS_CASES = model_cases("sovits")
 E2E_CASES = model_cases("e2e")
@@ -46,7 +48,7 @@ def raw_sovits() -> RawCheckpoint:
 
 @pytest.fixture(scope="module")
 def model(raw_sovits) -> SoVITSModel:
-    return load_sovits(raw_sovits)
+    return from_checkpoint(raw_sovits)
 
 
 def _tolerances(case) -> dict:
@@ -164,7 +166,7 @@ def test_e2e_sovits_part(model, case):
     if "output_int16" in d.files:
         sr = int(case.get("output_sample_rate", model.sampling_rate))
         interval = float(case.get("inputs", {}).get("fragment_interval", 0.3))
-        pcm = audio.to_int16_output([wave], sr, interval)
+        pcm = to_int16_output([wave], sr, interval)
         assert pcm.dtype == np.int16
         _check(
             "output_int16",
@@ -255,7 +257,7 @@ def _as_v1(raw: RawCheckpoint) -> RawCheckpoint:
 
 
 def test_v1_layout_loads_and_uses_all_bins(raw_sovits):
-    v1 = load_sovits(_as_v1(raw_sovits))
+    v1 = from_checkpoint(_as_v1(raw_sovits))
     assert v1.args.version == "v1" and v1.args.ref_bins == v1.args.spec_channels
     rng = np.random.default_rng(2)
     spec = np.abs(rng.standard_normal((1, v1.args.spec_channels, 12))).astype(np.float32)
@@ -279,7 +281,7 @@ def test_mismatched_checkpoint_is_reported(raw_sovits, model):
     weights["enc_p.text_embedding.weight"] = weights["enc_p.text_embedding.weight"][:322]
     bad = RawCheckpoint(raw_sovits.path, "sovits", weights, raw_sovits.config, "v2")
     with pytest.raises(ValueError, match="text embedding has 322 rows"):
-        load_sovits(bad)
+        from_checkpoint(bad)
     with pytest.raises(ValueError, match="reference spectrogram"):
         model.ref_embedding(np.zeros((1, 80, 10), np.float32))
 

@@ -95,7 +95,7 @@ def test_conv_transpose1d_gemm_matches_native_and_reference(shape):
 
 @pytest.fixture
 def conv_impl():
-    old = conv.get_conv_impl()
+    old = conv.set_conv_impl("auto")
     yield conv.set_conv_impl
     conv.set_conv_impl(old)
 

@@ -16,14 +16,11 @@ import pytest
 from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import read_gpt
-from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel, load_t2s, sine_table
-from dora_primespeech_mlx.models.t2s_generate import (
-    CACHE_STEP,
-    KVCache,
-    SamplingParams,
-    generate,
-    generate_all,
-)
+from dora_primespeech_mlx.convert.load import from_checkpoint
+from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel, sine_table
+from dora_primespeech_mlx.models.t2s_cache import CACHE_STEP
+from dora_primespeech_mlx.models.t2s_decode import make_decoder
+from dora_primespeech_mlx.models.t2s_generate import SamplingParams, generate, generate_all
 
 CASES = model_cases("gpt") + model_cases("e2e")
 CASE_PARAMS = param_or_missing(CASES, lambda c: c["name"], "models/cases.json gpt cases")
@@ -51,7 +48,7 @@ def raw_gpt():
 
 @pytest.fixture(scope="module")
 def model(raw_gpt):
-    return load_t2s(raw_gpt)
+    return from_checkpoint(raw_gpt)  # the product's loader; decoder "auto" (numpy on the CPU, MLX on a GPU)
 
 
 def _first(d, names, what):
@@ -143,7 +140,7 @@ def test_t2s_prefix(case, model):
         tol, src = _tolerance(case, ("xy_pos",))
         _check_close(case, "xy_pos", np.array(xy), d["xy_pos"], tol, src)
     if "logits" in d.files:
-        cache = KVCache.for_model(model)
+        cache = model.make_cache()
         logits = model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), cache)
         assert cache.offset == phones.shape[1] + prompt.shape[1]
         tol, src = _tolerance(case, ("logits",))
@@ -158,7 +155,7 @@ def test_t2s_teacher_forced_logits(case, model):
     tokens = _first(d, TOKENS, "tokens")
     phones, bert, prompt = _inputs(d)
     assert golden.shape[0] <= tokens.shape[0] + 1
-    cache = KVCache.for_model(model, step=max(8, CACHE_STEP // 16))  # several bucket growths
+    cache = model.make_cache(step=max(8, CACHE_STEP // 16))  # several bucket growths
     rows = [np.array(model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), cache)[0])]
     for k in range(golden.shape[0] - 1):
         rows.append(np.array(model.step(int(tokens[k]), prompt.shape[1] + k, cache)[0]))
@@ -181,7 +178,7 @@ def test_t2s_generation(case, cache_step, model):
         pytest.skip(f"{case['name']}: sampled without recorded noise; only distributional parity")
     result = generate_all(
         model, phones, bert, prompt, params, early_stop_num,
-        noise=noise, seed=0, cache_step=cache_step, return_logits=True,
+        noise=noise, seed=0, return_logits=True, decoder=make_decoder(model, cache_step=cache_step),
     )  # fmt: skip
     stopped = next((case[k] for k in STOPPED if k in case), len(golden_tokens))
     print(
@@ -287,7 +284,7 @@ def test_t2s_v1_phoneme_vocab(raw_gpt):
     key = "model.ar_text_embedding.word_embeddings.weight"
     weights[key] = weights[key][:512]
     raw = type(raw_gpt)(raw_gpt.path, "gpt", weights, config, "v1")
-    m = load_t2s(raw)
+    m = from_checkpoint(raw)
     assert m.text_embedding.weight.shape[0] == 512
     with pytest.raises(ValueError, match="phone ids"):
         generate_all(m, np.array([[600]]), np.zeros((1, 1024, 1)), np.array([[1]]), SamplingParams(), 3)

@@ -18,8 +18,8 @@ import pytest
 from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import read_sovits
+from dora_primespeech_mlx.convert.load import from_checkpoint
 from dora_primespeech_mlx.models import audio, vocoder
-from dora_primespeech_mlx.models.sovits import load_sovits
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (a Linux dependency)")
 pytest.importorskip("onnx", reason="onnx is not installed (a Linux dependency)")
@@ -61,7 +61,7 @@ def raw_sovits():
 @pytest.fixture(scope="module")
 def onnx_model(raw_sovits, tmp_path_factory):
     """The fixture SoVITS with the ONNX Runtime generator forced on."""
-    model = load_sovits(raw_sovits)
+    model = from_checkpoint(raw_sovits)
     vocoder.attach(model, cache_dir=tmp_path_factory.mktemp("onnx-cache"), mode="onnx")
     assert model.vocoder_backend.generator is not None, vocoder.status(model)
     return model
@@ -69,7 +69,7 @@ def onnx_model(raw_sovits, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mlx_model(raw_sovits):
-    model = load_sovits(raw_sovits)
+    model = from_checkpoint(raw_sovits)
     vocoder.attach(model, mode="mlx")
     return model
 
@@ -183,7 +183,7 @@ def test_mode_setting(monkeypatch, raw_sovits):
     assert vocoder.vocoder_mode() == "mlx"
     monkeypatch.delenv(vocoder.ENV)
     assert vocoder.vocoder_mode() == "auto"
-    model = load_sovits(raw_sovits)
+    model = from_checkpoint(raw_sovits)
     assert vocoder.status(model)["backend"] == "mlx"  # nothing attached
     vocoder.attach(model, mode="mlx")
     assert vocoder.status(model)["backend"] == "mlx" and model.vocoder_backend.generator is None
@@ -201,7 +201,7 @@ def test_fallback_when_onnxruntime_is_missing(monkeypatch, raw_sovits, caplog):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_ort)
-    model = load_sovits(raw_sovits)
+    model = from_checkpoint(raw_sovits)
     with caplog.at_level(logging.WARNING, logger=vocoder.__name__):
         vocoder.attach(model, cache_dir=None, mode="onnx")
     st = vocoder.status(model)
@@ -213,7 +213,7 @@ def test_fallback_when_onnxruntime_is_missing(monkeypatch, raw_sovits, caplog):
 
 
 def test_fallback_when_a_run_fails(raw_sovits, mlx_model, caplog):
-    model = load_sovits(raw_sovits)
+    model = from_checkpoint(raw_sovits)
     vocoder.attach(model, cache_dir=None, mode="onnx")
     assert vocoder.status(model)["backend"] == "onnxruntime"
 

@@ -32,7 +32,9 @@ NODE_FORM = """\
       text:
         source: text_source/text
         queue_size: 1000
-      control: text_source/control
+      control:
+        source: text_source/control
+        queue_size: 1000
     outputs: [audio, segment_complete, status, log]"""
 OPERATOR_FORM = f"""\
     operator:
@@ -41,7 +43,9 @@ OPERATOR_FORM = f"""\
         text:
           source: text_source/text
           queue_size: 1000
-        control: text_source/control
+        control:
+          source: text_source/control
+          queue_size: 1000
         tick: dora/timer/millis/50
       outputs: [audio, segment_complete, status, log]"""
 
@@ -54,26 +58,12 @@ def _dora() -> str:
     return found
 
 
-def complete(report, statuses=()) -> bool:
-    """The sink recorded an answer for every text and every expected status (control answers)."""
-    if report and any(not by_status(report, st) for st in statuses):
-        return False
-    return bool(report) and all(s["text"] is not None and s["outcome"] is not None for s in report["segments"])
-
-
-def run_flow(tmp: Path, script: str, tts: str, statuses=(), **kw):
-    """One ``dora run``; repeated (up to RUNS times) if the sink's record lacks a message: dora-rs 1.1 loses an event
-    now and then (seen in about 1 of 15 runs of these flows, and in a minimal two-node flow; more often on a
-    loaded machine). A node that really fails to answer fails every run."""
-    for attempt in range(1, RUNS + 1):
-        result = _run_flow(tmp / f"run{attempt}", script, tts, **kw)
-        if result[0] != 0 or complete(result[1], statuses):
-            break
-        print(f"dora lost a message (run {attempt} of {RUNS}); running the flow again")
-    return result
-
-
-RUNS = 3  # a node that really fails to answer fails every run
+def run_flow(tmp: Path, script: str, tts: str, **kw):
+    """One ``dora run`` of the test template. No re-runs: a lost or duplicated answer fails the test. The
+    template keeps every receiver of the answers clear of dora's documented drop condition (each input's
+    ``queue_size`` covers a whole run's messages; the answers are recorded by a node that receives no
+    large payloads)."""
+    return _run_flow(tmp, script, tts, **kw)
 
 
 def _run_flow(tmp: Path, script: str, tts: str, *, voice=VOICE, streaming=False, warmup=False,
@@ -172,8 +162,7 @@ def test_node_form_end_to_end(tmp_path):
         "@wait synthesizing",
         "!reset",
     ]) + "\n"
-    rc, report, output, elapsed = run_flow(tmp_path, script, NODE_FORM, warmup=True, index_as_str=True,
-                                           statuses=("voices", "stats", "voice_changed", "reset"))
+    rc, report, output, elapsed = run_flow(tmp_path, script, NODE_FORM, warmup=True, index_as_str=True)
     assert rc == 0, tail(output)
     assert report is not None, tail(output)
     segments = check_one_answer_per_text(report, output)
@@ -248,7 +237,7 @@ def test_operator_form_streaming_and_reset(tmp_path):
         "!reset",
         "Hi there.",
     ]) + "\n"
-    rc, report, output, elapsed = run_flow(tmp_path, script, OPERATOR_FORM, streaming=True, statuses=("reset",))
+    rc, report, output, elapsed = run_flow(tmp_path, script, OPERATOR_FORM, streaming=True)
     assert rc == 0, tail(output)
     assert report is not None, tail(output)
     segments = check_one_answer_per_text(report, output)
@@ -308,12 +297,7 @@ def test_orchestrator_streams_switches_voice_and_barges_in(tmp_path):
     })
     path = tmp_path / "orchestrator.yaml"
     path.write_text(yaml.safe_dump(flow, allow_unicode=True), encoding="utf-8")
-    for attempt in range(1, RUNS + 1):
-        shutil.rmtree(tmp_path / "out", ignore_errors=True)
-        rc, report, output, elapsed = run_yaml(tmp_path, path)
-        if rc != 0 or complete(report, ("reset", "voice_changed", "voices", "stats")):
-            break
-        print(f"dora lost a message (run {attempt} of {RUNS}); running the flow again")
+    rc, report, output, elapsed = run_yaml(tmp_path, path)  # no re-runs: a lost answer fails
     assert rc == 0, tail(output)
     segments = check_one_answer_per_text(report, output)
     answer1 = [s for s in segments if s["question_id"] == "1"]

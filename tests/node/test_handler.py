@@ -11,8 +11,10 @@ import pyarrow as pa
 import pytest
 from tiny_voice import VOICE, VOICE_2, make_model_dir, reference_wav
 
-from dora_primespeech_mlx.node import CANCELLED, MessageHandler, engine_factory
+from dora_primespeech_mlx.handler import CANCELLED, MessageHandler
+from dora_primespeech_mlx.node import engine_factory
 from dora_primespeech_mlx.settings import Settings
+from dora_primespeech_mlx.transport import DirectTransport
 
 TEXT = "Hello world, this is a small test."
 LONG = "One small test. Two small tests. Three small tests. Four small tests. Five small tests."
@@ -64,7 +66,7 @@ def make_handler(model_dir, shared_engine, **env):
     base = {"VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": str(model_dir), "TOP_K": "1", "LOG_LEVEL": "DEBUG"}
     settings = Settings.from_env({**base, **env})
     rec = Recorder()
-    handler = MessageHandler(settings, lambda progress: shared_engine, rec)
+    handler = MessageHandler(settings, lambda progress: shared_engine, DirectTransport(rec))
     handler.start()
     assert handler.ready.wait(60) and handler.startup_error is None
     return handler, rec
@@ -84,7 +86,7 @@ def test_batch_text_gets_audio_and_one_segment_complete(model_dir, shared_engine
           "custom": 7, "ratio": 0.5, "flag": True, "np_int": np.int64(3), "nothing": None}
     text(handler, TEXT, **md)
     rec.wait(lambda r: len(completes(r)) == 1)
-    handler.close()
+    assert handler.finish(60)
     audio = rec.of("audio")
     assert len(audio) == 1
     arr, amd = audio[0]
@@ -110,7 +112,7 @@ def test_flat_audio_format_and_volume(model_dir, shared_engine):
     handler, rec = make_handler(model_dir, shared_engine, AUDIO_FORMAT="flat")
     text(handler, json.dumps({"prompt": "Hi there.", "volume": 0.0}), question_id="v")
     rec.wait(lambda r: len(completes(r)) == 1)
-    handler.close()
+    assert handler.finish(60)
     (arr, _), = rec.of("audio")
     assert arr.type == pa.float32() and len(arr) > 0
     assert np.all(arr.to_numpy() == 0.0)  # volume 0 silences it
@@ -128,7 +130,10 @@ def test_bad_inputs_are_answered_and_the_node_keeps_serving(model_dir, shared_en
         ("float", pa.array([0.5, 1.5], type=pa.float32()), "error"),
         ("voice", "VOICE:Nobody At All|Hello", "error"),
         ("json", '{"speed": 1.2}', "error"),
-        ("ja", f"VOICE:CUSTOM|{reference_wav()}|Good morning, this is my voice|ja|Hello", "error"),
+        ("lang", json.dumps({"prompt": "Hello", "language": "fr"}), "error"),
+        ("ja", f"VOICE:CUSTOM|{reference_wav()}|おはようございます|ja|こんにちは、元気ですか。", "completed"),
+        ("ko", json.dumps({"prompt": "안녕하세요, 반갑습니다.", "language": "ko"}), "completed"),
+        ("yue", json.dumps({"prompt": "你好，我係你嘅助手。", "language": "all_yue"}), "completed"),
     ]
     for i, (name, value, _) in enumerate(cases):
         status = "ended" if name == "flush" else "ongoing"
@@ -136,7 +141,7 @@ def test_bad_inputs_are_answered_and_the_node_keeps_serving(model_dir, shared_en
     handler.on_input("control", pa.array(["restart everything"]), {"control_id": 1})
     handler.on_input("text", pa.array([TEXT]), {"question_id": "after", "segment_index": "x"})
     rec.wait(lambda r: len(completes(r)) == len(cases) + 1)
-    handler.close()
+    assert handler.finish(60)
     got = {m["question_id"]: (a.to_pylist(), m) for a, m in completes(rec)}
     assert len(completes(rec)) == len(cases) + 1  # exactly one each
     for name, _, outcome in cases:
@@ -148,7 +153,7 @@ def test_bad_inputs_are_answered_and_the_node_keeps_serving(model_dir, shared_en
     assert "too long" in got["long"][1]["error"]
     assert "UTF-8" in got["utf8"][1]["error"]
     assert "unknown voice" in got["voice"][1]["error"] and got["voice"][1]["error_stage"] == "voice"
-    assert "ja" in got["ja"][1]["error"].lower() and got["ja"][1]["error_stage"] == "text"
+    assert "'fr'" in got["lang"][1]["error"].lower() and got["lang"][1]["error_stage"] == "text"
     assert got["after"][0] == ["completed"]  # still serving
     errors = [s for s in rec.statuses() if s["status"] == "error"]
     assert any("unknown control command" in s["error"] for s in errors)
@@ -164,7 +169,7 @@ def test_control_commands(model_dir, shared_engine):
     rec.wait(lambda r: len(r.of("status")) >= 5)
     text(handler, "Hi there.", question_id="after-change")
     rec.wait(lambda r: len(completes(r)) == 1)
-    handler.close()
+    assert handler.finish(60)
     answers = {m["control_id"]: json.loads(a[0].as_py()) for a, m in rec.of("status") if "control_id" in m}
     voices = answers[0]
     assert voices["status"] == "voices" and voices["current"] == VOICE
@@ -193,7 +198,7 @@ def test_reset_cancels_a_long_streaming_synthesis_and_the_queue(model_dir, share
     cancel_s = time.monotonic() - t0
     text(handler, "Hi there.", question_id="after", segment_index=3)
     rec.wait(lambda r: len(completes(r)) == 4)
-    handler.close()
+    assert handler.finish(60)
     got = [(a.to_pylist(), m) for a, m in completes(rec)]
     assert [m["question_id"] for _, m in got].count("long") == 1
     for values, md in got[:3]:

@@ -14,11 +14,11 @@ from dora_primespeech_mlx.messages import (
     InputError,
     as_int,
     decode_text_value,
-    has_speakable,
     parse_control,
     parse_text,
     sanitize_metadata,
 )
+from dora_primespeech_mlx.text import has_speakable
 
 # ---------------------------------------------------------------------------------------------------
 # Arrow values
@@ -126,7 +126,8 @@ def test_voice_prefix_custom():
     assert (v.kind, v.reference, v.prompt_text, v.lang) == ("custom", "/abs/ref.wav", "参考文本", "zh")
     assert r.text == "Text with | a pipe"
     assert parse_text("VOICE:CUSTOM|/r.wav|p|fr|t").voice.lang == "auto"
-    assert parse_text("VOICE:CUSTOM|/r.wav|p|JA|t").voice.lang == "ja"  # refused later by the engine
+    for lang in ("ja", "ko", "yue", "all_ja", "all_ko", "all_yue", "auto_yue"):
+        assert parse_text(f"VOICE:CUSTOM|/r.wav|p|{lang.upper()}|t").voice.lang == lang
 
 
 def test_voice_prefix_trained():

@@ -115,3 +115,48 @@ def test_every_bad_variable_is_reported_at_once():
 def test_a_bad_primary_value_is_not_hidden_by_a_good_alias():
     with pytest.raises(ConfigError, match="TOP_K"):
         Settings.from_env({"TOP_K": "x", "GPTSVITS_TOP_K": "5"})
+
+
+@pytest.mark.parametrize("env", [
+    {"PRIMESPEECH_T2S_COMPILE": "maybe"}, {"PRIMESPEECH_BERT_HALF": "halfish"}, {"PRIMESPEECH_G2PW": "yes please"},
+    {"PRIMESPEECH_T2S_DECODE": "gpu-ish"}, {"PRIMESPEECH_CONV_IMPL": "fft"}, {"PRIMESPEECH_THREADS": "0"},
+    {"PRIMESPEECH_THREADS": "many"}, {"TOP_K": "2000"}, {"SPEED_FACTOR": "0.2"}, {"PRIMESPEECH_VOICE_CACHE": "-1"},
+    {"MAX_QUEUED_TEXTS": "0"}, {"PRIMESPEECH_COREML_COMPUTE_UNITS": "GPU_ONLY"}, {"PRIMESPEECH_DORA_SENDS": "both"},
+    {"TEMPERATURE": "11"}, {"NOISE_SCALE": "-1"}, {"STREAM_CHUNK_TOKENS": "1501"},
+])
+def test_garbage_is_refused_at_start(env):
+    (name,) = env
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env(env)
+
+
+def test_settings_ranges_are_the_engines():
+    """A value the settings accept is accepted by the engine, and the bounds are the same numbers."""
+    from dora_primespeech_mlx import defaults
+
+    engine = pytest.importorskip("dora_primespeech_mlx.engine")
+    for field, rng in defaults.RANGES.items():
+        var = next((v for v in VARS if v.field == field), None)
+        if var is None:
+            continue  # a request-only parameter (streaming window shape)
+        for x in (rng.lo, rng.hi):
+            text = str(int(x)) if rng.integer else repr(float(x))
+            ok = rng.contains(x)
+            if ok:
+                value = var.parse(text)
+                engine.SynthesisConfig().replace(**{field: value})
+            else:
+                with pytest.raises(ValueError):
+                    var.parse(text)
+                with pytest.raises(ConfigError):
+                    engine.SynthesisConfig().replace(**{field: x})
+
+
+def test_read_one_setting_and_its_errors():
+    from dora_primespeech_mlx.settings import read
+
+    assert read("threads", {}) == "auto" and read("threads", {"PRIMESPEECH_THREADS": "3"}) == 3
+    assert read("t2s_compile", {"PRIMESPEECH_T2S_COMPILE": "auto"}) is None
+    assert read("cache_dir", {"XDG_CACHE_HOME": "/x"}) == Path("/x/dora_primespeech_mlx")
+    with pytest.raises(ConfigError, match="PRIMESPEECH_T2S_COMPILE"):
+        read("t2s_compile", {"PRIMESPEECH_T2S_COMPILE": "maybe"})

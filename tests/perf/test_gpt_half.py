@@ -17,7 +17,7 @@ from conftest import load_cases_json, require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import read_gpt
 from dora_primespeech_mlx.models import half_gemv
-from dora_primespeech_mlx.models.t2s import load_t2s
+from dora_primespeech_mlx.convert.load import from_checkpoint
 from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder, half_weights
 
 
@@ -33,7 +33,7 @@ def _gpt():
     cases = load_cases_json()
     if not cases:
         require_fixture("models/cases.json")
-    return load_t2s(read_gpt(require_fixture("models/" + cases["checkpoints"]["gpt"])))
+    return from_checkpoint(read_gpt(require_fixture("models/" + cases["checkpoints"]["gpt"])))
 
 
 @pytest.mark.parametrize("shape", [(7, 37), (64, 192), (1536, 512), (512, 2048)])
@@ -59,14 +59,14 @@ def test_fixture_gpt_decodes_in_float16_like_float32(fn):
     assert model.predict.weight.dtype == mx.float16
     assert all(b.mlp.fc1.weight.dtype == mx.float16 and b.attn.qkv.weight.dtype == mx.float16 for b in model.layers)
     ref = NumpyDecoder(model, half=False)  # float32 copies of the same weights
-    assert not ref.half and isinstance(ref.predict, np.ndarray)
+    assert not ref.half and isinstance(ref.weights().predict, np.ndarray)
     rng = np.random.default_rng(0)
     a = model.args
-    phones = mx.array(rng.integers(0, a.phoneme_vocab_size, (1, 12)).astype(np.int32))
-    bert = mx.array((0.1 * rng.standard_normal((1, 1024, 12))).astype(np.float32))
-    prompt = mx.array(rng.integers(0, a.vocab_size - 1, (1, 9)).astype(np.int32))
-    s16, l16 = dec.prefill(model, phones, bert, prompt, 40)
-    s32, l32 = ref.prefill(model, phones, bert, prompt, 40)
+    phones = rng.integers(0, a.phoneme_vocab_size, (1, 12)).astype(np.int32)
+    bert = (0.1 * rng.standard_normal((1, 1024, 12))).astype(np.float32)
+    prompt = rng.integers(0, a.vocab_size - 1, (1, 9)).astype(np.int32)
+    s16, l16 = dec.prefill(phones, bert, prompt, 40)
+    s32, l32 = ref.prefill(phones, bert, prompt, 40)
     worst = float(np.max(np.abs(l16 - l32)))
     for i, tok in enumerate(rng.integers(0, a.vocab_size - 1, 40)):
         worst = max(worst, float(np.max(np.abs(s16.step(int(tok), 9 + i) - s32.step(int(tok), 9 + i)))))

@@ -1,4 +1,4 @@
-"""The numpy decode step (CPU fast path) computes what the MLX decode step computes.
+"""The three GPT decoders (numpy: the CPU fast path, eager MLX, compiled MLX) compute the same steps.
 
 Random small GPTs (no fixtures needed); the fixture-based parity of the whole decode loop, whichever
 backend is active, is in tests/models/test_t2s.py.
@@ -12,12 +12,8 @@ import numpy as np
 import pytest
 
 from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel
-from dora_primespeech_mlx.models.t2s_generate import (
-    KVCache,
-    SamplingParams,
-    decode_backend,
-    generate_all,
-)
+from dora_primespeech_mlx.models.t2s_decode import CompiledDecoder, MLXDecoder, decoder_kind, make_decoder
+from dora_primespeech_mlx.models.t2s_generate import SamplingParams, generate_all
 from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
 
 
@@ -46,30 +42,25 @@ def _inputs(model, n_phones=9, n_prompt=7, seed=1):
 def test_numpy_step_matches_mlx_step(dims):
     model = _model(*dims)
     phones, bert, prompt = _inputs(model)
-    mlx_cache = KVCache.for_model(model, step=8)  # grows several times below
-    first = model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), mlx_cache)
-    np_cache = KVCache.for_model(model, step=8)
-    model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), np_cache)
-    state = NumpyDecoder.for_model(model).start(model, np_cache, 40)
+    mlx_session, mlx_first = MLXDecoder(model, cache_step=8).prefill(phones, bert, prompt, 40)  # grows below
+    np_session, np_first = NumpyDecoder(model).prefill(phones, bert, prompt, 40)
+    np.testing.assert_allclose(np_first, mlx_first, rtol=1e-4, atol=1e-4, err_msg="prefill")
     rng = np.random.default_rng(2)
     tokens = rng.integers(0, 1024, 40)
     worst = 0.0
     for k, tok in enumerate(tokens):
-        ref = np.array(model.step(int(tok), prompt.shape[1] + k, mlx_cache)[0])
-        got = state.step(int(tok), prompt.shape[1] + k)
+        ref = mlx_session.step(int(tok), prompt.shape[1] + k)
+        got = np_session.step(int(tok), prompt.shape[1] + k)
         assert got.shape == ref.shape == (model.args.vocab_size,)
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=f"step {k}")
         worst = max(worst, float(np.abs(got - ref).max()))
-    assert np.isfinite(np.array(first)).all()
     print(f"numpy vs MLX decode step: max abs diff {worst:.2e} over {len(tokens)} steps")
 
 
 def test_numpy_state_refuses_overflow():
     model = _model()
     phones, bert, prompt = _inputs(model)
-    cache = KVCache.for_model(model)
-    model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), cache)
-    state = NumpyDecoder.for_model(model).start(model, cache, 2)
+    state, _ = NumpyDecoder(model).prefill(phones, bert, prompt, 2)
     state.step(1, prompt.shape[1])
     state.step(2, prompt.shape[1] + 1)
     with pytest.raises(RuntimeError, match="full"):
@@ -78,13 +69,13 @@ def test_numpy_state_refuses_overflow():
 
 def test_decoder_views_follow_new_weights():
     model = _model()
-    dec = NumpyDecoder.for_model(model)
-    assert NumpyDecoder.for_model(model) is dec
+    dec = NumpyDecoder(model)
+    views = dec.weights()
+    assert dec.weights() is views
     model.predict.weight = model.predict.weight * 2
     mx.eval(model.parameters())
-    dec2 = NumpyDecoder.for_model(model)
-    assert dec2 is not dec
-    np.testing.assert_array_equal(dec2.predict, np.array(model.predict.weight))
+    assert dec.weights() is not views
+    np.testing.assert_array_equal(dec.weights().predict, np.array(model.predict.weight))
 
 
 def test_backends_generate_the_same_tokens():
@@ -92,53 +83,66 @@ def test_backends_generate_the_same_tokens():
     phones, bert, prompt = _inputs(model, seed=4)
     params = SamplingParams(top_k=5, top_p=1.0, temperature=1.0, repetition_penalty=1.35)
     runs = {
-        b: generate_all(model, phones, bert, prompt, params, early_stop_num=30, seed=7, backend=b, return_logits=True)
-        for b in ("mlx", "numpy")
-    }
+        kind: generate_all(
+            model, phones, bert, prompt, params, early_stop_num=30, seed=7, return_logits=True,
+            decoder=make_decoder(model, kind),
+        )
+        for kind in ("mlx", "numpy")
+    }  # fmt: skip
     assert runs["mlx"].tokens.tolist() == runs["numpy"].tokens.tolist()
     assert runs["mlx"].stop_reason == runs["numpy"].stop_reason
     np.testing.assert_allclose(runs["numpy"].step_logits, runs["mlx"].step_logits, rtol=1e-4, atol=1e-4)
 
 
-def test_backend_choice(monkeypatch):
-    monkeypatch.delenv("PRIMESPEECH_T2S_DECODE", raising=False)
-    assert decode_backend() == ("numpy" if mx.default_device().type == mx.cpu else "mlx")
-    assert decode_backend("mlx") == "mlx"
-    monkeypatch.setenv("PRIMESPEECH_T2S_DECODE", "numpy")
-    assert decode_backend() == "numpy"
+def test_decoder_choice():
+    on_cpu = mx.default_device().type == mx.cpu
+    assert decoder_kind() == ("numpy" if on_cpu else "compile")
+    assert decoder_kind("auto", compile_step=False) == ("numpy" if on_cpu else "mlx")
+    assert decoder_kind("mlx") == ("mlx" if on_cpu else "compile")
+    assert decoder_kind("mlx", compile_step=False) == "mlx"
+    assert decoder_kind("MLX", compile_step=True) == "compile"
+    assert decoder_kind("compile") == "compile"
+    assert decoder_kind("numpy", compile_step=True) == "numpy"
+    model = _model()
+    kinds = {k: type(make_decoder(model, k, compile_step=False)) for k in ("mlx", "compile", "numpy")}
+    assert kinds == {"mlx": MLXDecoder, "compile": CompiledDecoder, "numpy": NumpyDecoder}
     with pytest.raises(ValueError, match="decode backend"):
-        decode_backend("torch")
+        decoder_kind("torch")
 
 
-def test_compiled_decode_matches_eager(monkeypatch):
+def test_generate_needs_a_decoder():
+    model = _model()
+    phones, bert, prompt = _inputs(model)
+    with pytest.raises(ValueError, match="no decoder"):
+        generate_all(model, phones, bert, prompt, SamplingParams(), early_stop_num=3)
+    model.decoder = make_decoder(model, "numpy")
+    assert len(generate_all(model, phones, bert, prompt, SamplingParams(), early_stop_num=3).tokens) == 3
+
+
+def test_compiled_decode_matches_eager():
     """The mx.compile'd MLX step (GPU default) gives the eager step's logits, across KV buckets."""
     model = _model(seed=5)
     phones, bert, prompt = _inputs(model, seed=6)
-    caches = [KVCache.for_model(model, step=8) for _ in range(2)]
-    for c in caches:
-        model.prefill(mx.array(phones), mx.array(bert), mx.array(prompt), c)
+    eager, _ = MLXDecoder(model, cache_step=8).prefill(phones, bert, prompt, 20)
+    compiled, _ = CompiledDecoder(model, cache_step=8).prefill(phones, bert, prompt, 20)
     for k, tok in enumerate(np.random.default_rng(3).integers(0, 1024, 20)):
         pos = prompt.shape[1] + k
-        eager = np.array(model.step(int(tok), pos, caches[0]))
-        comp = np.array(model.step(int(tok), pos, caches[1], compiled=True))
-        np.testing.assert_allclose(comp, eager, rtol=1e-5, atol=1e-5, err_msg=f"step {k}")
-    monkeypatch.setenv("PRIMESPEECH_T2S_DECODE", "mlx")
-    monkeypatch.setenv("PRIMESPEECH_T2S_COMPILE", "1")
+        a, b = eager.step(int(tok), pos), compiled.step(int(tok), pos)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5, err_msg=f"step {k}")
     params = SamplingParams(top_k=5)
-    a = generate_all(model, phones, bert, prompt, params, early_stop_num=12, seed=1)
-    monkeypatch.setenv("PRIMESPEECH_T2S_COMPILE", "0")
-    b = generate_all(model, phones, bert, prompt, params, early_stop_num=12, seed=1)
-    assert a.tokens.tolist() == b.tokens.tolist()
+    runs = [
+        generate_all(model, phones, bert, prompt, params, early_stop_num=12, seed=1, decoder=make_decoder(model, k))
+        for k in ("compile", "mlx")
+    ]
+    assert runs[0].tokens.tolist() == runs[1].tokens.tolist()
 
 
-def test_warmup_runs_for_each_backend(monkeypatch):
-    from dora_primespeech_mlx.models.t2s_generate import warmup
-
+def test_warmup_runs_for_each_decoder():
     model = _model(seed=8)
-    monkeypatch.setenv("PRIMESPEECH_T2S_DECODE", "numpy")
-    warmup(model)
-    assert getattr(model, "_numpy_decoder", None) is not None
-    monkeypatch.setenv("PRIMESPEECH_T2S_DECODE", "mlx")
-    monkeypatch.setenv("PRIMESPEECH_T2S_COMPILE", "1")
-    warmup(model, prefix_rows=8, cache_step=8)
-    assert getattr(model, "_compiled", None) is not None
+    numpy_dec = NumpyDecoder(model)
+    numpy_dec.warmup()
+    assert numpy_dec._weights is not None
+    compiled = CompiledDecoder(model, cache_step=8)
+    compiled.warmup(prefix_rows=8)
+    assert compiled._compiled is not None
+    MLXDecoder(model).warmup()  # nothing to build

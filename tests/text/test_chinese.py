@@ -181,7 +181,6 @@ def test_concurrent_use_gives_the_same_phones():
 def test_g2pw_is_off_by_default(monkeypatch, caplog):
     from dora_primespeech_mlx.text import g2pw
 
-    monkeypatch.delenv(g2pw.ENV_SWITCH, raising=False)
     with caplog.at_level("INFO", logger=g2pw.__name__):
         assert g2pw.load_predictor() is None
     assert "not in use" in caplog.text
@@ -190,10 +189,13 @@ def test_g2pw_is_off_by_default(monkeypatch, caplog):
 def test_g2pw_without_model_falls_back(monkeypatch, tmp_path, caplog):
     from dora_primespeech_mlx.text import g2pw
 
-    monkeypatch.setenv(g2pw.ENV_SWITCH, "1")
     monkeypatch.setenv("PRIMESPEECH_MODEL_DIR", str(tmp_path))
-    assert g2pw.load_predictor() is None
+    assert g2pw.load_predictor(g2pw.G2PWOptions(enabled=True)) is None
     assert "g2pW.onnx" in caplog.text
+    monkeypatch.setattr(g2pw, "_options", g2pw.G2PWOptions())
+    g2pw.configure(enabled=True, vocab=tmp_path / "vocab.txt")
+    assert g2pw._options == g2pw.G2PWOptions(True, str(tmp_path / "vocab.txt"))
+    assert g2pw.load_predictor() is None  # configured on, but no model here
 
 
 def test_g2pw_helpers(tmp_path):

@@ -1,34 +1,80 @@
-"""The text front end pipeline against upstream GPT-SoVITS v2, for every case of text/cases_v2.jsonl.
+"""The text front end pipeline against upstream GPT-SoVITS v2, for every case of text/cases_v2.jsonl
+(Chinese, English, auto) and text/cases_v2_jkc.jsonl (Japanese, Korean, Cantonese).
 
 Per case: the language split (segments' lang/text, independent of the G2P), then get_phones
 (phone ids, phones, norm_text, word2ph, every segment, retried_with_dot), preprocess for every
 recorded method (pre_seg_text, every chunk's input/norm_text/phones/phone_ids and whether it is
 kept), and the reference-text path. Cases where upstream raised must raise TextFrontendError.
+
+The Japanese, Korean and Cantonese front ends need their pip extras (part of ``dev``); without one,
+its cases skip with the reason (fail with PRIMESPEECH_REQUIRE_FIXTURES=1, as in CI).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 
 import pytest
-from conftest import load_jsonl, param_or_missing, require_case
+from conftest import fixtures_required, load_jsonl, require_case
 
 from dora_primespeech_mlx.text import (
     TextFrontendError,
     UnsupportedLanguageError,
+    cantonese,
     get_phones,
+    japanese,
+    korean,
     phones_json,
     preprocess,
     prompt_phones,
     split_languages,
     split_text,
 )
+from dora_primespeech_mlx.text.errors import MissingExtraError
 from dora_primespeech_mlx.text.frontend import clean_text
 
 CASES = "text/cases_v2.jsonl"
-_ROWS = load_jsonl(CASES)
-_PARAMS = param_or_missing(_ROWS, lambda row: row["id"], CASES)
-_PRE_ROWS = [(row, rec) for row in _ROWS for rec in row.get("preprocess", [])]
+CASES_JKC = "text/cases_v2_jkc.jsonl"
+CASE_FILES = (CASES, CASES_JKC)
+_ROWS = [(path, row) for path in CASE_FILES for row in load_jsonl(path)]
+_PRE_ROWS = [(path, row, rec) for path, row in _ROWS for rec in row.get("preprocess", [])]
+
+# language option -> (pip extra, modules it provides) for the options that need one
+_OPTION_EXTRA = {"all_ja": "ja", "ja": "ja", "all_ko": "ko", "ko": "ko", "all_yue": "yue", "yue": "yue"}
+_EXTRA_MODULES = {"ja": ("pyopenjtalk",), "ko": ("g2pk2", "mecab", "jamo"), "yue": ("ToJyutping",)}
+
+
+def _params(items, ids):
+    params = []
+    for path in CASE_FILES:
+        mine = [pytest.param(it, id=ids(it)) for it in items if it[0] == path]
+        params += mine or [pytest.param((path, None), id=f"missing:{path}")]
+    return params
+
+
+def _case(item):
+    """The fixture row (and record) of a parameter; skips (fails in CI) for a missing file or pip extra."""
+    path, row = item[0], item[1]
+    if row is None:
+        require_case(None, path)
+    extra = _OPTION_EXTRA.get(row["language"])
+    if extra:
+        absent = [m for m in _EXTRA_MODULES[extra] if importlib.util.find_spec(m) is None]
+        if absent:
+            msg = f"the {extra!r} extra is not installed ({', '.join(absent)} missing): pip install -e '.[{extra}]'"
+            if fixtures_required():
+                pytest.fail(msg, pytrace=False)
+            pytest.skip(msg)
+    return (row, item[2]) if len(item) > 2 else row
+
+
+def _row_id(item):
+    return item[1]["id"]
+
+
+_PARAMS = _params(_ROWS, _row_id)
 
 
 def _as_list(x):
@@ -38,7 +84,7 @@ def _as_list(x):
 @pytest.mark.parametrize("row", _PARAMS)
 def test_language_split(row):
     """Segments as upstream's LangSegmenter + option merging builds them (no G2P involved)."""
-    row = require_case(row, CASES)
+    row = _case(row)
     text = re.sub(" {2,}", " ", row["text"])
     if "error" in row:
         if row["language"] != "en":
@@ -53,7 +99,7 @@ def test_language_split(row):
 
 @pytest.mark.parametrize("row", _PARAMS)
 def test_get_phones(row):
-    row = require_case(row, CASES)
+    row = _case(row)
     if "error" in row:
         with pytest.raises(TextFrontendError):
             get_phones(row["text"], row["language"])
@@ -79,11 +125,9 @@ def test_get_phones(row):
     assert result.text == row["text"]
 
 
-@pytest.mark.parametrize(
-    "item", param_or_missing(_PRE_ROWS, lambda it: f"{it[0]['id']}-{it[1]['method']}", CASES)
-)
+@pytest.mark.parametrize("item", _params(_PRE_ROWS, lambda it: f"{it[1]['id']}-{it[2]['method']}"))
 def test_preprocess(item):
-    row, rec = require_case(item, CASES)
+    row, rec = _case(item)
     if "error" in rec:
         with pytest.raises(TextFrontendError):
             preprocess(row["text"], row["language"], rec["method"])
@@ -103,7 +147,7 @@ def test_preprocess(item):
 
 @pytest.mark.parametrize("row", _PARAMS)
 def test_prompt(row):
-    row = require_case(row, CASES)
+    row = _case(row)
     want = row["as_prompt"]
     if "error" in want:
         with pytest.raises(TextFrontendError):
@@ -123,37 +167,54 @@ def test_prompt(row):
 # ------------------------------------------------------------------------------ rules and errors
 
 
-@pytest.mark.parametrize("option", ["ja", "ko", "yue", "all_ja", "all_ko", "all_yue", "auto_yue", "fr", ""])
+@pytest.mark.parametrize("option", ["fr", "", "ZH", "all_en", "auto_ja", "cantonese"])
 def test_unsupported_options(option):
     for fn in (
         lambda: get_phones("你好，世界。", option),
         lambda: preprocess("你好，世界。", option),
         lambda: prompt_phones("你好，世界。", option),
     ):
-        with pytest.raises(UnsupportedLanguageError, match=f"language {option!r} is not supported yet"):
+        with pytest.raises(UnsupportedLanguageError, match=f"language {option!r} is not supported"):
             fn()
 
 
-@pytest.mark.parametrize("text", ["こんにちは、世界。", "你好，안녕하세요。"])
-def test_auto_refuses_japanese_and_korean(text):
-    with pytest.raises(UnsupportedLanguageError, match="not supported yet"):
-        split_languages(text, "auto")
+def test_auto_routes_by_script():
+    """auto (and auto_yue) send kana text to Japanese, Hangul to Korean, Han to Chinese (Cantonese)."""
+    assert split_languages("こんにちは、ありがとう。", "auto") == [("ja", "こんにちは、ありがとう。")]
+    assert split_languages("こんにちは、世界。", "auto")[0] == ("ja", "こんにちは、")  # "世界。": zh by script
+    assert split_languages("你好，안녕하세요。", "auto") == [("zh", "你好，"), ("ko", "안녕하세요。")]
+    assert split_languages("你好，안녕하세요。", "auto_yue") == [("yue", "你好，"), ("ko", "안녕하세요。")]
+    mixed = get_phones("今日はいい天気ですね。你好，안녕하세요。Hello!", "auto")
+    assert [s.lang for s in mixed.segments] == ["ja", "zh", "ko", "en"]
+    for seg in mixed.segments:
+        assert list(seg.phones) == clean_text(seg.text, seg.lang)[0]
     # with a Chinese option the same text is read as Chinese (kana/hangul are dropped by normalisation)
-    assert {lang for lang, _ in split_languages(text, "zh")} == {"zh"}
-    assert {lang for lang, _ in split_languages(text, "all_zh")} == {"zh"}
+    for text in ("こんにちは、世界。", "你好，안녕하세요。"):
+        assert {lang for lang, _ in split_languages(text, "zh")} == {"zh"}
+        assert {lang for lang, _ in split_languages(text, "all_zh")} == {"zh"}
 
 
-def test_unsupported_segment_language():
-    for lang in ("ja", "ko", "yue"):
-        with pytest.raises(UnsupportedLanguageError):
-            clean_text("あ", lang)
+_MISSING = [  # (segment language, front-end module, its cached library, library module, sample text)
+    ("ja", japanese, "_pyopenjtalk", "pyopenjtalk", "日本語です。"),
+    ("ko", korean, "_runtime", "jamo", "안녕하세요"),
+    ("yue", cantonese, "_tojyutping", "ToJyutping", "你好。"),
+]
+
+
+@pytest.mark.parametrize(("lang", "frontend", "attr", "library", "text"), _MISSING, ids=[m[0] for m in _MISSING])
+def test_missing_extra_names_it(monkeypatch, lang, frontend, attr, library, text):
+    """Without its library a language fails with MissingExtraError naming the pip extra."""
+    monkeypatch.setattr(frontend, attr, None)
+    monkeypatch.setitem(sys.modules, library, None)  # "import library" now raises ImportError
+    with pytest.raises(MissingExtraError, match=rf"pip install 'dora-primespeech-mlx\[{lang}\]'"):
+        clean_text(text, lang)
 
 
 def test_upstream_examples():
     assert split_languages("iPhone 15 Pro", "all_zh") == [("en", "iPhone "), ("zh", "15 "), ("en", "Pro")]
     assert split_languages("Hello world", "all_zh") == [("en", "Hello world")]
     assert split_languages("  a  \n", "en") == [("en", "  a  \n")]
-    for option in ("all_zh", "zh", "auto"):
+    for option in ("all_zh", "zh", "auto", "all_ja", "ja", "all_ko", "ko", "all_yue", "yue", "auto_yue"):
         for blank in ("", " ", "\n\t "):
             with pytest.raises(TextFrontendError):
                 split_languages(blank, option)

@@ -2,7 +2,8 @@
 TextFrontendError (never another exception), and finishes in bounded time.
 
 Inputs: random Unicode (every category, including control characters, private use, unassigned code
-points and lone surrogates), mixes of Chinese/English/digits/emoji/marks, and 100 000-character texts.
+points and lone surrogates), mixes of Chinese/English/Japanese/Korean/Cantonese/digits/emoji/marks, and
+100 000-character texts. Every language option is used, Japanese/Korean/Cantonese included.
 """
 
 from __future__ import annotations
@@ -16,11 +17,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dora_primespeech_mlx.text import TextFrontendError, get_phones, preprocess, prompt_phones, split_text
+from dora_primespeech_mlx.text import (
+    SUPPORTED_OPTIONS,
+    TextFrontendError,
+    get_phones,
+    preprocess,
+    prompt_phones,
+    split_text,
+)
 from dora_primespeech_mlx.text.segmentation import METHODS
 from dora_primespeech_mlx.text.symbols import symbols
 
-OPTIONS = ("all_zh", "zh", "en", "auto")
+OPTIONS = SUPPORTED_OPTIONS  # all_zh zh en auto all_ja ja all_ko ko all_yue yue auto_yue
 N_SYMBOLS = len(symbols("v2"))
 
 FRAGMENTS = [
@@ -31,7 +39,9 @@ FRAGMENTS = [
     " ", "  ", "\n", "\n\n", "\r\n", "\t", "\u3000", "\u00a0", "\u200b", "\ufeff",
     "0", "1", "42", "3.14", "1,200", "13812345678", "²", "①", "٣", "Ⅻ",
     "😊", "👍🏽", "👨‍👩‍👧", "❤️", "🇨🇳", "★", "©", "α", "Ω",
-    "こんにちは", "カタカナ", "안녕하세요", "ㄱ", "Привет", "مرحبا", "שלום", "नमस्ते",
+    "こんにちは", "カタカナ", "ｶﾀｶﾅ", "今日は", "ー", "っ", "１，９８０円", "１０％", "々", "ゔ", "〜",
+    "안녕하세요", "ㄱ", "ㅘ", "읽고", "3개", "11개", "010", "신라", "같이", "ᄀ", "ᅡ", "ퟻ",
+    "係咪", "唔該", "㗎", "佢哋", "嘅", "乜嘢", "Привет", "مرحبا", "שלום", "नमस्ते",
     "\x00", "\x07", "\x1b", "\x7f", "\ud800", "\udfff", "\ud83d", "\U0010ffff", "\ue000", "\U000e0001",
     "𠀀", "䶵", "兀",
 ]
@@ -69,8 +79,11 @@ def time_limit(seconds: float):
 
 @pytest.fixture(scope="module", autouse=True)
 def _warm_up():
-    """Load jieba, pypinyin and the English G2P once, outside the per-example deadline."""
+    """Load jieba, pypinyin, the English G2P and the ja/ko/yue libraries once, outside the per-example
+    deadline (a missing extra fails here: the dev install has them all)."""
     get_phones("你好，世界。Hello world.", "zh")
+    for option, text in (("ja", "こんにちは。"), ("ko", "안녕하세요."), ("yue", "你好。")):
+        get_phones(text, option)
 
 
 def check_result(result):
@@ -78,10 +91,11 @@ def check_result(result):
     assert all(0 <= i < N_SYMBOLS and symbols("v2")[i] == p for i, p in zip(result.phone_ids, result.phones))
     assert result.phones == tuple(p for s in result.segments for p in s.phones)
     for s in result.segments:
-        assert s.lang not in ("ja", "ko", "yue")
+        assert (s.word2ph is not None) == (s.lang in ("zh", "yue"))
         if s.word2ph is not None:
             assert sum(s.word2ph) == len(s.phones)
             assert len(s.word2ph) == len(s.norm_text)
+    assert (result.word2ph is not None) == all(s.lang == "zh" for s in result.segments)
     if result.word2ph is not None:
         assert sum(result.word2ph) == len(result.phones)
         assert len(result.word2ph) == len(result.norm_text)
@@ -172,7 +186,7 @@ def test_long_random_unicode_split(seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("option", ["zh", "en"])
+@pytest.mark.parametrize("option", ["zh", "en", "all_ja", "ko", "yue"])
 def test_long_mixed_text(option):
     text = _long_text(seed=len(option))
     start = time.perf_counter()
@@ -201,4 +215,33 @@ def test_long_realistic_text_is_linear():
     repeats = 100_000 // len(PARAGRAPH)
     assert len(result.phones) >= repeats * len(one.phones)
     assert sum(len(c.phones) for c in chunks) >= repeats * len(one.phones)
+    assert time.perf_counter() - start < 240
+
+
+PARAGRAPHS_JKC = {
+    "ja": "今日は2024年3月15日です。私はあなたのアシスタントです、何かお手伝いできることはありますか？"
+    "東京タワーに行きましょう！コーヒーを１杯、９８．５％の確率で。",
+    "ko": "안녕하세요. 오늘은 2024년 3월 15일입니다. 사과 3개와 우유 2잔을 샀어요! "
+    "책을 읽고 신라의 역사를 같이 공부해요? 전화번호는 010-1234-5678이에요.",
+    "yue": "你好，我係你嘅助手。今日係2024年3月15號，天氣幾好呀！我哋一齊去飲茶好唔好？"
+    "呢度有3個蘋果，唔該晒。",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", sorted(PARAGRAPHS_JKC))
+def test_long_realistic_text_jkc(option):
+    """100 000 characters of Japanese / Korean / Cantonese: phonemised whole and chunked, in bounded time."""
+    paragraph = PARAGRAPHS_JKC[option]
+    text = (paragraph * (100_000 // len(paragraph) + 1))[:100_000]
+    one = get_phones(paragraph, option)
+    start = time.perf_counter()
+    with time_limit(240):
+        result = get_phones(text, option)
+        chunks = preprocess(text, option, "cut5")
+    check_result(result)
+    repeats = 100_000 // len(paragraph)
+    # chunking drops the spaces/marks at chunk borders, so the chunks may hold a few phones less
+    assert len(result.phones) >= repeats * len(one.phones)
+    assert sum(len(c.phones) for c in chunks) >= 0.9 * repeats * len(one.phones)
     assert time.perf_counter() - start < 240

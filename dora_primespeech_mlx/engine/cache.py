@@ -1,0 +1,119 @@
+"""One cache for everything loaded or computed for a voice: models, encoder backends and reference features.
+
+Every entry has one key, ``(kind, identity)`` — for a model file ``("gpt", (resolved path, mtime))``, for the
+encoders ``("encoders", (hubert path, bert path))``, for a reference ``("reference", (voice, files, stamps,
+prompt, lang))`` — and remembers the voices that use it (shared encoders are used by many). Voices are kept in
+least-recently-used order: the current voice is pinned, and at most ``max_other_voices`` other voices (those
+used by per-request ``VOICE:`` prefixes) stay loaded; when one more is used, the oldest is forgotten and every
+entry no remaining voice uses is dropped. A changed file gives a new key, so stale models are never reused."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any
+
+Key = tuple[str, Hashable]
+
+
+def file_identity(path: str | Path) -> tuple[str, int | None]:
+    """(resolved path, mtime in ns or None): the identity of a model file or folder."""
+    path = Path(path)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    return str(path.resolve()), stamp
+
+
+def encoders_key(hubert: str | Path, bert: str | Path) -> Key:
+    """The key of a voice's encoder backends (shared by every voice with the same two folders)."""
+    return ("encoders", (str(hubert), str(bert)))
+
+
+class VoiceCache:
+    """LRU over voices of cached entries; see the module docstring. Thread-safe."""
+
+    def __init__(self, max_other_voices: int = 2):
+        if max_other_voices < 0:
+            raise ValueError("max_other_voices must be >= 0")
+        self.max_other_voices = max_other_voices
+        self._entries: dict[Key, Any] = {}
+        self._users: dict[Key, set[str]] = {}
+        self._voices: OrderedDict[str, None] = OrderedDict()  # least recently used first
+        self._current: str | None = None
+        self._lock = threading.RLock()
+
+    def get(self, key: Key, voice: str, create: Callable[[], Any]) -> Any:
+        """The entry for ``key`` (made by ``create()`` when absent), marked as used by ``voice``."""
+        with self._lock:
+            self._touch(voice)
+            if key not in self._entries:
+                self._entries[key] = create()
+                self._users[key] = set()
+            self._users[key].add(voice)
+            value = self._entries[key]
+            self._evict()
+            return value
+
+    def peek(self, key: Key) -> Any:
+        with self._lock:
+            return self._entries.get(key)
+
+    def set_current(self, voice: str) -> None:
+        with self._lock:
+            self._current = voice
+            self._touch(voice)
+            self._evict()
+
+    def discard(self, kind: str, voice: str, keep: Key | None = None) -> None:
+        """Forget ``voice``'s entries of ``kind`` other than ``keep`` (e.g. a reference made stale by an edit)."""
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == kind and k != keep and voice in self._users[k]]:
+                self._release(key, voice)
+
+    def keep_only(self, voice: str | None) -> dict[str, int]:
+        """Drop everything ``voice`` does not use; returns the number of dropped entries per kind."""
+        with self._lock:
+            dropped: dict[str, int] = {}
+            for name in [v for v in self._voices if v != voice]:
+                for kind, n in self._forget_voice(name).items():
+                    dropped[kind] = dropped.get(kind, 0) + n
+            return dropped
+
+    def keys(self, kind: str | None = None) -> list[Key]:
+        with self._lock:
+            return [k for k in self._entries if kind is None or k[0] == kind]
+
+    def voices(self) -> list[str]:
+        """Voices holding entries, least recently used first."""
+        with self._lock:
+            return list(self._voices)
+
+    # -- internals (lock held) ---------------------------------------------------------------------
+    def _touch(self, voice: str) -> None:
+        self._voices.pop(voice, None)
+        self._voices[voice] = None
+
+    def _evict(self) -> None:
+        others = [v for v in self._voices if v != self._current]
+        for name in others[: max(0, len(others) - self.max_other_voices)]:
+            self._forget_voice(name)
+
+    def _forget_voice(self, voice: str) -> dict[str, int]:
+        self._voices.pop(voice, None)
+        dropped: dict[str, int] = {}
+        for key in [k for k, users in self._users.items() if voice in users]:
+            if self._release(key, voice):
+                dropped[key[0]] = dropped.get(key[0], 0) + 1
+        return dropped
+
+    def _release(self, key: Key, voice: str) -> bool:
+        users = self._users[key]
+        users.discard(voice)
+        if users:
+            return False
+        del self._users[key], self._entries[key]
+        return True

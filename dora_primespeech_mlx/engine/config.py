@@ -1,0 +1,101 @@
+"""Request settings and results: :class:`SynthesisConfig` (the old node's defaults, validated against the
+one range table in :mod:`dora_primespeech_mlx.defaults`), :class:`SynthesisResult` (a whole request) and
+:class:`AudioChunk` (one streamed piece). Plain data; nothing here touches a model."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import defaults
+from ..errors import ConfigError
+
+TEXT_SPLIT_METHODS = defaults.TEXT_SPLIT_METHODS
+
+
+@dataclass(frozen=True)
+class SynthesisConfig:
+    """Per-request settings. ``None`` takes the voice's value. Defaults are the old node's wrapper's."""
+
+    text_lang: str | None = None
+    prompt_lang: str | None = None
+    top_k: int = defaults.TOP_K
+    top_p: float = defaults.TOP_P
+    temperature: float = defaults.TEMPERATURE
+    repetition_penalty: float = defaults.REPETITION_PENALTY
+    speed_factor: float | None = None
+    fragment_interval: float = defaults.FRAGMENT_INTERVAL
+    seed: int = defaults.SEED
+    text_split_method: str = defaults.TEXT_SPLIT_METHOD
+    noise_scale: float = defaults.NOISE_SCALE
+    # streaming (synthesize_stream only)
+    # 12: first audio after 12 tokens (8 of them emitted, 0.3 s); bench VM TTFA 2.14 s at 16, 1.79 s at 12,
+    # 1.51 s at 8, where the first piece (0.15 s) differs most from the whole decode (rel. L2 0.26 vs 0.18)
+    stream_first_tokens: int = 12
+    stream_chunk_tokens: int = 40
+    stream_context_tokens: int = 16
+    stream_lookahead_tokens: int = 4
+    stream_crossfade_ms: float = 15.0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def replace(self, **overrides: Any) -> SynthesisConfig:
+        """A copy with ``overrides`` applied and validated (:class:`ConfigError` on a bad value)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ConfigError(f"unknown synthesis setting(s) {unknown}; known: {sorted(names)}")
+        return dataclasses.replace(self, **overrides)
+
+    def validate(self) -> None:
+        def fail(name: str, rule: str) -> None:
+            raise ConfigError(f"synthesis setting {name}={getattr(self, name)!r} is invalid: {rule}")
+
+        for name in ("text_lang", "prompt_lang"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not v.strip()):
+                fail(name, "must be a language code such as 'zh' or 'en', or None for the voice's")
+        for name, rng in defaults.RANGES.items():
+            value = getattr(self, name)
+            if value is None and name == "speed_factor":
+                continue
+            ok = _is_int(value) if rng.integer else _is_num(value)
+            if not ok or not rng.contains(value):
+                extra = ", or None for the voice's" if name == "speed_factor" else ""
+                extra = ", or -1 for a random seed" if name == "seed" else extra
+                fail(name, rng.describe() + extra)
+        if self.text_split_method not in TEXT_SPLIT_METHODS:
+            fail("text_split_method", f"must be one of {', '.join(TEXT_SPLIT_METHODS)}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclass
+class SynthesisResult:
+    audio: np.ndarray  # float32, 1-D, in [-1, 1]
+    sample_rate: int
+    duration: float
+    semantic_tokens: np.ndarray  # all chunks' generated tokens, concatenated
+    timings: dict[str, float]
+    voice: str
+
+
+@dataclass
+class AudioChunk:
+    audio: np.ndarray  # float32, 1-D
+    sample_rate: int
+    chunk_index: int  # running index over the request
+    is_final: bool  # last chunk of the request
+    sentence_index: int  # which text chunk it belongs to
+    duration: float

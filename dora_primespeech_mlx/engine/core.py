@@ -1,0 +1,405 @@
+"""The engine's public face: :class:`GPTSoVITSEngine` — voices in, audio out.
+
+It owns the request flow and nothing else: which voice (``voices``), what is loaded (one :class:`VoiceCache`
+for models, encoders and reference features), one re-entrant lock that serialises model use (streams take
+it per token and per window, so a stream consumed in one thread and a request from another interleave
+safely), and the counters (:class:`EngineStats`). The recipe lives in ``pipeline`` (text -> tokens -> audio),
+``reference`` (the voice's prompt side) and ``streaming`` (windows and seams). It reproduces upstream
+``TTS.run`` (gpt-sovits-v2.md §8) with these choices:
+
+- Every text chunk is generated and SoVITS-decoded on its own (``batch_size`` 1, as the dora fork does for its
+  1.1x voices, §10), so chunks are independent (streaming needs that); the GPT keeps the first token (HEAD).
+- Randomness is reproducible: the GPT sampler of chunk ``i`` is seeded with ``seed + i`` and the SoVITS prior
+  noise of chunk ``i`` comes from a :class:`NoiseBank` seeded with ``(seed, i)``. ``seed=-1`` picks a seed.
+- Audio is float32 in [-1, 1]; each chunk is followed by ``fragment_interval`` seconds of silence.
+- ``cancel`` (a ``threading.Event``) stops a request between two GPT tokens and between stages (text/BERT,
+  each sentence's SoVITS decode, each streamed window).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from .. import voices as voices_mod
+from ..errors import ConfigError, SynthesisCancelled, VoiceNotInstalledError
+from ..paths import model_dir as default_model_dir
+from ..settings import Settings
+from ..voices import VoiceSpec
+from . import pipeline, streaming
+from .cache import VoiceCache, encoders_key, file_identity
+from .config import AudioChunk, SynthesisConfig, SynthesisResult
+from .reference import Reference, ReferenceBuilder
+from .stats import EngineStats, Timer, stage
+
+ENCODER_MODES = ("auto", "coreml", "mlx")
+MODEL_KINDS = ("gpt", "sovits", "hubert", "bert", "sv")
+
+
+@dataclasses.dataclass
+class _Request:
+    cfg: SynthesisConfig
+    spec: VoiceSpec
+    models: pipeline.Models
+    ref: Reference
+    chunks: list[pipeline.TextChunk]
+    speed: float
+    seed: int
+
+
+class GPTSoVITSEngine:
+    """GPT-SoVITS v2 text-to-speech on MLX. Thread-safe: one lock serialises all model use."""
+
+    def __init__(self, model_dir: str | Path | None = None, device: str = "auto", encoders: str = "auto",
+                 config: SynthesisConfig | None = None, progress: Callable[[str], None] | None = None,
+                 settings: Settings | None = None):
+        self.settings = settings if settings is not None else Settings.from_env()
+        _configure_models(self.settings)  # models-arch: process-wide model options, once
+        self.model_dir = Path(model_dir).expanduser() if model_dir else default_model_dir()
+        self.device = _pick_device(device)
+        self.device_name = str(self.device if self.device is not None else mx.default_device())
+        if encoders not in ENCODER_MODES:
+            raise ConfigError(f"encoders={encoders!r} is invalid: use one of {', '.join(ENCODER_MODES)}")
+        self.encoders = encoders  # CoreML on macOS ("auto"/"coreml"), MLX otherwise; see encoders.py
+        self.config = config if config is not None else SynthesisConfig()
+        if not isinstance(self.config, SynthesisConfig):
+            raise ConfigError(f"config must be a SynthesisConfig, not {type(self.config).__name__}")
+        self.progress = progress
+        self.voice: VoiceSpec | None = None
+        self.cache = VoiceCache(self.settings.max_cached_voices)
+        self.references = ReferenceBuilder()
+        self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
+        self._stats = EngineStats()
+        self._lock = threading.RLock()
+
+    # ---- voices and models -------------------------------------------------------------------------
+    def _on_device(self):
+        return mx.stream(self.device) if self.device is not None else contextlib.nullcontext()
+
+    def _say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
+
+    def _model(self, kind: str, path: Path, voice: str) -> Any:
+        from ..convert import load
+
+        loader = {"gpt": load.load_gpt, "sovits": load.load_sovits, "hubert": load.load_hubert,
+                  "bert": load.load_bert, "sv": load.load_sv}[kind]
+        s = self.settings  # models-arch: load-time model options (the GPT decoder, BERT storage)
+        options = {"gpt": {"decode": s.t2s_decode, "compile_step": s.t2s_compile},
+                   "bert": {"half": s.bert_half}}.get(kind, {})
+
+        def create():
+            self._say(f"loading {kind} model {path}")
+            with stage("load"):
+                model = loader(Path(path), root=self.model_dir, **options)
+                if kind == "sovits":  # issue 15: the generator on ONNX Runtime where MLX runs on the CPU
+                    from ..models import vocoder
+
+                    cache_dir = vocoder.default_cache_dir(path, self.model_dir)
+                    vocoder.attach(model, cache_dir=cache_dir, mode=s.vocoder)
+                return model
+
+        return self.cache.get(self._key(kind, file_identity(path)), voice, create)
+
+    def _key(self, kind: str, identity: tuple) -> tuple:
+        """The cache key of a file; a file deleted while running keeps the entry already loaded from it (the
+        model in memory still works; a changed file gives a new key and a fresh load)."""
+        if identity[-1] is None:
+            for key in self.cache.keys(kind):
+                if key[1][0] == identity[0]:
+                    return key
+        return (kind, identity)
+
+    def _models(self, spec: VoiceSpec) -> pipeline.Models:
+        from ..encoders import EncoderBackends
+
+        name = voice_id(spec)
+
+        def encoders():
+            return EncoderBackends(spec.hubert, spec.bert, mode=self.encoders, root=self.model_dir,
+                                   mlx_hubert=lambda: self._model("hubert", spec.hubert, name),
+                                   mlx_bert=lambda: self._model("bert", spec.bert, name))
+
+        sovits = self._model("sovits", spec.sovits, name)
+        return pipeline.Models(
+            gpt=self._model("gpt", spec.gpt, name),
+            sovits=sovits,
+            encoders=self.cache.get(encoders_key(spec.hubert, spec.bert), name, encoders),
+            sv=self._sv_model(spec, sovits, name),
+        )
+
+    def _sv_model(self, spec: VoiceSpec, sovits, name: str):
+        """The speaker-verification model a v2Pro / v2ProPlus voice needs (None for v1/v2)."""
+        if not getattr(sovits, "needs_sv", False):
+            return None
+        if spec.sv is None or not Path(spec.sv).exists():
+            raise VoiceNotInstalledError(
+                f"voice {spec.name!r} is {sovits.args.version} and needs the speaker-verification model "
+                f"(missing: {spec.sv}); download it with `primespeech-mlx download sv`")
+        return self._model("sv", spec.sv, name)
+
+    def _reference(self, spec: VoiceSpec, models: pipeline.Models, prompt_lang: str, timer: Timer) -> Reference:
+        files = (spec.reference, spec.gpt, spec.sovits, spec.hubert, *([spec.sv] if models.sv is not None else []))
+        idents = [file_identity(p) for p in files]
+        key = ("reference", (spec.name, *idents, str(spec.bert), spec.prompt_text, prompt_lang))
+        if any(stamp is None for _, stamp in idents):  # files deleted while running: keep what was computed
+            paths = [path for path, _ in idents]
+            key = next((k for k in self.cache.keys("reference") if [i[0] for i in k[1][1:len(files) + 1]] == paths
+                        and k[1][len(files) + 1:] == key[1][len(files) + 1:]), key)
+
+        def create() -> Reference:
+            self._say(f"computing the reference features of voice {spec.name!r}")
+            ref = self.references.build(spec, models, prompt_lang, timer)
+            self._stats.count("reference_computations")
+            return ref
+
+        ref = self.cache.get(key, voice_id(spec), create)
+        self.cache.discard("reference", voice_id(spec), keep=key)  # an edited voice's old features
+        return ref
+
+    def _resolve(self, voice: str | VoiceSpec | None) -> VoiceSpec:
+        if voice is None:
+            if self.voice is None:
+                raise ConfigError("no voice loaded: call load_voice(name) or pass voice=...")
+            return self.voice
+        if isinstance(voice, VoiceSpec):
+            if voice != self.voice:  # the current voice is loaded (its files may be gone: it keeps serving)
+                voices_mod.ensure_installed(voice, self.model_dir)  # missing files: VoiceNotInstalledError
+            return voice
+        if isinstance(voice, str):
+            return voices_mod.resolve_voice(voice, self.model_dir)
+        raise ConfigError(f"voice must be a name or a VoiceSpec, not {type(voice).__name__}")
+
+    def load_voice(self, name_or_spec: str | VoiceSpec) -> VoiceSpec:
+        """Make ``name_or_spec`` the current voice: load its models and compute its reference side. On any
+        failure the previous voice stays current."""
+        spec = self._resolve(name_or_spec)
+        with self._lock, self._on_device():
+            models = self._models(spec)
+            self._reference(spec, models, self.config.prompt_lang or spec.prompt_lang, Timer())
+            previous, self.voice = self.voice, spec
+            self.cache.set_current(voice_id(spec))
+            if previous is not None and voice_id(previous) != voice_id(spec):  # switching frees the old models
+                for kind in ("gpt", "sovits"):  # (files the new voice shares stay; its references stay cached)
+                    self.cache.discard(kind, voice_id(previous))
+        return spec
+
+    # ---- requests ----------------------------------------------------------------------------------
+    def _prepare(self, text, voice, config, overrides, timer: Timer, cancel) -> _Request:
+        cfg = (config if config is not None else self.config).replace(**overrides)
+        spec = self._resolve(voice)
+        models = self._models(spec)
+        ref = self._reference(spec, models, cfg.prompt_lang or spec.prompt_lang or spec.language, timer)
+        pipeline.check_cancel(cancel)
+        chunks = pipeline.text_chunks(text, cfg.text_lang or spec.language, cfg.text_split_method, spec, models,
+                                      timer)
+        speed = float(cfg.speed_factor if cfg.speed_factor is not None else spec.speed_factor)
+        seed = cfg.seed if cfg.seed != -1 else secrets.randbelow(2**31)
+        return _Request(cfg, spec, models, ref, chunks, speed, seed)
+
+    def synthesize(self, text: str, voice: str | VoiceSpec | None = None, config: SynthesisConfig | None = None,
+                   cancel: threading.Event | None = None, **overrides) -> SynthesisResult:
+        """Speak ``text`` in one piece: float32 audio of all chunks, each followed by ``fragment_interval``
+        seconds of silence (upstream ``audio_postprocess``). Setting ``cancel`` stops the work between two GPT
+        tokens or two stages and raises :class:`SynthesisCancelled`."""
+        t_start, timer = time.perf_counter(), Timer()
+        with self._lock, self._on_device():
+            try:
+                r = self._prepare(text, voice, config, overrides, timer, cancel)
+                sr = r.models.sample_rate
+                pieces, all_tokens = [], []
+                for i, chunk in enumerate(r.chunks):
+                    tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel)
+                    pipeline.check_cancel(cancel)
+                    with stage("sovits", timer):
+                        bank = self.noise_bank((r.seed, i), r.models.prior_channels)
+                        audio = pipeline.decode_sentence(r.models, r.ref, tokens, chunk.phones, r.speed,
+                                                         r.cfg.noise_scale, bank)
+                    pieces.append(pipeline.postprocess(audio, sr, r.cfg.fragment_interval))
+                    all_tokens.append(tokens)
+            except SynthesisCancelled:
+                self._stats.count("cancelled")
+                raise
+            except BaseException as exc:
+                self._stats.failure(exc)
+                raise
+            audio = np.concatenate(pieces).astype(np.float32)
+            tokens = np.concatenate(all_tokens).astype(np.int32)
+            timer.add("total", time.perf_counter() - t_start)
+            self._stats.record(timer, len(audio) / sr, len(tokens), len(r.chunks), stream=False)
+        return SynthesisResult(audio, sr, len(audio) / sr, tokens, timer.timings, r.spec.name)
+
+    def synthesize_stream(self, text: str, voice: str | VoiceSpec | None = None,
+                          config: SynthesisConfig | None = None, cancel: threading.Event | None = None,
+                          **overrides) -> Iterator[AudioChunk]:
+        """Speak ``text`` as a stream of :class:`AudioChunk` produced while the GPT is still generating.
+
+        Settings, voice and text are checked before this returns (errors raise here, not on the first
+        ``next``). Setting ``cancel`` stops generation between two tokens or windows; no further chunk is
+        yielded. Each sentence's last chunk carries the ``fragment_interval`` silence."""
+        t_start, timer = time.perf_counter(), Timer()
+        with self._lock, self._on_device():
+            try:
+                r = self._prepare(text, voice, config, overrides, timer, cancel)
+            except SynthesisCancelled:
+                self._stats.count("cancelled")
+                return iter(())  # cancelled before the first chunk: an empty stream
+            except BaseException as exc:
+                self._stats.failure(exc)
+                raise
+        return self._stream(r, timer, t_start, cancel)
+
+    def _stream(self, r: _Request, timer: Timer, t_start: float, cancel) -> Iterator[AudioChunk]:
+        cfg, sr = r.cfg, r.models.sample_rate
+        index = n_audio = n_tokens = n_chunks = 0
+        first_audio = None
+        cancelled = False
+
+        def locked():
+            return _Locked(self._lock, self._on_device())
+
+        try:
+            for s, chunk in enumerate(r.chunks):
+                stitcher = streaming.Stitcher(r.models.hop, r.speed, round(cfg.stream_crossfade_ms * sr / 1000))
+                bank = self.noise_bank((r.seed, s), r.models.prior_channels)
+                with locked(), stage("gpt"):
+                    gen = pipeline.token_stream(r.models, r.ref, chunk, cfg, r.seed + s)
+                tokens: list[int] = []
+                next_at = cfg.stream_first_tokens
+                while True:
+                    if cancel is not None and cancel.is_set():
+                        cancelled = True
+                        gen.close()
+                        return
+                    with locked():
+                        tok = pipeline.next_token(gen, tokens, timer)
+                    done = tok is None
+                    if not done:
+                        tokens.append(int(tok))
+                        n_tokens += 1
+                        if len(tokens) < next_at:
+                            continue
+                        next_at = len(tokens) + cfg.stream_chunk_tokens
+                    with locked(), stage("sovits", timer):
+                        piece = streaming.next_piece(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done)
+                    if piece is not None:
+                        if done:
+                            piece = pipeline.postprocess(piece, sr, cfg.fragment_interval, normalise=False)
+                        if first_audio is None:
+                            first_audio = time.perf_counter() - t_start
+                        yield AudioChunk(piece, sr, index, done and s == len(r.chunks) - 1, s, len(piece) / sr)
+                        index += 1
+                        n_audio += len(piece)
+                    if done:
+                        break
+                n_chunks += 1
+        except GeneratorExit:
+            cancelled = True
+            raise
+        except BaseException as exc:
+            self._stats.failure(exc)
+            raise
+        finally:
+            if first_audio is not None:
+                timer.add("time_to_first_audio", first_audio)
+            timer.add("total", time.perf_counter() - t_start)
+            self._stats.record(timer, n_audio / sr, n_tokens, n_chunks, stream=True)
+            if cancelled:
+                self._stats.count("cancelled")
+
+    # ---- service -----------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        """Counts, audio and compute seconds, mean stage timings, the current voice, the cache and backends."""
+        from .backends import backends
+
+        with self._lock:
+            return {
+                **self._stats.snapshot(),
+                "cached_references": len(self.cache.keys("reference")),
+                "loaded_models": sorted(f"{k[0]}:{Path(k[1][0]).name}" for k in self.cache.keys()
+                                        if k[0] in MODEL_KINDS),
+                "cached_voices": [v.split("|", 1)[0] for v in self.cache.voices()],
+                "voice": self.voice.name if self.voice else None,
+                "backends": backends(self),
+            }
+
+    def warmup(self) -> dict[str, float]:
+        """Warm the GPT decode path, every text front end the voice's language may reach (for Chinese voices
+        also English, which mixed text uses), then one short synthesis with the current voice (loads and caches
+        everything, compiles). Returns the front ends' warm-up seconds by language."""
+        from ..text.warmup import warm_up
+
+        spec = self._resolve(None)
+        text = "你好。" if spec.language in ("zh", "all_zh") else "Hello."
+        with self._lock, self._on_device():
+            models = self._models(spec)
+            models.gpt.decoder.warmup()  # numpy views (CPU) / compiled decode buckets (GPU)
+            with stage("text"):
+                front_ends = warm_up(self.config.text_lang or spec.language, models.symbol_version)
+        with self._lock, self._stats.paused():
+            self.synthesize(text, fragment_interval=0.0)
+        return front_ends
+
+    def cleanup(self) -> dict:
+        """Free what the current voice does not use: other voices' models, reference features and encoders.
+        Returns what was dropped (the node's ``cleanup`` control command)."""
+        with self._lock:
+            dropped = self.cache.keep_only(voice_id(self.voice) if self.voice else None)
+        models = sum(n for kind, n in dropped.items() if kind in MODEL_KINDS)
+        return {"models": models, "references": dropped.get("reference", 0), "encoders": dropped.get("encoders", 0)}
+
+    def list_voices(self) -> list[dict]:
+        return [dataclasses.asdict(v) for v in voices_mod.list_voices(self.model_dir)]
+
+
+def voice_id(spec: VoiceSpec) -> str:
+    """A voice's identity in the cache: its name and files (every ``VOICE:CUSTOM``/``TRAINED`` voice is named
+    alike, but their files differ)."""
+    return "|".join(map(str, (spec.name, spec.gpt, spec.sovits, spec.reference, spec.hubert, spec.bert)))
+
+
+class _Locked:
+    """The engine lock plus its device scope, as one context manager."""
+
+    def __init__(self, lock, device_scope):
+        self._stack = contextlib.ExitStack()
+        self._lock, self._scope = lock, device_scope
+
+    def __enter__(self):
+        self._stack.enter_context(self._lock)
+        self._stack.enter_context(self._scope)
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+
+def _configure_models(settings: Settings) -> None:  # models-arch
+    """The process-wide model options: the SoVITS convolution implementation and g2pW."""
+    from ..models.conv import set_conv_impl
+    from ..text import g2pw
+
+    set_conv_impl(settings.conv_impl)
+    g2pw.configure(settings.g2pw, settings.g2pw_vocab)
+
+
+def _pick_device(device: str) -> mx.Device | None:
+    if device == "auto":
+        return None
+    if device == "cpu":
+        return mx.Device(mx.cpu)
+    if device in ("gpu", "metal", "cuda"):
+        if not mx.is_available(mx.gpu):
+            raise ConfigError(f"device={device!r} was requested but this MLX build has no GPU backend")
+        return mx.Device(mx.gpu)
+    raise ConfigError(f"device={device!r} is invalid: use 'auto', 'cpu' or 'gpu'")

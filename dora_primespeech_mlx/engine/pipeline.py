@@ -1,0 +1,201 @@
+"""One request's way through the models: text -> chunks (phones + BERT) -> GPT tokens -> SoVITS audio.
+
+Functions over a loaded :class:`Models` bundle, no caching and no locking (the engine does both):
+:func:`text_chunks` (front end + batched BERT), :func:`token_stream` / :func:`generate_tokens` (the GPT, one
+sentence), :func:`decode_sentence` (SoVITS, one sentence), :class:`NoiseBank` (the prior noise indexed by output
+frame, so a streamed and a whole decode draw the same noise) and :func:`postprocess` (upstream's per-fragment
+normalisation and the inter-sentence silence). Cancellation is checked between tokens and between stages."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from ..errors import NothingToSpeakError, SynthesisCancelled, SynthesisError
+from ..voices import VoiceSpec
+from .config import SynthesisConfig
+from .stats import Timer, stage
+
+BERT_DIM = 1024  # the GPT's bert_proj input width (chinese-roberta-wwm-ext-large)
+NOISE_BLOCK_FRAMES = 256
+
+
+@dataclass
+class Models:
+    gpt: Any
+    sovits: Any
+    encoders: Any  # encoders.EncoderBackends: HuBERT and BERT on CoreML or MLX
+    sv: Any = None  # the speaker-verification model (ERes2NetV2) of a v2Pro / v2ProPlus voice
+
+    @property
+    def symbol_version(self) -> str:
+        """Phone table of the voice ("v1" 322 symbols, "v2" 732), from the SoVITS text embedding."""
+        return str(self.sovits.args.version)
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.sovits.sampling_rate)
+
+    @property
+    def hop(self) -> int:
+        """Output samples per 50 Hz latent frame (640)."""
+        return int(self.sovits.samples_per_frame)
+
+    @property
+    def prior_channels(self) -> int:
+        return int(self.sovits.args.inter_channels)
+
+
+@dataclass
+class TextChunk:
+    phones: np.ndarray  # (n,) int32 target phones
+    bert: np.ndarray  # (1024, n) float32
+    norm_text: str
+
+
+def check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise SynthesisCancelled("synthesis cancelled")
+
+
+def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Models, timer: Timer) -> list[TextChunk]:
+    """The text's sentences as phone ids and BERT features (NothingToSpeakError when there are none)."""
+    from .. import text as text_mod
+
+    if not isinstance(text, str):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"text must be a string, not {type(text).__name__}")
+    text_mod.check_option(lang)  # a bad language is reported even for empty text
+    if not text_mod.has_speakable(text):
+        raise NothingToSpeakError(f"nothing to speak in {text[:80]!r} (no letters or digits)")
+    with stage("text", timer):
+        chunks = text_mod.preprocess(text, lang, method, models.symbol_version)
+    if not chunks:
+        raise NothingToSpeakError(f"nothing to speak in {text[:80]!r}")
+    with stage("bert", timer):
+        berts = bert_features(chunks, spec, models.encoders)
+    return [TextChunk(np.asarray(c.phone_ids, dtype=np.int32), b, c.norm_text) for c, b in zip(chunks, berts)]
+
+
+def bert_features(results: list, spec: VoiceSpec, encoders) -> list[np.ndarray]:
+    """(1024, n_phones) features per phone result (gpt-sovits-v2.md §3): the BERT for Chinese segments,
+    zeros for the others; all Chinese segments of all results run in one batch."""
+    wanted = [(i, j, seg) for i, r in enumerate(results) for j, seg in enumerate(r.segments) if seg.lang == "zh"]
+    feats: dict[tuple[int, int], np.ndarray] = {}
+    if wanted:
+        width = encoders.bert_hidden_size
+        if width != BERT_DIM:
+            raise SynthesisError(
+                f"the BERT at {spec.bert} is {width} wide but the GPT needs {BERT_DIM}-wide features "
+                "(chinese-roberta-wwm-ext-large); Chinese text cannot be spoken with this BERT",
+                stage="bert",
+            )
+        out = encoders.bert_features_batch([(seg.norm_text, seg.word2ph) for _, _, seg in wanted])
+        feats = {(i, j): f for (i, j, _), f in zip(wanted, out)}
+    berts = []
+    for i, r in enumerate(results):
+        parts = [
+            feats.get((i, j), np.zeros((BERT_DIM, len(seg.phone_ids)), dtype=np.float32))
+            for j, seg in enumerate(r.segments)
+        ]
+        bert = np.concatenate(parts, axis=1) if parts else np.zeros((BERT_DIM, 0), np.float32)
+        if bert.shape[1] != len(r.phone_ids):
+            raise SynthesisError(
+                f"BERT features cover {bert.shape[1]} phones but the text has {len(r.phone_ids)} ({r.norm_text!r})",
+                stage="bert",
+            )
+        berts.append(bert.astype(np.float32, copy=False))
+    return berts
+
+
+def token_stream(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int) -> Iterator[int]:
+    """The GPT's tokens for one sentence, one at a time (the prompt's phones/BERT/tokens lead)."""
+    from ..models.t2s_generate import SamplingParams, generate
+
+    if ref.prompt_phones is not None:
+        phones = np.concatenate([ref.prompt_phones, chunk.phones])
+        bert = np.concatenate([ref.prompt_bert, chunk.bert], axis=1)
+        prompt = np.asarray(ref.prompt_semantic, dtype=np.int32)[None]
+    else:
+        phones, bert, prompt = chunk.phones, chunk.bert, None
+    params = SamplingParams(
+        top_k=cfg.top_k, top_p=cfg.top_p, temperature=cfg.temperature, repetition_penalty=cfg.repetition_penalty
+    )
+    return generate(models.gpt, phones[None].astype(np.int32), bert[None], prompt, params,
+                    early_stop_num=models.gpt.args.early_stop_num, seed=seed)
+
+
+def next_token(gen: Iterator[int], tokens: list[int], timer: Timer) -> int | None:
+    """One step of ``gen`` timed as prefill (first) or decode; None at the end of the sentence."""
+    t0 = time.perf_counter()
+    with stage("gpt"):
+        tok = next(gen, None)
+    timer.add("gpt_decode" if tokens else "gpt_prefill", time.perf_counter() - t0)
+    return tok
+
+
+def generate_tokens(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int, timer: Timer,
+                    cancel: threading.Event | None = None) -> np.ndarray:
+    """All of one sentence's tokens; ``cancel`` is checked before every step."""
+    tokens: list[int] = []
+    with stage("gpt"):
+        gen = token_stream(models, ref, chunk, cfg, seed)
+    while True:
+        check_cancel(cancel)
+        tok = next_token(gen, tokens, timer)
+        if tok is None:
+            return np.asarray(tokens, dtype=np.int32)
+        tokens.append(int(tok))
+
+
+def decode_sentence(models: Models, ref, tokens: np.ndarray, phones: np.ndarray, speed: float, noise_scale: float,
+                    bank: NoiseBank) -> np.ndarray:
+    """SoVITS audio of one whole sentence (upstream ``decode``), float32 1-D."""
+    from ..models.sovits import output_frames
+
+    noise = bank.take(0, output_frames(2 * len(tokens), speed)) if noise_scale > 0 else None
+    out = models.sovits.decode(
+        mx.array(np.asarray(tokens, dtype=np.int32)[None, None]),
+        mx.array(phones[None].astype(np.int32)),
+        noise_scale=noise_scale,
+        speed=speed,
+        noise=None if noise is None else mx.array(noise),
+        ge=ref.ge,
+    )
+    return np.array(out).reshape(-1).astype(np.float32)
+
+
+class NoiseBank:
+    """Standard-normal SoVITS prior noise, (channels, frame) indexed by absolute output frame.
+
+    Drawn in fixed blocks from one seeded generator, so a frame's noise does not depend on how the
+    frames were requested (whole sentence or streamed windows)."""
+
+    def __init__(self, seed: tuple[int, ...], channels: int):
+        self._rng = np.random.default_rng(list(seed))
+        self._channels = channels
+        self._frames = np.zeros((channels, 0), dtype=np.float32)
+
+    def take(self, start: int, n: int) -> np.ndarray:
+        start = max(0, start)
+        while self._frames.shape[1] < start + n:
+            block = self._rng.standard_normal((NOISE_BLOCK_FRAMES, self._channels), dtype=np.float32).T
+            self._frames = np.concatenate([self._frames, block], axis=1)
+        return self._frames[:, start : start + n][None]
+
+
+def postprocess(audio: np.ndarray, sr: int, fragment_interval: float, normalise: bool = True) -> np.ndarray:
+    """Upstream ``audio_postprocess`` for one fragment: /max if max > 1, then the silence."""
+    audio = np.asarray(audio, dtype=np.float32)
+    if normalise and len(audio):
+        peak = float(np.abs(audio).max())
+        if peak > 1:
+            audio = audio / peak
+    return np.concatenate([audio, np.zeros(int(sr * fragment_interval), dtype=np.float32)])

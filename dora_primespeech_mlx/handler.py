@@ -1,0 +1,516 @@
+"""The node's logic without dora: inputs in, outputs out through a transport (``send(id, array, metadata)``).
+
+Promises (tested with a fake engine and a fake transport, and under a real ``dora run``):
+
+- **Exactly one ``segment_complete`` per ``text``**, in input order: ``completed``, ``skipped`` (nothing to
+  speak) or ``error`` (bad input, unknown voice, synthesis failure, queue full, cancelled by ``reset`` or by
+  STOP, or an internal error). Every answer passes :meth:`Job.claim`, so no path answers twice; any exception
+  while running or answering a job is logged and answered, and a supervisor thread replaces a dead worker
+  within a second, answering the text it held.
+- **Control is prompt**: ``stats``, ``list_voices`` and ``cleanup`` are answered from the input thread at once,
+  also with a long text backlog; ``change_voice`` takes its place in the text queue (texts sent before it
+  speak with the old voice, texts after it with the new one); ``reset`` cancels the text being spoken (the
+  engine stops within one GPT token, one streamed window or one sentence's decode) and every queued one.
+- **Bounded**: at most ``MAX_QUEUED_TEXTS`` texts wait; one more is answered at once with ``error`` (busy).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import (
+    ConfigError,
+    NothingToSpeakError,
+    PrimeSpeechError,
+    SynthesisCancelled,
+    SynthesisError,
+    VoiceNotFoundError,
+    VoiceNotInstalledError,
+)
+from .jobs import Job, JobQueue, QueueFull
+from .messages import (
+    TextRequest,
+    decode_text_value,
+    normalize_segment_index,
+    parse_control,
+    parse_text,
+    sanitize_metadata,
+)
+from .settings import LOG_LEVELS, Settings
+from .text.speakable import has_speakable
+
+NODE_NAME = "primespeech"
+CANCELLED = "cancelled by reset"
+STOPPING = "cancelled: the node is stopping"
+WATCH_S = 0.5  # the supervisor looks at the worker this often
+SEND_TRIES = 3
+SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
+SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' rate)
+
+EngineFactory = Callable[[Callable[[str], None]], tuple[Any, Any]]  # progress -> (engine, start VoiceSpec)
+
+
+class MessageHandler:
+    """Turns dora inputs into outputs. ``on_input`` runs on the input thread and never blocks on the engine; a
+    worker thread builds the engine (``engine_factory``) and runs the queued jobs."""
+
+    def __init__(self, settings: Settings, engine_factory: EngineFactory, transport):
+        self.settings = settings
+        self._factory = engine_factory
+        self.transport = transport
+        self.jobs = JobQueue(settings.max_queued_texts)
+        self._seq = 0
+        self._lock = threading.Lock()  # counts
+        self._answer_lock = threading.RLock()  # segment_complete answers, in input order
+        self.engine: Any = None
+        self.voice: Any = None  # current VoiceSpec
+        self.ready = threading.Event()
+        self.startup_error: BaseException | None = None
+        self.counts = {"texts": 0, "completed": 0, "skipped": 0, "errors": 0, "cancelled": 0, "busy": 0,
+                       "worker_restarts": 0}
+        self._stopping = threading.Event()
+        self._serving = threading.Event()  # set while a worker runs jobs; cleared when it ends or dies
+        self.parked = threading.Event()  # the worker has finished for good (the process may exit now)
+        self._warned_rate = False
+        self._warned_index = False
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._spawn_worker(first=True)
+        threading.Thread(target=self._supervise, name="primespeech-supervisor", daemon=True).start()
+
+    def _spawn_worker(self, first: bool = False) -> None:
+        self._serving.set()
+        threading.Thread(target=self._worker_main, args=(first,), name="primespeech-worker", daemon=True).start()
+
+    def idle(self) -> bool:
+        return self.ready.is_set() and self.jobs.idle()
+
+    def wait_idle(self, timeout: float) -> bool:
+        return self.jobs.wait_idle(timeout)
+
+    def finish(self, stall_s: float = 300.0) -> bool:
+        """Speak what is queued, then stop the worker; returns False if no job finished for ``stall_s``."""
+        self.jobs.close()
+        last, since = self.jobs.pending(), time.monotonic()
+        while not self.jobs.wait_idle(WATCH_S):
+            now = self.jobs.pending()
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since > stall_s:
+                self.stop()
+                return False
+        self._stopping.set()
+        return True
+
+    def stop(self) -> int:
+        """STOP: answer the text in flight and every queued job as cancelled, without waiting for the engine."""
+        self._stopping.set()
+        self.jobs.close()
+        n = self._cancel_texts(STOPPING, "stop")
+        self.jobs.take(("control",))
+        return n
+
+    # -- outputs --------------------------------------------------------------------------------------
+    def send(self, output: str, array: pa.Array, metadata: dict) -> None:
+        self.transport.send(output, array, metadata)
+
+    def log(self, level: str, message: str) -> None:
+        if LOG_LEVELS.index(level) < LOG_LEVELS.index(self.settings.log_level):
+            return
+        print(f"[{NODE_NAME}] {level} {message}", file=sys.stderr, flush=True)
+        record = {"node": NODE_NAME, "level": level, "message": message, "timestamp": int(time.time())}
+        try:
+            self.send("log", pa.array([json.dumps(record, ensure_ascii=False)]), {"node": NODE_NAME, "level": level})
+        except Exception as exc:  # a failing log output must not take a request down with it
+            print(f"[{NODE_NAME}] ERROR cannot send log: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+    def status(self, status: str, metadata: dict | None = None, level: str = "INFO", message: str = "",
+               **fields) -> None:
+        body = {"status": status, "node": NODE_NAME, "level": level, "message": message or status,
+                "timestamp": int(time.time()), **fields}
+        self.send("status", pa.array([json.dumps(body, ensure_ascii=False, default=str)]), dict(metadata or {}))
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[name] += n
+
+    def _complete(self, job: Job, outcome: str, error: str | None = None, stage: str | None = None) -> bool:
+        """Send the job's one ``segment_complete`` (False if it was answered already). Answers are sent under one
+        lock, so a reset on the input thread never overtakes the worker's answer to an earlier text."""
+        with self._answer_lock:
+            return self._complete_locked(job, outcome, error, stage)
+
+    def _complete_locked(self, job: Job, outcome: str, error: str | None, stage: str | None) -> bool:
+        if not job.claim():
+            return False
+        md = dict(job.metadata)
+        if outcome == "error":
+            md.update(session_status="error", error=error or "error", error_stage=stage or "synthesis")
+        self._count("errors" if outcome == "error" else outcome)
+        for attempt in range(SEND_TRIES):
+            try:
+                self.send("segment_complete", pa.array([outcome]), md)
+                return True
+            except Exception as exc:
+                print(f"[{NODE_NAME}] ERROR segment_complete of text #{job.seq} not sent (try {attempt + 1}): "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return True
+
+    def _silence(self, job: Job) -> None:
+        """SILENCE_ON_SKIP: one short silent ``audio`` message for a text that produced no audio."""
+        if not self.settings.silence_on_skip or job.answered:
+            return
+        voice = self.voice
+        rate = SAMPLE_RATE
+        md = dict(job.metadata)
+        md.update(sample_rate=rate, duration=SILENCE_S, voice=str(getattr(voice, "name", "")),
+                  language=str(getattr(voice, "language", "")), chunk_index=0, fragment_num=1, is_final=True,
+                  is_streaming=bool(self.settings.streaming), silent=True)
+        audio = np.zeros(int(rate * SILENCE_S), dtype=np.float32)
+        try:
+            self.send("audio", pa.array(audio) if self.settings.audio_format == "flat" else pa.array([audio]), md)
+        except Exception as exc:
+            self.log("ERROR", f"silent audio for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
+
+    def _fail(self, job: Job, error: str, stage: str) -> None:
+        if job.answered:
+            return
+        if stage not in ("reset", "stop"):
+            self._silence(job)
+        level = "WARNING" if stage in ("reset", "stop", "busy") else "ERROR"
+        self.log(level, f"text #{job.seq} ({_describe(job.metadata)}): {stage} error: {error}")
+        try:
+            self.status("error", job.metadata, level=level, message=error, error=error, error_stage=stage,
+                        seq=job.seq)
+        except Exception as exc:
+            self.log("ERROR", f"status for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
+        self._complete(job, "error", error, stage)
+
+    # -- input thread ---------------------------------------------------------------------------------
+    def on_input(self, input_id: str, value: Any, metadata: Any) -> None:
+        """Handle one INPUT event. Never raises; every text is answered."""
+        try:
+            if input_id == "text":
+                self._on_text(value, metadata)
+            elif input_id == "control":
+                self._on_control(value, _metadata(metadata))
+            elif input_id == "reset":
+                self._reset(_metadata(metadata))
+            else:
+                self.log("DEBUG", f"ignoring input {input_id!r} (this node reads text, control and reset)")
+        except Exception as exc:  # keep serving whatever happens
+            self.log("ERROR", f"input {input_id!r} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+
+    def _on_text(self, value: Any, metadata: Any) -> None:
+        self._seq += 1
+        self._count("texts")
+        md = _metadata(metadata)
+        if not normalize_segment_index(md) and not self._warned_index:
+            self._warned_index = True
+            self.log("WARNING", f"segment_index {md['segment_index']!r} is not a number: passed on unchanged "
+                                "(players compute segment_index + 1)")
+        md.setdefault("question_id", "default")
+        md.setdefault("session_status", "unknown")
+        job = Job("text", md, seq=self._seq)
+        try:
+            job.request = parse_text(decode_text_value(value))
+        except (Exception, RecursionError) as exc:  # InputError, and anything a hostile payload provokes
+            job.error = str(exc) if type(exc).__name__ == "InputError" else f"unreadable text: {type(exc).__name__}"
+        if self._stopping.is_set():
+            self._fail(job, STOPPING, "stop")
+            return
+        try:
+            self.jobs.put(job)
+        except QueueFull as exc:
+            self._count("busy")
+            self._fail(job, str(exc), "busy")
+
+    def _on_control(self, value: Any, md: dict) -> None:
+        try:
+            command = parse_control(decode_text_value(value))
+        except (Exception, RecursionError) as exc:
+            self.log("ERROR", str(exc))
+            self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command="unknown")
+            return
+        if command.name == "reset":
+            self._reset(md)
+        elif command.name == "change_voice":
+            self.jobs.put(Job("control", md, command=command))
+        elif not self.ready.is_set() or self.engine is None:
+            self.status("error", md, level="ERROR", message="not ready", error="not ready", command=command.name)
+        else:
+            self._run_control(command, md)
+
+    def _reset(self, md: dict) -> None:
+        n = self._cancel_texts(CANCELLED, "reset")
+        self.log("INFO", f"reset: {n} text(s) cancelled")
+        self.status("reset", md, message=f"reset: {n} text(s) cancelled", cancelled=n)
+
+    def _cancel_texts(self, reason: str, stage: str) -> int:
+        """Cancel every queued text and the one in flight; each counts (and is answered) once."""
+        with self._answer_lock:
+            return self._cancel_texts_locked(reason, stage)
+
+    def _cancel_texts_locked(self, reason: str, stage: str) -> int:
+        queued, current = self.jobs.take(("text",))
+        n = 0
+        if current is not None and not current.answered and not current.cancel.is_set():
+            current.error, current.error_stage = reason, stage
+            current.cancel.set()  # the engine stops at its next cancellation point; its answer is this one
+            n += 1
+            self._fail(current, reason, stage)
+        for job in queued:
+            if not job.answered:
+                n += 1
+                self._fail(job, reason, stage)
+        self._count("cancelled", n)
+        return n
+
+    # -- worker and supervisor ------------------------------------------------------------------------
+    def _worker_main(self, first: bool) -> None:
+        try:
+            if first:
+                try:
+                    self.engine, self.voice = self._factory(lambda m: self.log("INFO", m))
+                except BaseException as exc:
+                    self.startup_error = exc
+                    return
+                finally:
+                    self.ready.set()
+            while not self._stopping.is_set():
+                job = self.jobs.get(WATCH_S)
+                if job is None:
+                    if self.jobs.closed:
+                        break
+                    continue
+                try:
+                    self._run_job(job)
+                finally:
+                    self.jobs.done()
+        finally:
+            self._serving.clear()
+            if self.jobs.closed or self._stopping.is_set():
+                self.parked.set()
+            # Never let this thread end: a thread that used MLX aborts the process in its thread-local
+            # teardown ("terminate called without an active exception", MLX 0.32 on Linux), so it parks
+            # (a daemon thread) and the process exits around it.
+            threading.Event().wait()
+
+    def _run_job(self, job: Job) -> None:
+        try:
+            if job.kind == "text":
+                self._run_text(job)
+            else:
+                self._change_voice(job.command.arg, job.metadata)
+        except BaseException as exc:  # answer it, whatever it was, and go on
+            try:
+                self.log("ERROR", f"internal error: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            finally:
+                if job.kind == "text":
+                    self._fail(job, f"internal error: {type(exc).__name__}: {exc}", "node")
+            if not isinstance(exc, Exception):
+                raise
+
+    def _supervise(self) -> None:
+        """Replace a worker that died (it parks instead of exiting: see ``_worker_main``), answering its job."""
+        self.ready.wait()
+        while not self._stopping.wait(WATCH_S):
+            if self.startup_error is not None or self._serving.is_set() or self.jobs.closed:
+                continue
+            current = self.jobs.current
+            if current is not None and current.kind == "text":
+                self._fail(current, "internal error: the worker thread died", "node")
+            self.jobs.done()
+            self._count("worker_restarts")
+            self.log("ERROR", "the worker thread died; starting a new one")
+            self._spawn_worker()
+
+    # -- texts ----------------------------------------------------------------------------------------
+    def _run_text(self, job: Job) -> None:
+        if job.answered:
+            return
+        if job.error is not None:
+            self._fail(job, job.error, job.error_stage)
+            return
+        req = job.request
+        for w in req.warnings:
+            self.log("WARNING", f"text #{job.seq}: {w}")
+        text = req.text
+        if not has_speakable(text):
+            self.log("DEBUG", f"text #{job.seq}: nothing to speak ({text[:40]!r}), skipped")
+            self._skip(job)
+            return
+        if len(text) > self.settings.max_text_chars:
+            self._fail(job, f"text too long: {len(text)} characters (MAX_TEXT_CHARS={self.settings.max_text_chars})",
+                       "input")
+            return
+        try:
+            voice = self._request_voice(req)
+        except (VoiceNotFoundError, VoiceNotInstalledError, ConfigError) as exc:
+            self._fail(job, str(exc), "voice")
+            return
+        language = req.overrides.get("text_lang") or voice.language
+        self.status("synthesizing", job.metadata, seq=job.seq, voice=voice.name, language=language,
+                    characters=len(text))
+        t0 = time.perf_counter()
+        try:
+            duration, chunks, timings = self._synthesize(job, text, voice, language, req)
+        except SynthesisCancelled:
+            duration = chunks = 0
+        except NothingToSpeakError as exc:
+            self.log("DEBUG", f"text #{job.seq}: nothing to speak ({exc}), skipped")
+            self._skip(job)
+            return
+        except SynthesisError as exc:
+            self._fail(job, str(exc), getattr(exc, "stage", "synthesis"))
+            return
+        except (PrimeSpeechError, ValueError) as exc:  # text front end, bad request parameters
+            self._fail(job, f"{exc}", "text" if type(exc).__module__.endswith("text.errors") else "request")
+            return
+        if job.cancel.is_set():
+            self._fail(job, job.error or CANCELLED, job.error_stage if job.error else "reset")
+            return
+        elapsed = time.perf_counter() - t0
+        if self.settings.log_timing:
+            rtf = elapsed / duration if duration > 0 else math.inf
+            detail = ", ".join(f"{k} {v:.2f}s" for k, v in (timings or {}).items() if isinstance(v, (int, float)))
+            self.log("INFO", f"text #{job.seq}: {duration:.2f} s of audio in {elapsed:.2f} s (RTF {rtf:.2f}), "
+                             f"{chunks} chunk(s), voice {voice.name}" + (f"; {detail}" if detail else ""))
+        self.status("done", job.metadata, seq=job.seq, voice=voice.name, duration=round(duration, 3),
+                    elapsed=round(elapsed, 3), chunks=chunks)
+        self._complete(job, "completed")
+
+    def _skip(self, job: Job) -> None:
+        self._silence(job)
+        self._complete(job, "skipped")
+
+    def _synthesize(self, job: Job, text: str, voice, language: str, req: TextRequest):
+        overrides = dict(req.overrides)
+        total, n, timings = 0.0, 0, {}
+        if self.settings.streaming:
+            for chunk in self.engine.synthesize_stream(text, voice=voice, cancel=job.cancel, **overrides):
+                if job.cancel.is_set():
+                    break
+                total += self._send_audio(job, chunk.audio, chunk.sample_rate, voice, language,
+                                          chunk.chunk_index, bool(chunk.is_final), True, req.volume)
+                n += 1
+            return total, n, timings
+        result = self.engine.synthesize(text, voice=voice, cancel=job.cancel, **overrides)
+        if job.cancel.is_set():
+            return 0.0, 0, {}
+        total = self._send_audio(job, result.audio, result.sample_rate, voice, language, 0, True, False, req.volume)
+        return total, 1, dict(getattr(result, "timings", {}) or {})
+
+    def _send_audio(self, job: Job, audio, sample_rate: int, voice, language: str, index: int, final: bool,
+                    streaming: bool, volume: float | None) -> float:
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if volume is not None and volume != 1.0:
+            audio = np.clip(audio * np.float32(volume), -1.0, 1.0).astype(np.float32)
+        sample_rate = int(sample_rate)
+        if self.settings.sample_rate and self.settings.sample_rate != sample_rate and not self._warned_rate:
+            self._warned_rate = True
+            self.log("WARNING", f"SAMPLE_RATE={self.settings.sample_rate} is informational; the model's "
+                                f"rate is {sample_rate} Hz and metadata sample_rate says so")
+        duration = len(audio) / sample_rate
+        md = dict(job.metadata)
+        md.update(sample_rate=sample_rate, duration=float(duration), voice=str(voice.name), language=str(language),
+                  chunk_index=int(index), fragment_num=int(index) + 1, is_final=bool(final),
+                  is_streaming=bool(streaming))
+        array = pa.array(audio) if self.settings.audio_format == "flat" else pa.array([audio])
+        with job.answer_lock:  # never audio after the text's segment_complete (e.g. a reset answered it)
+            if not job.answered:
+                self.send("audio", array, md)
+        return duration
+
+    def _request_voice(self, req: TextRequest):
+        from .voices import custom_voice, resolve_voice
+
+        choice = req.voice
+        if choice is None:
+            return self.voice
+        root = self.settings.model_dir
+        if choice.kind == "name":
+            if choice.name == self.voice.name:
+                return self.voice
+            return resolve_voice(choice.name, root)
+        # CUSTOM: zero-shot cloning with the current voice's weights (Doubao by default, as the old node);
+        # TRAINED: own weights, the current voice's encoders.
+        return custom_voice(choice.reference, choice.prompt_text or "", choice.lang or "auto",
+                            gpt=choice.gpt, sovits=choice.sovits, base=self.voice, root=root)
+
+    # -- control --------------------------------------------------------------------------------------
+    def _run_control(self, cmd, md: dict) -> None:
+        try:
+            if cmd.name == "stats":
+                stats = _jsonable(self.engine.stats())
+                with self._lock:
+                    counts = dict(self.counts)
+                self.status("stats", md, stats=stats, node_counts=counts, voice=self.voice.name,
+                            queued=self.jobs.pending(), message=f"{counts['texts']} text(s), voice {self.voice.name}")
+            elif cmd.name == "list_voices":
+                voices = _jsonable(self.engine.list_voices())
+                self.status("voices", md, voices=voices, current=self.voice.name,
+                            message=f"{len(voices)} voice(s), current {self.voice.name}")
+            elif cmd.name == "cleanup":
+                freed = self.engine.cleanup() if hasattr(self.engine, "cleanup") else None
+                self.status("cleanup", md, freed=_jsonable(freed), message="caches freed")
+        except Exception as exc:
+            self.log("ERROR", f"control {cmd.name} failed: {exc}")
+            self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command=cmd.name)
+
+    def _change_voice(self, name: str, md: dict) -> None:
+        from .voices import resolve_voice
+
+        old = self.voice
+        try:
+            spec = resolve_voice(name, self.settings.model_dir)
+            self.log("INFO", f"loading voice {spec.name} ...")
+            self.engine.load_voice(spec)
+        except Exception as exc:  # any failure: the previous voice stays current
+            self.voice = old
+            self.log("ERROR", f"change_voice:{name} failed, keeping {old.name}: {exc}")
+            self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command="change_voice",
+                        voice=old.name)
+            return
+        self.voice = spec
+        self.log("INFO", f"voice changed to {spec.name} ({spec.language})")
+        self.status("voice_changed", md, voice=spec.name, language=spec.language, previous=old.name,
+                    message=f"voice {spec.name}")
+
+
+def _metadata(metadata: Any) -> dict:
+    try:
+        return sanitize_metadata(metadata)
+    except (Exception, RecursionError):
+        return {}
+
+
+def _describe(md: dict) -> str:
+    keys = ("question_id", "session_id", "segment_index")
+    return ", ".join(f"{k}={md[k]}" for k in keys if k in md) or "no ids"
+
+
+def _jsonable(x: Any) -> Any:
+    """Dataclasses, Paths and numpy values made JSON-friendly."""
+    if hasattr(x, "__dataclass_fields__"):
+        x = {k: getattr(x, k) for k in x.__dataclass_fields__}
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    return str(x)

@@ -1,0 +1,96 @@
+"""The node's work queue: one FIFO of jobs (texts and ``change_voice``, which keeps its place among the texts),
+a bound on queued texts, and the job in flight. Every text job is answered exactly once: :meth:`Job.claim`
+is the single gate every answer passes (the worker's result, a ``reset``, a STOP, a supervisor's rescue)."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Job:
+    kind: str  # "text" | "control"
+    metadata: dict
+    seq: int = 0
+    request: Any = None  # messages.TextRequest
+    command: Any = None  # messages.ControlCommand
+    error: str | None = None  # input already known to be bad, or why the job was cancelled
+    error_stage: str = "input"
+    cancel: threading.Event = field(default_factory=threading.Event)
+    _claimed: bool = False
+    answer_lock: threading.RLock = field(default_factory=threading.RLock)  # held while audio of the job is sent
+
+    def claim(self) -> bool:
+        """True exactly once: the caller that gets True sends the job's one answer."""
+        with self.answer_lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+    @property
+    def answered(self) -> bool:
+        return self._claimed
+
+
+class QueueFull(Exception):
+    """More texts are waiting than the node accepts (``MAX_QUEUED_TEXTS``)."""
+
+
+class JobQueue:
+    """FIFO of jobs plus the one in flight; ``idle`` means nothing queued and nothing running."""
+
+    def __init__(self, max_texts: int = 1000):
+        self.max_texts = max_texts
+        self._jobs: deque[Job] = deque()
+        self._cv = threading.Condition()
+        self.current: Job | None = None
+        self.closed = False
+
+    def put(self, job: Job) -> None:
+        with self._cv:
+            if job.kind == "text" and sum(j.kind == "text" for j in self._jobs) >= self.max_texts:
+                raise QueueFull(f"busy: {self.max_texts} texts are already waiting (MAX_QUEUED_TEXTS)")
+            self._jobs.append(job)
+            self._cv.notify_all()
+
+    def get(self, timeout: float) -> Job | None:
+        """The next job (now in flight), or None after ``timeout`` seconds or once closed and empty."""
+        with self._cv:
+            if not self._cv.wait_for(lambda: self._jobs or self.closed, timeout) or not self._jobs:
+                return None
+            self.current = self._jobs.popleft()
+            return self.current
+
+    def done(self) -> None:
+        with self._cv:
+            self.current = None
+            self._cv.notify_all()
+
+    def take(self, kinds: tuple[str, ...] = ("text",)) -> tuple[list[Job], Job | None]:
+        """Remove the queued jobs of ``kinds``; return them and the job in flight (if of those kinds)."""
+        with self._cv:
+            taken = [j for j in self._jobs if j.kind in kinds]
+            self._jobs = deque(j for j in self._jobs if j.kind not in kinds)
+            current = self.current if self.current is not None and self.current.kind in kinds else None
+            return taken, current
+
+    def close(self) -> None:
+        """No more jobs: ``get`` returns None once the queue is empty."""
+        with self._cv:
+            self.closed = True
+            self._cv.notify_all()
+
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._jobs) + (self.current is not None)
+
+    def idle(self) -> bool:
+        return self.pending() == 0
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._jobs and self.current is None, timeout)

@@ -1,0 +1,153 @@
+"""The package's import graph: no cycle, and layers only point downward.
+
+Every module of ``dora_primespeech_mlx`` is parsed with ``ast`` (nothing is imported), and every import
+statement becomes an edge: module level and inside functions, ``TYPE_CHECKING`` blocks included,
+relative and absolute. ``from pkg import name`` points at ``pkg.name`` when that is a module, else at
+``pkg``. Layers (by module-name prefix, so an ``engine/`` package counts like ``engine.py``):
+
+- ``text`` (front end) and ``models`` (pure model math) never import the engine/node layer
+  (``engine``, ``node``, ``handler``, ``jobs``, ``transport``, ``messages``, ``settings``, ``cli``, ``bench``,
+  ``download``);
+- ``text`` imports no model code (``models``, ``convert``, ``coreml``) and ``models`` no loader
+  (``convert``) nor the CoreML runtime.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = "dora_primespeech_mlx"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+ENGINE_LAYER = ("engine", "node", "handler", "jobs", "transport", "messages", "settings", "cli", "bench", "download")
+FORBIDDEN = {
+    "text": ENGINE_LAYER + ("models", "convert", "coreml"),
+    "models": ENGINE_LAYER + ("convert", "coreml"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _resolve(current: str, is_package: bool, level: int, module: str | None) -> str:
+    """Absolute name of ``from <level dots><module> import ...`` written in module ``current``."""
+    if level == 0:
+        return module or ""
+    base = current.split(".") if is_package else current.split(".")[:-1]
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    return ".".join(base + ([module] if module else []))
+
+
+def _owner(name: str, known: dict[str, Path]) -> str | None:
+    """The package module ``name`` refers to: itself, or its nearest enclosing known module."""
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports (anywhere in its body)."""
+    known = modules()
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    for mod, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(mod, is_package, node.level, node.module)
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+            for target in targets:
+                if target == PACKAGE or target.startswith(PACKAGE + "."):
+                    owner = _owner(target, known)
+                    if owner is not None and owner != mod:
+                        graph[mod].add(owner)
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_graph_sees_the_package():
+    graph = import_graph()
+    assert f"{PACKAGE}.models.t2s" in graph and f"{PACKAGE}.text.frontend" in graph
+    assert any(graph.values()), "no import edge found: the parser is broken"
+    assert f"{PACKAGE}.models.t2s" in graph[f"{PACKAGE}.convert.load"]  # a function-local import
+
+
+def test_no_import_cycle():
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_layers_point_downward():
+    graph = import_graph()
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        forbidden = FORBIDDEN.get(_layer_of(mod) or "", ())
+        bad += [f"{mod} -> {t}" for t in sorted(targets) if _layer_of(t) in forbidden]
+    assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+def test_cycle_finder_finds_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert find_cycles(graph) == [["a", "b", "c"]]
+
+
+def test_resolve_relative_imports():
+    assert _resolve(f"{PACKAGE}.models.t2s", False, 1, "common") == f"{PACKAGE}.models.common"
+    assert _resolve(f"{PACKAGE}.models.t2s", False, 2, "paths") == f"{PACKAGE}.paths"
+    assert _resolve(f"{PACKAGE}.engine", True, 1, "cache") == f"{PACKAGE}.engine.cache"
+    assert _resolve(f"{PACKAGE}.engine", True, 2, "models.t2s") == f"{PACKAGE}.models.t2s"
