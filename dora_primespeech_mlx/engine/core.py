@@ -391,6 +391,9 @@ def _configure_models(settings: Settings) -> None:  # models-arch
 
     set_conv_impl(settings.conv_impl)
     g2pw.configure(settings.g2pw, settings.g2pw_vocab)
+    from ..models import half_gemv  # issue 15: float16 GPT decode weights (PRIMESPEECH_GPT_HALF)
+
+    half_gemv.configure(settings.gpt_half)
 
 
 def _pick_device(device: str) -> mx.Device | None:

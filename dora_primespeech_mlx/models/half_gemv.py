@@ -55,12 +55,28 @@ void gemv_f16(const uint16_t *W, const float *x, const float *b, float *y, int64
 }
 """
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC"]
-_STATE: dict[str, object] = {}
+_STATE: dict[str, object] = {}  # the built kernel ("fn") and why not ("why"), once per process and mode
+
+
+_CONFIGURED: dict[str, str] = {}
+
+
+def configure(value: str) -> None:
+    """Set the process-wide choice (the engine passes its ``Settings.gpt_half``): ``auto``, ``1`` or ``0``."""
+    value = {"1": "on", "0": "off"}.get(str(value), str(value))
+    if value not in ("auto", "on", "off"):
+        raise ValueError(f"gpt_half {value!r}: expected auto, 1 or 0")
+    if _CONFIGURED.get("mode") != value:
+        _CONFIGURED["mode"] = value
+        _STATE.clear()
 
 
 def mode() -> str:
-    """``PRIMESPEECH_GPT_HALF``: ``auto`` (default: on where the kernel builds and the weights are exactly
-    float16), ``1`` (same, and a warning when it cannot be had), ``0`` (never)."""
+    """``PRIMESPEECH_GPT_HALF`` (or :func:`configure`): ``auto`` (default: on where the kernel builds and the
+    weights are exactly float16), ``on`` (``1``: also rounds other weights; a warning when the kernel cannot
+    be had), ``off`` (``0``: never)."""
+    if "mode" in _CONFIGURED:
+        return _CONFIGURED["mode"]
     from ..settings import read
 
     return {"1": "on", "0": "off"}.get(read("gpt_half"), "auto")
@@ -108,7 +124,7 @@ def kernel():
     fn, why = None, None
     m = mode()
     if m == "off":
-        why = f"{ENV}=0"
+        why = f"{ENV}=0 (off)"
     else:
         why = _cpu_ok()
         if why is None:
@@ -121,7 +137,7 @@ def kernel():
                     fn, why = None, "self-check failed"
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 why = f"cannot build the kernel: {exc}"
-        if why and m == "on":
+        if why and m == "on":  # asked for explicitly
             log.warning("%s=1 but float16 GPT decode weights are unavailable: %s", ENV, why)
     _STATE.update(fn=fn, why=why)
     return fn

@@ -75,6 +75,7 @@ def test_fixture_gpt_decodes_in_float16_like_float32(fn):
 
 
 def test_auto_keeps_weights_that_are_not_float16(fn, monkeypatch):
+    monkeypatch.setattr(half_gemv, "_CONFIGURED", {})
     model = _gpt()
     w = model.layers[0].mlp.fc1.weight
     model.layers[0].mlp.fc1.weight = w + 1e-7 * (1 + mx.abs(w))  # no longer float16 values
@@ -87,11 +88,20 @@ def test_auto_keeps_weights_that_are_not_float16(fn, monkeypatch):
 
 
 def test_off_and_bad_setting(monkeypatch):
+    monkeypatch.setattr(half_gemv, "_CONFIGURED", {})
     monkeypatch.setenv(half_gemv.ENV, "sometimes")
     with pytest.raises(ValueError, match=half_gemv.ENV):
         half_gemv.mode()
     monkeypatch.setenv(half_gemv.ENV, "0")
     monkeypatch.setattr(half_gemv, "_STATE", {})
-    assert half_gemv.kernel() is None and half_gemv.status()["why_not"] == f"{half_gemv.ENV}=0"
+    monkeypatch.setattr(half_gemv, "_CONFIGURED", {})
+    assert half_gemv.kernel() is None and half_gemv.status()["why_not"].startswith(f"{half_gemv.ENV}=0")
     model = _gpt()
     assert not NumpyDecoder(model).half and model.predict.weight.dtype == mx.float32
+    monkeypatch.delenv(half_gemv.ENV)
+    half_gemv.configure("0")  # the engine's Settings win over the environment
+    assert half_gemv.mode() == "off" and half_gemv.kernel() is None
+    half_gemv.configure("auto")
+    assert half_gemv.mode() == "auto"
+    with pytest.raises(ValueError):
+        half_gemv.configure("maybe")
