@@ -471,16 +471,23 @@ def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[s
     full = NumpyDecoder(gpt, half=False)
     args = (phones, feats, prompt, N_TOKENS)
     times: dict[str, list[float]] = {"half": [], "fp32": []}
+    prefill: dict[str, list[float]] = {"half": [], "fp32": []}
     tokens = np.random.default_rng(1).integers(0, 1024, N_TOKENS)
     for _ in range(max(1, repeat)):
-        states = {"half": half.prefill(*args)[0], "fp32": full.prefill(*args)[0]}
+        states = {}
+        for name, dec in (("half", half), ("fp32", full)):
+            t = time.perf_counter()
+            states[name] = dec.prefill(*args)[0]
+            prefill[name].append((time.perf_counter() - t) * 1e3)
         for i, tok in enumerate(tokens):
             for name, st in states.items():
                 t = time.perf_counter()
                 st.step(int(tok), prompt.shape[1] + i)
                 times[name].append((time.perf_counter() - t) * 1e3)
     del full
-    return {f"gpt_step_{k}": _summary(v, "ms/step", what="numpy decode step alone") for k, v in times.items()}
+    out = {f"gpt_step_{k}": _summary(v, "ms/step", what="numpy decode step alone") for k, v in times.items()}
+    out.update({f"gpt_prefill_{k}": _summary(v, "ms", what="numpy prefill") for k, v in prefill.items()})
+    return out
 
 
 def bench_engine(root: Path, repeat: int, stream: bool = True) -> dict[str, Any]:
@@ -573,6 +580,8 @@ def table(report: dict[str, Any]) -> str:
          UPSTREAM_MS["gpt_decode_ms_per_token"], TARGETS["gpt_decode_ms_per_token"]),
         *[(f"  decode step alone, {name} weights", "ms/step", _fmt(st.get(f"gpt_step_{key}"), digits=2), None, None)
           for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_step_{key}" in st],
+        *[(f"  prefill, {name} weights", "ms", _fmt(st.get(f"gpt_prefill_{key}")), None, None)
+          for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_prefill_{key}" in st],
         ("  bandwidth floor of the decode step", "ms/token",
          f"{bw['decode_floor_ms']:.2f} (x{bw['decode_vs_floor']})" if bw else "-", None,
          f"x{TARGETS['gpt_decode_vs_floor']}"),
