@@ -58,6 +58,13 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def cmd_zenoh_overlay(args) -> int:
+    from .settings import ZENOH_OVERLAY
+
+    print(ZENOH_OVERLAY)
+    return 0
+
+
 def cmd_phones(args) -> int:
     from .text import phones_json
 
@@ -149,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", help="output folder (default: <src>-mlx)")
     s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert", "sv"])
     s.set_defaults(func=cmd_convert)
+
+    s = sub.add_parser("zenoh-overlay", help="print the path of the Zenoh overlay for dora 1.x "
+                       "(DORA_ZENOH_CONFIG_OVERLAY / --zenoh-config-overlay: no dropped messages)")
+    s.set_defaults(func=cmd_zenoh_overlay)
 
     s = sub.add_parser("phones", help="print the phonemes of a text as JSON (debugging voices)")
     s.add_argument("text")

@@ -3,6 +3,8 @@ range of every request parameter, in one place: the engine's ``SynthesisConfig``
 :data:`RANGES` and the node's ``Settings`` checks the environment with the same table, so a value the
 settings accept is never refused later by the engine."""
 
+from dataclasses import dataclass
+
 TOP_K = 5
 TOP_P = 1.0
 TEMPERATURE = 1.0
@@ -13,6 +15,22 @@ SEED = 233333
 NOISE_SCALE = 0.5
 
 TEXT_SPLIT_METHODS = ("cut0", "cut1", "cut2", "cut3", "cut4", "cut5")
+
+
+@dataclass(frozen=True)
+class RequestDefaults:
+    """The request parameters both the engine's ``SynthesisConfig`` and the node's ``Settings`` carry, with the
+    old node's values (``speed_factor`` None: the voice's own)."""
+
+    top_k: int = TOP_K
+    top_p: float = TOP_P
+    temperature: float = TEMPERATURE
+    repetition_penalty: float = REPETITION_PENALTY
+    speed_factor: float | None = None
+    fragment_interval: float = FRAGMENT_INTERVAL
+    seed: int = SEED
+    text_split_method: str = TEXT_SPLIT_METHOD
+    noise_scale: float = NOISE_SCALE
 MAX_TOKENS = 1500  # the GPT's step cap (upstream max_steps)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 # Absolute imports: the operator runtime loads this file by path, as a top-level module.
 from dora_primespeech_mlx.errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
 from dora_primespeech_mlx.handler import WATCH_S, MessageHandler
-from dora_primespeech_mlx.settings import Settings
+from dora_primespeech_mlx.settings import Settings, use_reliable_zenoh
 from dora_primespeech_mlx.transport import DirectTransport, OutboxTransport
 
 POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worker is busy
@@ -112,13 +112,16 @@ def main() -> int:
     """Console script ``dora-primespeech-mlx``: run as a Dora node until the dataflow stops."""
     from dora import Node
 
-    node = Node()  # outside a dataflow this raises RuntimeError, as every dora node does
     try:
-        settings = Settings.from_env()
+        settings, bad = Settings.from_env(), None
     except ConfigError as exc:
-        handler = MessageHandler(Settings(), lambda p: (None, None), DirectTransport(node.send_output))
-        handler.log("ERROR", str(exc))
-        handler.status("error", level="ERROR", message=str(exc), error=str(exc), error_stage="init")
+        settings, bad = Settings(), exc
+    use_reliable_zenoh(settings)  # dora 1.x drops small outputs behind large ones with Zenoh's defaults
+    node = Node()  # outside a dataflow this raises RuntimeError, as every dora node does
+    if bad is not None:
+        handler = MessageHandler(settings, lambda p: (None, None), DirectTransport(node.send_output))
+        handler.log("ERROR", str(bad))
+        handler.status("error", level="ERROR", message=str(bad), error=str(bad), error_stage="init")
         return 2
     direct = sends_from_worker(settings)
     transport = DirectTransport(node.send_output) if direct else OutboxTransport()
@@ -133,7 +136,7 @@ def main() -> int:
         transport.flush(node.send_output)
         return 2
     announce(handler)
-    stopped = False
+    stopped = None
     while True:
         transport.flush(node.send_output)
         event = node.next() if direct else node.next(timeout=POLL_S)
@@ -143,12 +146,12 @@ def main() -> int:
         if kind == "INPUT":
             handler.on_input(event.get("id"), event.get("value"), event.get("metadata"))
         elif kind == "STOP":
-            stopped = True
+            stopped = time.monotonic()
             break
         elif kind == "ERROR" and "timed out" not in str(event.get("error", "")).lower():
             handler.log("WARNING", f"dora error event: {str(event.get('error'))[:300]}")
-    if stopped:
-        handler.stop()  # answers everything at once; the engine is not waited for
+    if stopped is not None:
+        n = handler.stop()  # answers everything at once; the engine is not waited for
     elif not direct:
         while not handler.wait_idle(POLL_S):
             transport.flush(node.send_output)
@@ -156,7 +159,12 @@ def main() -> int:
     else:
         handler.finish()
     transport.flush(node.send_output)
-    if not handler.parked.wait(STOP_GRACE_S):
+    parked = handler.parked.wait(STOP_GRACE_S)
+    if stopped is not None:
+        handler.log("INFO", f"STOP: {n} text(s) answered as cancelled; exiting {time.monotonic() - stopped:.2f} s "
+                            "after the STOP")
+        transport.flush(node.send_output)
+    if not parked:
         # The worker is still inside the engine (a long SoVITS step): a thread that used MLX aborts the process
         # when the interpreter tears it down, so leave without that teardown, after dora's own clean-up.
         del node, transport, handler

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -287,28 +287,25 @@ VARS: tuple[Var, ...] = (
     Var("cache_dir", "PRIMESPEECH_CACHE_DIR", expand("~/.cache/dora_primespeech_mlx"), _path,
         "Cache for the compiled BLAS shim and the benchmark's models (XDG_CACHE_HOME/dora_primespeech_mlx when "
         "only that is set).", ("XDG_CACHE_HOME",), (("XDG_CACHE_HOME", _cache_under),)),
+    Var("zenoh_overlay", "DORA_ZENOH_CONFIG_OVERLAY", None, _path,
+        "dora 1.x's Zenoh config overlay (read by dora). Unset (and ZENOH_CONFIG unset): the node uses the packaged "
+        "zenoh-overlay.json5 for its own outputs, so small answers are not dropped behind large audio messages.",
+        ()),
+    Var("zenoh_config", "ZENOH_CONFIG", None, _path,
+        "A whole Zenoh config file for dora (read by dora; when set the node adds no overlay).", ()),
     Var("cc", "CC", None, _str, "C compiler used to build the BLAS shim (unset: cc, gcc or clang on PATH).", ()),
 )
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The node's configuration. Build it with :meth:`from_env`; see :data:`VARS` for the meanings."""
+class Settings(defaults.RequestDefaults):
+    """The package's configuration. Build it with :meth:`from_env`; see :data:`VARS` for the meanings."""
 
     voice: str = "Doubao"
     model_dir: Path = expand(DEFAULT_MODEL_DIR)
     text_lang: str | None = None
     prompt_lang: str | None = None
     prompt_text: str | None = None
-    top_k: int = defaults.TOP_K
-    top_p: float = defaults.TOP_P
-    temperature: float = defaults.TEMPERATURE
-    repetition_penalty: float = defaults.REPETITION_PENALTY
-    speed_factor: float | None = None
-    fragment_interval: float = defaults.FRAGMENT_INTERVAL
-    text_split_method: str = defaults.TEXT_SPLIT_METHOD
-    seed: int = defaults.SEED
-    noise_scale: float = defaults.NOISE_SCALE
     streaming: bool = False
     stream_chunk_tokens: int | None = None
     max_text_chars: int = 5000
@@ -340,6 +337,8 @@ class Settings:
     voices_dir: Path | None = None
     text_data: Path | None = None
     cache_dir: Path = expand("~/.cache/dora_primespeech_mlx")
+    zenoh_overlay: Path | None = None
+    zenoh_config: Path | None = None
     cc: str | None = None
 
     @classmethod
@@ -362,21 +361,13 @@ class Settings:
 
     def sampling(self) -> dict[str, Any]:
         """Per-request synthesis parameters for the engine (``SynthesisConfig`` field names)."""
-        out = {
-            "top_k": self.top_k,
-            "top_p": self.top_p,
-            "temperature": self.temperature,
-            "repetition_penalty": self.repetition_penalty,
-            "fragment_interval": self.fragment_interval,
-            "text_split_method": self.text_split_method,
-            "seed": self.seed,
-            "noise_scale": self.noise_scale,
-        }
+        out = {f.name: getattr(self, f.name) for f in fields(defaults.RequestDefaults) if f.name != "speed_factor"}
         if self.speed_factor is not None:
             out["speed_factor"] = self.speed_factor
         if self.stream_chunk_tokens is not None:
             out["stream_chunk_tokens"] = self.stream_chunk_tokens
         return out
+
 
 def _lookup(var: Var, env: Mapping[str, str]) -> tuple[Any] | None:
     """(value,) from the first of ``var``'s names set in ``env``, or None; ValueError names a bad value."""
@@ -403,6 +394,19 @@ def read(field: str, env: Mapping[str, str] | None = None) -> Any:
     except ValueError as exc:
         raise ConfigError(f"invalid environment variable for dora-primespeech-mlx: {exc}") from None
     return var.default if found is None else found[0]
+
+
+ZENOH_OVERLAY = Path(__file__).resolve().with_name("zenoh-overlay.json5")
+
+
+def use_reliable_zenoh(settings: Settings) -> Path | None:
+    """Before ``dora.Node()``: give this process dora's Zenoh overlay (see zenoh-overlay.json5) unless the user
+    configured Zenoh. The one place the package writes an environment variable, read by dora's node API in
+    this process only. Returns the overlay in force (None when ZENOH_CONFIG rules)."""
+    if settings.zenoh_overlay is not None or settings.zenoh_config is not None:
+        return settings.zenoh_overlay
+    os.environ["DORA_ZENOH_CONFIG_OVERLAY"] = str(ZENOH_OVERLAY)
+    return ZENOH_OVERLAY
 
 
 def describe() -> list[tuple[str, tuple[str, ...], Any, str]]:

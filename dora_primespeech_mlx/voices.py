@@ -156,11 +156,7 @@ def _preset_from_yaml(path: Path, root: Path) -> VoiceSpec:
     base = originals_dir(root)
     enc = encoder_info()
     return VoiceSpec(
-        name=str(d["name"]),
-        language=str(d["language"]),
-        prompt_text=str(d.get("prompt_text") or ""),
-        prompt_lang=str(d.get("prompt_lang") or d["language"]),
-        speed_factor=float(d.get("speed_factor", 1.0)),
+        **_described(d),
         gpt=base / d["gpt"],
         sovits=base / d["sovits"],
         reference=base / d["reference"],
@@ -175,6 +171,13 @@ def _preset_from_yaml(path: Path, root: Path) -> VoiceSpec:
     )
 
 
+def _described(d: dict) -> dict:
+    """The fields every voice YAML gives the same way: name, language, prompt and speed."""
+    return {"name": str(d["name"]), "language": str(d["language"]),
+            "prompt_text": str(d.get("prompt_text") or ""), "prompt_lang": str(d.get("prompt_lang") or d["language"]),
+            "speed_factor": float(d.get("speed_factor", 1.0))}
+
+
 def _user_from_yaml(path: Path, root: Path) -> VoiceSpec:
     """A user voice: own reference (+ optionally own weights; default: the Doubao weights)."""
     d = _read_yaml(path)
@@ -186,11 +189,7 @@ def _user_from_yaml(path: Path, root: Path) -> VoiceSpec:
 
     default = preset_voice(DEFAULT_VOICE, root)
     return VoiceSpec(
-        name=str(d["name"]),
-        language=str(d["language"]),
-        prompt_text=str(d.get("prompt_text") or ""),
-        prompt_lang=str(d.get("prompt_lang") or d["language"]),
-        speed_factor=float(d.get("speed_factor", 1.0)),
+        **_described(d),
         gpt=resolve(d["gpt"]) if d.get("gpt") else default.gpt,
         sovits=resolve(d["sovits"]) if d.get("sovits") else default.sovits,
         reference=resolve(d["reference"]),

@@ -23,6 +23,11 @@ if "NLTK_DATA" not in os.environ and (_SHARED / "nltk_data").is_dir():
 if "PRIMESPEECH_TEXT_DATA" not in os.environ and (_SHARED / "data" / "gpt-sovits-text").is_dir():
     os.environ["PRIMESPEECH_TEXT_DATA"] = str(_SHARED / "data" / "gpt-sovits-text")
 
+# The models package gives MLX the fast CBLAS the package runs with (``_blas.preload``). That has to happen
+# before any test module imports mlx; otherwise MLX keeps the netlib reference BLAS for the whole session, and
+# float32 results (other summation orders) would depend on which test file happens to be collected first.
+import dora_primespeech_mlx.models  # noqa: E402, F401
+
 
 def fixtures_root() -> Path:
     return Path(os.environ.get("PRIMESPEECH_FIXTURES", str(_SHARED / "fixtures"))).expanduser().resolve()

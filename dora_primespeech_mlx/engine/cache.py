@@ -36,10 +36,11 @@ def encoders_key(hubert: str | Path, bert: str | Path) -> Key:
 class VoiceCache:
     """LRU over voices of cached entries; see the module docstring. Thread-safe."""
 
-    def __init__(self, max_other_voices: int = 2):
+    def __init__(self, max_other_voices: int = 2, on_release: Callable[[], None] | None = None):
         if max_other_voices < 0:
             raise ValueError("max_other_voices must be >= 0")
         self.max_other_voices = max_other_voices
+        self.on_release = on_release  # called after entries were dropped (e.g. to hand memory back)
         self._entries: dict[Key, Any] = {}
         self._users: dict[Key, set[str]] = {}
         self._voices: OrderedDict[str, None] = OrderedDict()  # least recently used first
@@ -99,8 +100,9 @@ class VoiceCache:
 
     def _evict(self) -> None:
         others = [v for v in self._voices if v != self._current]
-        for name in others[: max(0, len(others) - self.max_other_voices)]:
-            self._forget_voice(name)
+        dropped = [self._forget_voice(name) for name in others[: max(0, len(others) - self.max_other_voices)]]
+        if any(dropped) and self.on_release is not None:
+            self.on_release()
 
     def _forget_voice(self, voice: str) -> dict[str, int]:
         self._voices.pop(voice, None)

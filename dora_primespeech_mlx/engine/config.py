@@ -18,20 +18,12 @@ TEXT_SPLIT_METHODS = defaults.TEXT_SPLIT_METHODS
 
 
 @dataclass(frozen=True)
-class SynthesisConfig:
-    """Per-request settings. ``None`` takes the voice's value. Defaults are the old node's wrapper's."""
+class SynthesisConfig(defaults.RequestDefaults):
+    """Per-request settings. ``None`` takes the voice's value. Defaults are the old node's wrapper's
+    (:class:`~dora_primespeech_mlx.defaults.RequestDefaults`)."""
 
     text_lang: str | None = None
     prompt_lang: str | None = None
-    top_k: int = defaults.TOP_K
-    top_p: float = defaults.TOP_P
-    temperature: float = defaults.TEMPERATURE
-    repetition_penalty: float = defaults.REPETITION_PENALTY
-    speed_factor: float | None = None
-    fragment_interval: float = defaults.FRAGMENT_INTERVAL
-    seed: int = defaults.SEED
-    text_split_method: str = defaults.TEXT_SPLIT_METHOD
-    noise_scale: float = defaults.NOISE_SCALE
     # streaming (synthesize_stream only)
     # 12: first audio after 12 tokens (8 of them emitted, 0.3 s); bench VM TTFA 2.14 s at 16, 1.79 s at 12,
     # 1.51 s at 8, where the first piece (0.15 s) differs most from the whole decode (rel. L2 0.26 vs 0.18)

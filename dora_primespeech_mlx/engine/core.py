@@ -75,7 +75,7 @@ class GPTSoVITSEngine:
             raise ConfigError(f"config must be a SynthesisConfig, not {type(self.config).__name__}")
         self.progress = progress
         self.voice: VoiceSpec | None = None
-        self.cache = VoiceCache(self.settings.max_cached_voices)
+        self.cache = VoiceCache(self.settings.max_cached_voices, on_release=_release_memory)
         self.references = ReferenceBuilder()
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._stats = EngineStats()
@@ -355,11 +355,23 @@ class GPTSoVITSEngine:
         Returns what was dropped (the node's ``cleanup`` control command)."""
         with self._lock:
             dropped = self.cache.keep_only(voice_id(self.voice) if self.voice else None)
+            _release_memory()
         models = sum(n for kind, n in dropped.items() if kind in MODEL_KINDS)
         return {"models": models, "references": dropped.get("reference", 0), "encoders": dropped.get("encoders", 0)}
 
     def list_voices(self) -> list[dict]:
         return [dataclasses.asdict(v) for v in voices_mod.list_voices(self.model_dir)]
+
+
+def _release_memory() -> None:
+    """After models were dropped: collect them and hand MLX's cached buffers and the freed heap back to the OS."""
+    import gc
+
+    from ..models.storage import trim_heap
+
+    gc.collect()
+    mx.clear_cache()
+    trim_heap()
 
 
 def voice_id(spec: VoiceSpec) -> str:

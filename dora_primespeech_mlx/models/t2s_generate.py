@@ -1,6 +1,7 @@
 """Decode loop and sampling for the text-to-semantic GPT (gpt-sovits-v2.md sections 5.6-5.8).
 
-Matches ``Text2SemanticDecoder.infer_panel_batch_infer`` (what ``TTS.run`` uses) for one sentence:
+With a prompt, matches ``Text2SemanticDecoder.infer_panel_batch_infer`` (what ``TTS.run`` uses) for one
+sentence:
 
 - step ``idx`` computes raw logits (1025); for idx 0..10 the EOS column is dropped;
 - the token is chosen by :func:`sample_token` (repetition penalty over the distinct previous tokens,
@@ -16,8 +17,18 @@ Result when nothing is kept: EOS cannot be chosen in steps 0..10, so an empty re
 ``y[-0:]`` there and would hand back the prompt itself; its ``[0]`` fallback only applies to an empty
 ``y``, which cannot happen with a prompt.) The engine decides what to do with an empty result.
 
-The same stop rules are applied without a prompt (Ty = 0); upstream sends reference-free requests to
-its naive loop, which keeps one extra token on an early stop.
+Without a prompt (Ty = 0, reference-free mode) upstream's ``infer_panel_batch_infer`` hands over to
+``infer_panel_naive_batched`` -> ``infer_panel_naive`` (GPT_SoVITS/AR/models/t2s_model.py), and so do we:
+
+- same prefill (the text alone, bidirectional), EOS masking (steps 0..10), sampling, and the k-th generated
+  token fed at audio position k;
+- the repetition penalty is always :data:`NAIVE_REPETITION_PENALTY` (1.35): the hand-over does not pass the
+  caller's value on, so ``infer_panel_naive_batched``'s default applies; it covers the generated tokens;
+- EOS (sampled, or the argmax of the penalised logits) stops and is dropped, as above;
+- an early stop (more than ``early_stop_num`` tokens) and the step cap (step ``max_steps - 1``) **keep** the
+  token of the stopping step: ``early_stop_num + 1`` or ``max_steps`` tokens. Upstream returns idx 0 there
+  and the pipeline keeps ``y[-0:]``, every generated token. (Its ``[0]`` fallback for an empty ``y`` cannot
+  trigger: a stop that drops its token is an EOS, which steps 0..10 exclude.)
 
 Sampling runs in numpy on the (1025,) logits row, in float32 like torch. The exponential noise comes
 from a callable ``noise(step_idx, width) -> q`` (width 1024 for steps 0..10, 1025 after), so recorded
@@ -30,7 +41,7 @@ the model is loaded: ``t2s_decode.make_decoder``), or on one passed explicitly.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,6 +51,7 @@ NoiseSource = Callable[[int, int], np.ndarray]
 
 EOS_MASKED_STEPS = 11  # steps 0..10 cannot end the sentence
 MAX_STEPS = 1500
+NAIVE_REPETITION_PENALTY = 1.35  # infer_panel_naive_batched's default: what prompt-free decoding always uses
 
 
 @dataclass(frozen=True)
@@ -55,7 +67,7 @@ class SamplingParams:
 @dataclass
 class GenerationResult:
     tokens: np.ndarray  # (n,) int64 semantic tokens, prompt excluded
-    stopped_at_idx: int  # the step at which decoding stopped (== len(tokens))
+    stopped_at_idx: int  # the step at which decoding stopped (== len(tokens), + 1 when its token is kept)
     stop_reason: str  # "eos" | "early_stop" | "max_steps"
     step_logits: np.ndarray | None = None  # (stopped_at_idx + 1, V) raw logits when requested
 
@@ -117,7 +129,8 @@ class _Step:
     idx: int
     logits: np.ndarray  # raw (V,)
     token: int
-    stop: str | None  # None: the token is kept
+    stop: str | None  # None: decoding goes on
+    keep: bool  # the token is part of the result
 
 
 def _as_batch(a, dtype, ndim: int, what: str) -> np.ndarray:
@@ -183,6 +196,9 @@ def _loop(
     seen = np.zeros(model.args.vocab_size, dtype=bool)
     seen[prompt[0]] = True
     n_prompt = prompt.shape[1]
+    prompt_free = n_prompt == 0  # upstream's infer_panel_naive (module docstring)
+    if prompt_free:
+        params = replace(params, repetition_penalty=NAIVE_REPETITION_PENALTY)
     session, raw = decoder.prefill(phones, bert, prompt, _max_new(early_stop_num, max_steps))
     for idx in range(max_steps):
         row = raw[:eos] if idx < EOS_MASKED_STEPS else raw
@@ -194,7 +210,7 @@ def _loop(
             stop = "early_stop"
         elif idx == max_steps - 1:
             stop = "max_steps"
-        yield _Step(idx, raw, token, stop)
+        yield _Step(idx, raw, token, stop, keep=stop is None or (prompt_free and stop != "eos"))
         if stop:
             return
         seen[token] = True
@@ -218,7 +234,7 @@ def generate(
     ``prompt`` (1, Ty) semantic tokens or None; ``early_stop_num`` is ``T2SArgs.early_stop_num`` in the
     pipeline (-1 = off). Stop iterating to cancel. ``decoder`` runs the steps (default: ``model.decoder``)."""
     steps = _decode(model, phones, bert, prompt, params, early_stop_num, max_steps, noise, seed, decoder)
-    return (s.token for s in steps if s.stop is None)
+    return (s.token for s in steps if s.keep)
 
 
 def generate_all(
@@ -248,7 +264,7 @@ def generate_all(
         last = s
         if return_logits:
             logits.append(s.logits)
-        if s.stop is None:
+        if s.keep:
             tokens.append(s.token)
     assert last is not None and last.stop is not None
     return GenerationResult(

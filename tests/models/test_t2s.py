@@ -255,6 +255,44 @@ def test_t2s_early_stop_and_step_cap(model):
     np.testing.assert_array_equal(cap.tokens[:5], r5.tokens)
 
 
+def test_t2s_prompt_free_follows_the_naive_loop(model, monkeypatch):
+    """Without a prompt upstream decodes with infer_panel_naive: an early stop and the step cap keep the token
+    of the stopping step, EOS is still dropped, and the repetition penalty is always its default 1.35."""
+    import dora_primespeech_mlx.models.t2s_generate as t2s_generate
+
+    phones, bert, _ = _first_gpt_inputs()
+    greedy = SamplingParams(top_k=1, top_p=1.0, temperature=1.0, repetition_penalty=1.35)
+    r5 = generate_all(model, phones, bert, None, greedy, early_stop_num=5, return_logits=True)
+    assert (r5.stop_reason, r5.stopped_at_idx, len(r5.tokens), r5.step_logits.shape[0]) == ("early_stop", 5, 6, 6)
+    assert list(generate(model, phones, bert, None, greedy, 5)) == r5.tokens.tolist()
+    r0 = generate_all(model, phones, bert, None, greedy, early_stop_num=0)
+    assert (r0.stop_reason, r0.stopped_at_idx, len(r0.tokens)) == ("early_stop", 0, 1)
+    cap = generate_all(model, phones, bert, None, greedy, early_stop_num=-1, max_steps=8)
+    assert (cap.stop_reason, cap.stopped_at_idx, len(cap.tokens)) == ("max_steps", 7, 8)
+    np.testing.assert_array_equal(cap.tokens[:6], r5.tokens)
+
+    eos = model.args.eos
+
+    def eos_noise(step, width):
+        q = np.ones(width, dtype=np.float32)
+        if width > eos:
+            q[eos] = 1e-30
+        return q
+
+    sampled = SamplingParams(top_k=None, top_p=1.0, temperature=1.0, repetition_penalty=1.35)
+    r = generate_all(model, phones, bert, None, sampled, early_stop_num=-1, noise=eos_noise)
+    assert (r.stop_reason, r.stopped_at_idx, len(r.tokens)) == ("eos", 11, 11) and eos not in r.tokens
+
+    def run(penalty):
+        params = SamplingParams(top_k=1, top_p=1.0, temperature=1.0, repetition_penalty=penalty)
+        return generate_all(model, phones, bert, None, params, early_stop_num=40).tokens
+
+    ours = run(1.35)
+    np.testing.assert_array_equal(run(1.0), ours)  # the caller's value is not used
+    monkeypatch.setattr(t2s_generate, "NAIVE_REPETITION_PENALTY", 1.0)
+    assert not np.array_equal(run(1.35), ours), "the naive loop's own penalty decides the tokens"
+
+
 def test_t2s_default_noise_is_seeded(model):
     phones, bert, prompt = _first_gpt_inputs()
     params = SamplingParams(top_k=15, top_p=1.0, temperature=1.0, repetition_penalty=1.35)

@@ -27,12 +27,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--texts", type=int, default=1000)
     ap.add_argument("--settle", type=float, default=60.0, help="seconds without an answer before giving up")
+    ap.add_argument("--no-overlay", action="store_true",
+                    help="run without DORA_ZENOH_CONFIG_OVERLAY (the README recommends it for the whole dataflow)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="burst-"))
     flow = shipped_flow(work, source={"path": str(HERE / "loss_nodes.py")},
                         source_env={"ROLE": "src", "TEXTS": str(args.texts), "BURST": "1", "WAIT_READY": "1",
                                     "SETTLE": str(args.settle), "RESULT_DIR": str(work)})
-    proc = dora_run(flow)
+    from dora_primespeech_mlx.settings import ZENOH_OVERLAY
+
+    proc = dora_run(flow, None if args.no_overlay else {"DORA_ZENOH_CONFIG_OVERLAY": str(ZENOH_OVERLAY)})
     samples: list[tuple[float, float]] = []
     pid = wait_pid(proc)
 

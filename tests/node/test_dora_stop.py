@@ -1,0 +1,73 @@
+"""STOP in the middle of a streaming synthesis, under a real ``dora run``: the node (both forms) exits at once
+with code 0 — its worker is not waited for beyond a short grace — and no wait hangs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import string
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_dora import BIN, NODE_FORM, OPERATOR_FORM, REPO, TEMPLATE, _dora, tail
+from tiny_voice import VOICE, make_model_dir
+
+from dora_primespeech_mlx.settings import ZENOH_OVERLAY
+
+pytestmark = pytest.mark.dora
+
+LONG = "& " + " ".join(f"Sentence number {n}, a small test of stopping." for n in range(1, 60))
+
+
+@pytest.mark.parametrize("form", ["node", "operator"])
+def test_stop_mid_stream_exits_at_once_with_code_0(tmp_path, form):
+    model_dir = make_model_dir(tmp_path / "models")
+    (tmp_path / "script.txt").write_text("\n".join([LONG, LONG, "@wait audio", "@sleep 600"]) + "\n",
+                                          encoding="utf-8")
+    shared = REPO.parent / "shared"
+    flow = tmp_path / "dataflow.yaml"
+    flow.write_text(string.Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
+        repo=REPO, script=tmp_path / "script.txt", tts=NODE_FORM if form == "node" else OPERATOR_FORM, voice=VOICE,
+        model_dir=model_dir, streaming="true", warmup="false", index_as_str="false", out=tmp_path / "out",
+        nltk_data=os.environ.get("NLTK_DATA", shared / "nltk_data"),
+        text_data=os.environ.get("PRIMESPEECH_TEXT_DATA", shared / "data" / "gpt-sovits-text")), encoding="utf-8")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "DORA_ZENOH_CONFIG_OVERLAY": str(ZENOH_OVERLAY)}
+    out_path = tmp_path / "dora.log"
+    with open(out_path, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen([_dora(), "run", str(flow)], cwd=tmp_path, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while "loaded in" not in _read(out_path):  # the node's progress log: the voice is ready
+                assert proc.poll() is None, tail(_read(out_path))
+                assert time.monotonic() < deadline, "the node did not start within 240 s:\n" + tail(_read(out_path))
+                time.sleep(0.2)
+            time.sleep(2.0)  # the long text streams now (the tiny voice speaks it in many chunks over seconds)
+            t0 = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: dora sends STOP to every node
+            rc = proc.wait(timeout=60)
+            elapsed = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    output = _read(out_path)
+    print(f"{form} form: dora run ended {elapsed:.2f} s after the STOP (rc {rc})")
+    assert re.search(r"primespeech: daemon primespeech finished successfully", output), tail(output)
+    assert not re.search(r"node_id\S*primespeech|primespeech.*(SIGABRT|exited because of signal)", output), tail(output)
+    assert "cancelled: the node is stopping" in output, tail(output)  # the texts in flight were answered
+    if form == "node":
+        (after,) = re.findall(r"exiting (\d+\.\d+) s after the STOP", output)
+        print(f"node form: exited {after} s after the STOP")
+        assert float(after) < 2.0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
