@@ -42,7 +42,7 @@ N_BERT_TOKENS = 23  # [CLS] + 21 characters + [SEP]
 N_PROMPT_TOKENS = 139  # HuBERT frames of 5.6 s at 16 kHz, halved by ssl_proj
 N_TOKENS = 100
 BENCH_MAX_SEC = N_TOKENS / 50  # early_stop_num = 50 * max_sec = 100
-MODELS_FORMAT = 2  # bump when the generated files change
+MODELS_FORMAT = 3  # bump when the generated files change
 
 # PyTorch upstream, 2-core AMD EPYC VM, torch 2.13, 2 threads (performance-notes.md section 3), in ms.
 UPSTREAM_MS = {
@@ -172,6 +172,17 @@ def _suppress_eos(model) -> None:
     mx.eval(model.parameters())
 
 
+def _float16_values(model) -> None:
+    """Round every float32 weight to the nearest float16 value (kept as float32): the released
+    checkpoints are float16, and paths that keep them in float16 check for it (t2s_numpy.half_weights)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    params = [(k, v.astype(mx.float16).astype(mx.float32)) for k, v in tree_flatten(model.parameters())
+              if v.dtype == mx.float32]
+    model.update(tree_unflatten(params))
+
+
 def _bench_vocab(size: int) -> list[str]:
     """A BERT vocabulary of the real size: specials, ASCII and punctuation, then CJK characters."""
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -202,6 +213,7 @@ def _write_reference(path: Path, seconds: float = REF_SECONDS, sr: int = 32000) 
 def make_models(root: Path) -> Path:
     """Write the four random-weight real-size models (converted MLX folders), a BERT tokenizer and a
     reference clip into ``root``; returns ``root``. Skips what is already there."""
+    _preload_blas()
     import mlx.core as mx
 
     from .models.bert import BertArgs, BertModel
@@ -226,6 +238,7 @@ def make_models(root: Path) -> Path:
         model = classes[kind](args)
         if kind == "gpt":
             _suppress_eos(model)
+        _float16_values(model)  # like the released checkpoints, which store float16 weights
         mx.eval(model.parameters())
         _save_converted(dst, kind, args, model)
         if kind == "bert":
@@ -312,7 +325,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     import mlx.core as mx
 
     from .convert import load
-    from .models import audio
+    from .models import audio, vocoder
     from .models.hubert import prompt_features
     from .models.t2s_generate import SamplingParams, generate
 
@@ -386,7 +399,10 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
             what=f"{N_TOKENS} tokens, top_k 15, incl. sampling",
             step_median_ms=min(step_ms),
             backend=backend,
+            half_weights=bool(getattr(gpt.decoder, "half", False)),
         )
+        if backend == "numpy":
+            results.update(_decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat))
         kv_rows = phones.shape[1] + n_prompt + N_TOKENS / 2
         bw = measure_bandwidth()
         nbytes = weight_bytes_per_token(gpt, kv_rows)
@@ -407,18 +423,71 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
         mx.eval(ge)
         codes100 = mx.array(rng.integers(0, 1024, (1, 1, N_TOKENS)).astype(np.int32))
         target = mx.array(phones[:, -N_TARGET_PHONES:])
-        out = sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)
-        seconds = out.shape[-1] / sovits.sampling_rate
-        finite = bool(mx.all(mx.isfinite(out)).item())
-        samples = timed(lambda: mx.eval(sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)), repeat)
-        results["sovits"] = _summary(
-            [s / seconds for s in samples], "s/s audio", what=f"{N_TOKENS} tokens -> {seconds:.2f} s", finite=finite
-        )
+        # the SoVITS decode per vocoder backend, alternated in one run (models/vocoder.py); "sovits" is
+        # the backend the engine picks here
+        chosen = vocoder.attach(sovits, cache_dir=root / "sovits").vocoder_backend
+        onnx_gen = chosen.generator
+        backends = {"mlx": None}
+        if onnx_gen is None and chosen.error is None:  # not chosen on this device: measured all the same
+            vocoder.attach(sovits, cache_dir=root / "sovits", mode="onnx")
+            onnx_gen = sovits.vocoder_backend.generator
+        if onnx_gen is not None:
+            backends["onnxruntime"] = onnx_gen
+        per_backend: dict[str, list[float]] = {name: [] for name in backends}
+        info = {}
+        for name, gen in backends.items():
+            sovits.vocoder_backend = vocoder.VocoderBackend("onnx" if gen else "mlx", gen)
+            out = sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)  # warm-up
+            info[name] = (out.shape[-1] / sovits.sampling_rate, bool(mx.all(mx.isfinite(out)).item()))
+        for _ in range(repeat):
+            for name, gen in backends.items():
+                sovits.vocoder_backend = vocoder.VocoderBackend("onnx" if gen else "mlx", gen)
+                per_backend[name] += timed(
+                    lambda: mx.eval(sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)), 1, warmup=0
+                )
+        sovits.vocoder_backend = chosen
+        for name, samples in per_backend.items():
+            seconds, finite = info[name]
+            results[f"sovits_{name}"] = _summary(
+                [s / seconds for s in samples], "s/s audio", what=f"{N_TOKENS} tokens -> {seconds:.2f} s",
+                finite=finite, backend=name,
+            )
+        results["sovits"] = dict(results[f"sovits_{chosen.active}"], status=vocoder.status(sovits))
         results["ref_embedding"] = _summary(
             [s * 1e3 for s in timed(lambda: mx.eval(sovits.ref_embedding(mx.array(spec))), repeat)], "ms"
         )
     memory["rss_after_stages_mb"] = rss_mb()
     return results, memory
+
+
+def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
+    """The numpy decode step with float16 weights (the default where available) and with float32 copies
+    of the same weights, alternating token by token in one run: ms per step over N_TOKENS steps."""
+    from .models.t2s_numpy import NumpyDecoder
+
+    half = gpt.decoder
+    if not getattr(half, "half", False):
+        return {}
+    full = NumpyDecoder(gpt, half=False)
+    args = (phones, feats, prompt, N_TOKENS)
+    times: dict[str, list[float]] = {"half": [], "fp32": []}
+    prefill: dict[str, list[float]] = {"half": [], "fp32": []}
+    tokens = np.random.default_rng(1).integers(0, 1024, N_TOKENS)
+    for _ in range(max(1, repeat)):
+        states = {}
+        for name, dec in (("half", half), ("fp32", full)):
+            t = time.perf_counter()
+            states[name] = dec.prefill(*args)[0]
+            prefill[name].append((time.perf_counter() - t) * 1e3)
+        for i, tok in enumerate(tokens):
+            for name, st in states.items():
+                t = time.perf_counter()
+                st.step(int(tok), prompt.shape[1] + i)
+                times[name].append((time.perf_counter() - t) * 1e3)
+    del full
+    out = {f"gpt_step_{k}": _summary(v, "ms/step", what="numpy decode step alone") for k, v in times.items()}
+    out.update({f"gpt_prefill_{k}": _summary(v, "ms", what="numpy prefill") for k, v in prefill.items()})
+    return out
 
 
 def bench_engine(root: Path, repeat: int, stream: bool = True) -> dict[str, Any]:
@@ -509,11 +578,22 @@ def table(report: dict[str, Any]) -> str:
         ("GPT prefill (71 phones + 139 prompt)", "ms", _fmt(st.get("gpt_prefill")), UPSTREAM_MS["gpt_prefill"], None),
         ("GPT decode (100 tokens)", "ms/token", _fmt(st.get("gpt_decode"), digits=2),
          UPSTREAM_MS["gpt_decode_ms_per_token"], TARGETS["gpt_decode_ms_per_token"]),
+        *[(f"  decode step alone, {name} weights", "ms/step", _fmt(st.get(f"gpt_step_{key}"), digits=2), None, None)
+          for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_step_{key}" in st],
+        *[(f"  prefill, {name} weights", "ms", _fmt(st.get(f"gpt_prefill_{key}")), None, None)
+          for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_prefill_{key}" in st],
         ("  bandwidth floor of the decode step", "ms/token",
          f"{bw['decode_floor_ms']:.2f} (x{bw['decode_vs_floor']})" if bw else "-", None,
          f"x{TARGETS['gpt_decode_vs_floor']}"),
-        ("SoVITS decode", "s per s audio", _fmt(st.get("sovits"), digits=3),
-         round(UPSTREAM_MS["sovits_s_per_audio_s"], 3), TARGETS["sovits_s_per_audio_s"]),
+        (f"SoVITS decode ({st.get('sovits', {}).get('backend', '-')}, the engine's)", "s per s audio",
+         _fmt(st.get("sovits"), digits=3), round(UPSTREAM_MS["sovits_s_per_audio_s"], 3),
+         TARGETS["sovits_s_per_audio_s"]),
+        *[(f"  SoVITS with the {name} vocoder", "s per s audio", _fmt(st.get(f"sovits_{name}"), digits=3), None,
+           None) for name in ("mlx", "onnxruntime") if f"sovits_{name}" in st],
+        *[("  SoVITS onnxruntime / mlx (same run)", "ratio",
+           f"{st['sovits_onnxruntime']['min'] / st['sovits_mlx']['min']:.2f} / "
+           f"{st['sovits_onnxruntime']['median'] / st['sovits_mlx']['median']:.2f}", None, None)
+          for _ in [0] if "sovits_onnxruntime" in st and "sovits_mlx" in st],
         ("End to end, 20 characters, cached ref", "ms", _fmt(en.get("e2e_cached_reference"), digits=0),
          UPSTREAM_MS["e2e_cached_reference"], TARGETS["e2e_cached_reference_ms"]),
         ("Time to first audio (streaming)", "ms", _fmt(en.get("time_to_first_audio"), digits=0),
@@ -545,7 +625,16 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _preload_blas() -> None:
+    """The fast CBLAS before mlx loads (importing the package no longer does it; without this the bench
+    measured MLX on the netlib reference BLAS: a 256² matmul in 5.4 ms instead of 0.33 ms)."""
+    from . import _blas
+
+    _blas.preload()
+
+
 def run(args) -> int:
+    _preload_blas()
     root = Path(args.models_dir).expanduser() if args.models_dir else default_models_dir()
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}
     unknown = stages - {"hubert", "bert", "gpt", "sovits", "e2e"}

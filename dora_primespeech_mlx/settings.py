@@ -262,6 +262,14 @@ VARS: tuple[Var, ...] = (
         "Compile the MLX GPT decode step with mx.compile (unset/auto: on GPUs only).", ()),
     Var("bert_half", "PRIMESPEECH_BERT_HALF", False, _bool,
         "Keep the RoBERTa weights in float16 (computing in float32): ~0.6 GB less memory.", ()),
+    Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
+        "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
+        "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
+    Var("gpt_half", "PRIMESPEECH_GPT_HALF", "auto",
+        _choice(("auto", "1", "0"), synonyms={"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0",
+                                              "no": "0"}),
+        "GPT decode step on the CPU with float16 weights and float32 accumulation (a small C kernel built once): "
+        "auto (when the weights are float16 values, as in the released checkpoints) | 1 (always) | 0.", ()),
     Var("g2pw", "PRIMESPEECH_G2PW", False, _bool,
         "Chinese polyphones by g2pW (needs onnxruntime and <model dir>/G2PWModel) instead of pypinyin.", ()),
     Var("g2pw_vocab", "PRIMESPEECH_G2PW_VOCAB", None, _path,
@@ -320,6 +328,8 @@ class Settings(defaults.RequestDefaults):
     t2s_decode: str = "auto"
     t2s_compile: bool | None = None
     bert_half: bool = False
+    vocoder: str = "auto"
+    gpt_half: str = "auto"
     g2pw: bool = False
     g2pw_vocab: Path | None = None
     coreml_compute_units: str = COMPUTE_UNITS[0]

@@ -10,17 +10,22 @@ from .cache import encoders_key, file_identity
 def backends(engine) -> dict:
     """Read from what the current voice has loaded (nothing is loaded, and the cache order is not touched)."""
     voice = engine.voice
-    encoders, gpt = {"mode": engine.encoders}, "not loaded"
+    encoders, gpt, sovits = {"mode": engine.encoders}, "not loaded", {"backend": "not loaded"}
     if voice is not None:
         enc = engine.cache.peek(encoders_key(voice.hubert, voice.bert))
         model = engine.cache.peek(engine.store.key("gpt", file_identity(voice.gpt)))
         encoders = enc.status() if enc is not None else encoders
         gpt = model.decoder.backend if model is not None else gpt
+        voc = engine.cache.peek(engine._key("sovits", file_identity(voice.sovits)))
+        if voc is not None:  # issue 15: which backend runs the SoVITS generator (models/vocoder.py)
+            from ..models import vocoder
+
+            sovits = vocoder.status(voc)
     return {
         "device": engine.device_name,
         "encoders": encoders,
         "gpt": gpt,
-        "sovits": "mlx",
+        "sovits": sovits,
         "blas": {**_blas.info(), "threads": _blas.thread_settings()},
     }
 

@@ -43,7 +43,12 @@ class VoiceStore:
         def create():
             self.say(f"loading {kind} model {path}")
             with stage("load"):
-                return loader(Path(path), root=self.model_dir, **options)
+                model = loader(Path(path), root=self.model_dir, **options)
+                if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (models/vocoder.py)
+                    from ..models import vocoder
+
+                    vocoder.attach(model, cache_dir=vocoder.default_cache_dir(path, self.model_dir), mode=s.vocoder)
+                return model
 
         return self.cache.get(self.key(kind, file_identity(path)), voice, create)
 
@@ -122,9 +127,11 @@ def voice_id(spec: VoiceSpec) -> str:
 
 
 def configure_models(settings: Settings) -> None:
-    """The process-wide model options: the SoVITS convolution implementation and g2pW."""
+    """The process-wide model options: the SoVITS convolution implementation, g2pW, float16 GPT decode."""
+    from ..models import half_gemv
     from ..models.conv import set_conv_impl
     from ..text import g2pw
 
     set_conv_impl(settings.conv_impl)
     g2pw.configure(settings.g2pw, settings.g2pw_vocab)
+    half_gemv.configure(settings.gpt_half)  # float16 GPT decode weights (PRIMESPEECH_GPT_HALF)

@@ -261,6 +261,8 @@ class Quantizer(nn.Module):
 
 
 class SoVITSModel(nn.Module):
+    vocoder_backend = None  # set by models.vocoder.attach: runs the generator outside MLX (or None)
+
     def __init__(self, args: SoVITSArgs):
         super().__init__()
         args.validate()
@@ -496,6 +498,11 @@ class SoVITSModel(nn.Module):
         z = _as_mx(z, mx.float32)
         if y_mask is not None:
             z = z * _as_mx(y_mask, mx.float32)
+        backend = self.vocoder_backend  # ONNX Runtime on CPU-only machines (vocoder.attach), else None
+        if backend is not None:
+            audio = backend.run(z, _as_mx(ge, mx.float32))
+            if audio is not None:
+                return mx.array(audio)
         return _bct(self.dec(_bct(z), _bct(_as_mx(ge, mx.float32))))
 
     # ----------------------------------------------------------------------------------------------

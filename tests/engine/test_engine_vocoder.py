@@ -1,0 +1,68 @@
+"""The engine runs the SoVITS generator on the backend models/vocoder.py picks, and says so in stats().
+
+On MLX's CPU device the default (``PRIMESPEECH_VOCODER=auto``) is ONNX Runtime, with its graph cached next
+to the converted SoVITS model; ``PRIMESPEECH_VOCODER=mlx`` keeps MLX. Both give the same audio within the
+e2e case's SoVITS tolerance. Parity with the goldens: tests/models/test_vocoder_onnx.py and the engine's
+e2e golden test (which runs with the default backend).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
+
+from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig
+from dora_primespeech_mlx.voices import VoiceSpec
+
+pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (a Linux dependency)")
+
+E2E_PARAMS = param_or_missing(model_cases("e2e"), lambda c: c["name"], "models/cases.json e2e case")
+
+
+def _voice(case: dict) -> VoiceSpec:
+    ck = load_cases_json()["checkpoints"]
+    inp = case["inputs"]
+    return VoiceSpec(
+        name="fixture-vocoder",
+        language=inp["text_lang"],
+        prompt_text=inp["prompt_text"],
+        prompt_lang=inp["prompt_lang"],
+        speed_factor=float(inp.get("speed_factor", 1.0)),
+        gpt=require_fixture("models/" + ck["gpt"]),
+        sovits=require_fixture("models/" + ck["sovits"]),
+        reference=require_fixture("models/" + inp["ref_audio_path"]),
+        hubert=require_fixture("models/" + ck["hubert"]),
+        bert=require_fixture("models/" + ck["bert"]),
+        source="custom",
+    )
+
+
+def _run(case, model_dir, monkeypatch, mode: str):
+    monkeypatch.setenv("PRIMESPEECH_VOCODER", mode)
+    eng = GPTSoVITSEngine(model_dir=model_dir, config=SynthesisConfig(text_split_method="cut0"))
+    voice = _voice(case)
+    eng.load_voice(voice)
+    inp = case["inputs"]
+    res = eng.synthesize(inp["text"], text_lang=inp["text_lang"], top_k=1, seed=1)
+    return res, eng.stats()["backends"]["sovits"]
+
+
+@pytest.mark.parametrize("case", E2E_PARAMS)
+def test_engine_vocoder_backends(case, tmp_path, monkeypatch):
+    case = require_case(case, "models/cases.json")
+    if mx.default_device().type != mx.cpu:
+        pytest.skip("the automatic ONNX Runtime choice is for MLX on the CPU")
+    onnx_res, onnx_st = _run(case, tmp_path, monkeypatch, "auto")
+    assert onnx_st["backend"] == "onnxruntime" and onnx_st["calls"]["onnx"] >= 1, onnx_st
+    assert onnx_st["path"] and str(tmp_path) in onnx_st["path"], "graph not cached next to the converted model"
+    cached = list(tmp_path.rglob("sovits-generator-*.onnx"))
+    assert len(cached) == 1
+    mlx_res, mlx_st = _run(case, tmp_path, monkeypatch, "mlx")
+    assert mlx_st["backend"] == "mlx" and mlx_st["calls"]["onnx"] == 0 and mlx_st["calls"]["mlx"] >= 1, mlx_st
+    assert list(tmp_path.rglob("sovits-generator-*.onnx")) == cached  # built once
+    atol = float(case["tolerance"]["sovits_audio"]["atol"])
+    assert np.array_equal(onnx_res.semantic_tokens, mlx_res.semantic_tokens)
+    diff = float(np.max(np.abs(np.asarray(onnx_res.audio) - np.asarray(mlx_res.audio))))
+    assert diff <= atol, f"ONNX Runtime vs MLX vocoder in the engine: max|diff| {diff} > {atol}"

@@ -1,0 +1,248 @@
+"""The SoVITS generator on ONNX Runtime (models/vocoder_onnx.py, models/vocoder.py).
+
+Parity: every SoVITS decode case of models/cases.json (and the SoVITS part of the e2e case) is decoded
+with the generator on ONNX Runtime and compared with the golden audio at the case's own tolerance, and
+with the MLX generator. Then the backend's plumbing: the on-disk cache (built once, atomically, keyed by
+the weights), the choice by ``PRIMESPEECH_VOCODER`` and device, the thread setting, and the fallback to
+MLX (one warning, visible in the status) when onnxruntime is missing or a run fails.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
+
+from dora_primespeech_mlx.convert.checkpoints import read_sovits
+from dora_primespeech_mlx.convert.load import from_checkpoint
+from dora_primespeech_mlx.models import audio, vocoder
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (a Linux dependency)")
+pytest.importorskip("onnx", reason="onnx is not installed (a Linux dependency)")
+
+from dora_primespeech_mlx.models import vocoder_onnx  # noqa: E402
+
+SOVITS_CASES = model_cases("sovits")
+DECODE_PARAMS = param_or_missing(
+    [c for c in SOVITS_CASES if "audio" in c.get("outputs", {})], lambda c: c["name"], "sovits decode cases"
+)
+E2E_PARAMS = param_or_missing(model_cases("e2e"), lambda c: c["name"], "models/cases.json e2e case")
+
+
+def _tolerances(case) -> dict:
+    out = {}
+    for key, tol in case.get("tolerance", {}).items():
+        for name in key.split("/"):
+            out[name.strip()] = tol
+    return out
+
+
+def _assert_close(name: str, ours, golden, tol: dict) -> float:
+    ours, golden = np.asarray(ours), np.asarray(golden)
+    assert ours.shape == golden.shape, f"{name}: shape {ours.shape} != golden {golden.shape}"
+    atol, rtol = float(tol.get("atol", 0.0)), float(tol.get("rtol", 0.0))
+    err = float(np.max(np.abs(ours.astype(np.float64) - golden))) if golden.size else 0.0
+    np.testing.assert_allclose(ours, golden, atol=atol, rtol=rtol, err_msg=name)
+    return err
+
+
+@pytest.fixture(scope="module")
+def raw_sovits():
+    cases = load_cases_json()
+    if not cases:
+        require_fixture("models/cases.json")
+    return read_sovits(require_fixture("models/" + cases["checkpoints"]["sovits"]))
+
+
+@pytest.fixture(scope="module")
+def onnx_model(raw_sovits, tmp_path_factory):
+    """The fixture SoVITS with the ONNX Runtime generator forced on."""
+    model = from_checkpoint(raw_sovits)
+    vocoder.attach(model, cache_dir=tmp_path_factory.mktemp("onnx-cache"), mode="onnx")
+    assert model.vocoder_backend.generator is not None, vocoder.status(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def mlx_model(raw_sovits):
+    model = from_checkpoint(raw_sovits)
+    vocoder.attach(model, mode="mlx")
+    return model
+
+
+def _decode_inputs(case, d, model):
+    params = case.get("params", {})
+    if "ref_wav_32k" in d.files:
+        refer = audio.spectrogram(
+            d["ref_wav_32k"],
+            params.get("filter_length", model.args.filter_length),
+            params.get("hop_length", model.args.hop_length),
+            params.get("win_length", model.args.win_length),
+        )
+    else:
+        refer = d["refer_spec"]
+    noise_scale = float(params.get("noise_scale", 0.5))
+    noise = d["noise"] if "noise" in d.files else None
+    return refer, noise_scale, float(params.get("speed", 1.0)), noise
+
+
+@pytest.mark.parametrize("case", DECODE_PARAMS)
+def test_onnx_decode_matches_golden(onnx_model, mlx_model, case):
+    case = require_case(case, "models/cases.json")
+    d = np.load(require_fixture("models/" + case["file"]))
+    tol = _tolerances(case)["audio"]
+    refer, noise_scale, speed, noise = _decode_inputs(case, d, onnx_model)
+    before = onnx_model.vocoder_backend.calls["onnx"]
+    out = onnx_model.decode_staged(d["codes"], d["phones"], refer, noise_scale=noise_scale, speed=speed, noise=noise)
+    assert onnx_model.vocoder_backend.calls["onnx"] == before + 1, "the generator did not run on ONNX Runtime"
+    err = _assert_close("audio", out.audio, d["audio"], tol)
+    # and against the MLX generator on the same latent
+    mlx_audio = np.asarray(mlx_model.vocode(out.z, out.ge, out.y_mask))
+    diff = float(np.max(np.abs(np.asarray(out.audio) - mlx_audio)))
+    assert diff <= float(tol.get("atol", 0.0)), f"ONNX vs MLX generator: max|diff| {diff}"
+    print(f"\n[{case['name']} / onnx] audio max|err| {err:.3g} (atol {tol.get('atol')}); vs MLX {diff:.3g}")
+
+
+@pytest.mark.parametrize("case", E2E_PARAMS)
+def test_onnx_e2e_sovits_part(onnx_model, case):
+    case = require_case(case, "models/cases.json")
+    d = np.load(require_fixture("models/" + case["file"]))
+    model = onnx_model
+    wav = d["ref_wav_32k_int16"].astype(np.float32) / 32768.0
+    spec = audio.spectrogram(wav, model.args.filter_length, model.args.hop_length, model.args.win_length)
+    tokens = np.asarray(d["semantic_tokens"]).reshape(1, 1, -1)
+    phones = np.asarray(d["text_phones"]).reshape(1, -1)
+    speed = float(case.get("inputs", {}).get("speed_factor", 1.0))
+    noise = d["noise"] if "noise" in d.files else None
+    out = model.decode(tokens, phones, spec, noise_scale=0.5 if noise is not None else 0.0, speed=speed, noise=noise)
+    err = _assert_close("sovits_audio", np.asarray(out)[0, 0], d["sovits_audio"], _tolerances(case)["sovits_audio"])
+    print(f"\n[{case['name']} / onnx] sovits_audio max|err| {err:.3g}")
+
+
+def test_batch_and_lengths(onnx_model, mlx_model):
+    """Dynamic batch and time: several lengths (short windows, as streaming uses) and a batch of two."""
+    rng = np.random.default_rng(0)
+    c = onnx_model.args.inter_channels
+    ge = mx.array(rng.standard_normal((1, onnx_model.args.gin_channels, 1)).astype(np.float32) * 0.3)
+    for frames in (1, 3, 17):
+        z = mx.array(rng.standard_normal((1, c, frames)).astype(np.float32))
+        a = np.asarray(onnx_model.vocode(z, ge))
+        b = np.asarray(mlx_model.vocode(z, ge))
+        assert a.shape == b.shape == (1, 1, frames * onnx_model.samples_per_frame)
+        np.testing.assert_allclose(a, b, atol=1e-4)
+    z2 = mx.array(rng.standard_normal((2, c, 5)).astype(np.float32))
+    ge2 = mx.concatenate([ge, ge * 0.5], axis=0)
+    np.testing.assert_allclose(np.asarray(onnx_model.vocode(z2, ge2)), np.asarray(mlx_model.vocode(z2, ge2)),
+                               atol=1e-4)
+
+
+def test_cache_built_once_and_keyed_by_weights(mlx_model, tmp_path):
+    dec = mlx_model.dec
+    g1 = vocoder_onnx.load_or_build(dec, tmp_path, threads=1)
+    files = sorted(tmp_path.glob("sovits-generator-*.onnx"))
+    assert len(files) == 1 and g1.path == files[0]
+    assert not list(tmp_path.glob("*.tmp")), "a temporary file was left behind"
+    stamp = files[0].stat().st_mtime_ns
+    g2 = vocoder_onnx.load_or_build(dec, tmp_path, threads=1)
+    assert g2.path == files[0] and files[0].stat().st_mtime_ns == stamp, "the cached graph was rebuilt"
+    # a damaged cache file is rebuilt, not trusted
+    files[0].write_bytes(b"not an onnx model")
+    g3 = vocoder_onnx.load_or_build(dec, tmp_path, threads=1)
+    z = np.ones((1, mlx_model.args.inter_channels, 2), np.float32)
+    ge = np.zeros((1, mlx_model.args.gin_channels, 1), np.float32)
+    np.testing.assert_array_equal(g3(z, ge), g1(z, ge))
+    # other weights, other file
+    w = dict(vocoder_onnx.generator_weights(dec))
+    w2 = dict(w)
+    w2["conv_post.weight"] = w["conv_post.weight"] * 2
+    assert vocoder_onnx.weights_digest(w) != vocoder_onnx.weights_digest(w2)
+
+
+def test_threads_follow_the_package_setting(monkeypatch, mlx_model):
+    from dora_primespeech_mlx import _blas
+
+    monkeypatch.setattr(_blas, "thread_settings", lambda: {"blas_threads": 2})
+    assert vocoder_onnx.resolve_threads() == 2
+    monkeypatch.setattr(_blas, "thread_settings", lambda: {"blas_threads": "default"})
+    monkeypatch.setenv("PRIMESPEECH_THREADS", "3")
+    assert vocoder_onnx.resolve_threads() == 3
+    assert vocoder_onnx.resolve_threads(1) == 1
+    gen = vocoder_onnx.load_or_build(mlx_model.dec, None, threads=2)
+    assert gen.threads == 2 and gen.session.get_session_options().intra_op_num_threads == 2
+
+
+def test_mode_setting(monkeypatch, raw_sovits):
+    monkeypatch.setenv(vocoder.ENV, "bogus")
+    with pytest.raises(ValueError, match=vocoder.ENV):
+        vocoder.vocoder_mode()
+    monkeypatch.setenv(vocoder.ENV, "MLX")
+    assert vocoder.vocoder_mode() == "mlx"
+    monkeypatch.delenv(vocoder.ENV)
+    assert vocoder.vocoder_mode() == "auto"
+    model = from_checkpoint(raw_sovits)
+    assert vocoder.status(model)["backend"] == "mlx"  # nothing attached
+    vocoder.attach(model, mode="mlx")
+    assert vocoder.status(model)["backend"] == "mlx" and model.vocoder_backend.generator is None
+    vocoder.attach(model, mode="auto")  # the tests run MLX on the CPU: ONNX Runtime is chosen
+    expected = "onnxruntime" if mx.default_device().type == mx.cpu else "mlx"
+    assert vocoder.status(model)["backend"] == expected
+
+
+def test_fallback_when_onnxruntime_is_missing(monkeypatch, raw_sovits, caplog):
+    real_import = builtins.__import__
+
+    def no_ort(name, *args, **kwargs):
+        if name == "onnxruntime" or name.startswith("onnxruntime."):
+            raise ImportError("No module named 'onnxruntime'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ort)
+    model = from_checkpoint(raw_sovits)
+    with caplog.at_level(logging.WARNING, logger=vocoder.__name__):
+        vocoder.attach(model, cache_dir=None, mode="onnx")
+    st = vocoder.status(model)
+    assert st["backend"] == "mlx" and "onnxruntime" in st["error"]
+    assert sum("SoVITS vocoder" in r.getMessage() for r in caplog.records) == 1
+    z = mx.zeros((1, model.args.inter_channels, 2))
+    ge = mx.zeros((1, model.args.gin_channels, 1))
+    assert model.vocode(z, ge).shape == (1, 1, 2 * model.samples_per_frame)
+
+
+def test_fallback_when_a_run_fails(raw_sovits, mlx_model, caplog):
+    model = from_checkpoint(raw_sovits)
+    vocoder.attach(model, cache_dir=None, mode="onnx")
+    assert vocoder.status(model)["backend"] == "onnxruntime"
+
+    def broken(z, ge):
+        raise RuntimeError("simulated onnxruntime failure")
+
+    model.vocoder_backend.generator = broken
+    rng = np.random.default_rng(2)
+    z = mx.array(rng.standard_normal((1, model.args.inter_channels, 3)).astype(np.float32))
+    ge = mx.array(rng.standard_normal((1, model.args.gin_channels, 1)).astype(np.float32))
+    with caplog.at_level(logging.WARNING, logger=vocoder.__name__):
+        a = model.vocode(z, ge)
+        b = model.vocode(z, ge)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(mlx_model.vocode(z, ge)))
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert sum("simulated onnxruntime failure" in r.getMessage() for r in caplog.records) == 1
+    st = vocoder.status(model)
+    assert st["backend"] == "mlx" and "simulated" in st["error"] and st["calls"]["mlx"] == 2
+
+
+def test_layouts_agree(mlx_model):
+    """The 1-D and the default 2-D (NCHWc-friendly) graphs compute the same generator."""
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((1, mlx_model.args.inter_channels, 6)).astype(np.float32)
+    ge = (rng.standard_normal((1, mlx_model.args.gin_channels, 1)) * 0.3).astype(np.float32)
+    one = vocoder_onnx.load_or_build(mlx_model.dec, None, threads=1, layout="1d")
+    two = vocoder_onnx.load_or_build(mlx_model.dec, None, threads=1, layout="2d")
+    ref = np.asarray(mlx_model.vocode(mx.array(z), mx.array(ge)))
+    np.testing.assert_allclose(one(z, ge), ref, atol=1e-4)
+    np.testing.assert_allclose(two(z, ge), ref, atol=1e-4)
+    with pytest.raises(ValueError, match="layout"):
+        vocoder_onnx.build_generator_model(mlx_model.dec, layout="3d")
