@@ -110,8 +110,13 @@ def _cache_root() -> Path:
     return Path(read("cache_dir"))
 
 
+def c_compiler() -> str | None:
+    """The C compiler for the small native helpers (``CC``, else cc, gcc or clang on PATH)."""
+    return read("cc") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
 def _build_shim(openblas: str) -> str:
-    cc = read("cc") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = c_compiler()
     if not cc:
         raise RuntimeError("no C compiler found to build the BLAS shim (install gcc)")
     digest = hashlib.sha1((_SHIM_C + openblas).encode()).hexdigest()[:12]

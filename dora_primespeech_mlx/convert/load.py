@@ -237,6 +237,19 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, kind: str | None = N
     return dst
 
 
+def onnx_cache_dir(sovits_path: str | os.PathLike, root: Path | None = None) -> Path:
+    """Where the ONNX graph of a SoVITS model is cached: its converted folder (the given folder when it is a
+    converted one, else the folder this loader converted the original file into), or ``<model_dir>/mlx/onnx``."""
+    p = Path(sovits_path)
+    if p.is_dir() and (p / "model.safetensors").is_file():
+        return p
+    if p.is_file():
+        target = _cache_path(p, "sovits", root)
+        if (target / "model.safetensors").is_file():
+            return target
+    return mlx_cache_dir(root) / "onnx"
+
+
 def _cache_path(src: Path, kind: str, root: Path | None) -> Path:
     st = src.stat()
     key = f"{src.resolve()}|{st.st_size}|{int(st.st_mtime)}|{FORMAT_VERSION}"

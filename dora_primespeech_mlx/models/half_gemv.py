@@ -81,11 +81,7 @@ def mode() -> str:
     """``PRIMESPEECH_GPT_HALF`` (or :func:`configure`): ``auto`` (default: on where the kernel builds and the
     weights are exactly float16), ``on`` (``1``: also rounds other weights; a warning when the kernel cannot
     be had), ``off`` (``0``: never)."""
-    if "mode" in _CONFIGURED:
-        return _CONFIGURED["mode"]
-    from ..settings import read
-
-    return {"1": "on", "0": "off"}.get(read("gpt_half"), "auto")
+    return _CONFIGURED.get("mode", "auto")
 
 
 def _cpu_ok() -> str | None:
@@ -102,10 +98,9 @@ def _cpu_ok() -> str | None:
 
 
 def _build() -> str:
-    from .._blas import _cache_root
-    from ..settings import read
+    from .._blas import _cache_root, c_compiler
 
-    cc = read("cc") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = c_compiler()
     if not cc:
         raise RuntimeError("no C compiler found (install gcc)")
     digest = hashlib.sha1((_SOURCE + " ".join(_FLAGS)).encode()).hexdigest()[:12]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,13 +25,6 @@ log = logging.getLogger(__name__)
 
 ENV = "PRIMESPEECH_VOCODER"
 MODES = ("auto", "onnx", "mlx")
-
-
-def vocoder_mode() -> str:
-    """``PRIMESPEECH_VOCODER`` (settings.py; a bad value raises ConfigError naming it)."""
-    from ..settings import read
-
-    return read("vocoder")
 
 
 def _on_cpu() -> bool:
@@ -91,32 +83,9 @@ class VocoderBackend:
         return out
 
 
-def default_cache_dir(sovits_path: str | os.PathLike | None, root: Path | None = None) -> Path | None:
-    """Where the ONNX graph of a SoVITS model is cached: the converted model's folder (the given folder
-    when it is a converted one, else the folder the loader converts an original file into), or
-    ``<model_dir>/mlx/onnx``."""
-    from ..paths import mlx_cache_dir
-
-    if sovits_path is not None:
-        p = Path(sovits_path)
-        if p.is_dir() and (p / "model.safetensors").is_file():
-            return p
-        try:
-            from ..convert import load
-
-            target = load._cache_path(p, "sovits", root)
-            if (Path(target) / "model.safetensors").is_file():
-                return Path(target)
-        except Exception:  # the loader's layout changed: use the shared folder
-            pass
-    return mlx_cache_dir(root) / "onnx"
-
-
-def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str | None = None,
-           threads: int | None = None):
+def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None):
     """Give ``sovits`` its generator backend (see the module docstring); returns ``sovits``.
     ``cache_dir``: where the ONNX graph is cached (None: built in memory)."""
-    mode = mode or vocoder_mode()
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
     if mode == "mlx":

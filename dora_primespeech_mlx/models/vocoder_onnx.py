@@ -221,13 +221,9 @@ def resolve_threads(threads: int | None = None) -> int:
     if threads is not None:
         return max(1, int(threads))
     from .. import _blas
-    from ..settings import read
 
     n = _blas.thread_settings().get("blas_threads")
-    if isinstance(n, int) and n > 0:
-        return n
-    value = read("threads")
-    return value if isinstance(value, int) and value > 0 else 0
+    return n if isinstance(n, int) and n > 0 else 0
 
 
 class OnnxGenerator:

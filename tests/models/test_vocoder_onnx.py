@@ -168,21 +168,22 @@ def test_threads_follow_the_package_setting(monkeypatch, mlx_model):
     monkeypatch.setattr(_blas, "thread_settings", lambda: {"blas_threads": 2})
     assert vocoder_onnx.resolve_threads() == 2
     monkeypatch.setattr(_blas, "thread_settings", lambda: {"blas_threads": "default"})
-    monkeypatch.setenv("PRIMESPEECH_THREADS", "3")
-    assert vocoder_onnx.resolve_threads() == 3
+    assert vocoder_onnx.resolve_threads() == 0  # the library's default
     assert vocoder_onnx.resolve_threads(1) == 1
     gen = vocoder_onnx.load_or_build(mlx_model.dec, None, threads=2)
     assert gen.threads == 2 and gen.session.get_session_options().intra_op_num_threads == 2
 
 
-def test_mode_setting(monkeypatch, raw_sovits):
-    monkeypatch.setenv(vocoder.ENV, "bogus")
-    with pytest.raises(ValueError, match=vocoder.ENV):
-        vocoder.vocoder_mode()
-    monkeypatch.setenv(vocoder.ENV, "MLX")
-    assert vocoder.vocoder_mode() == "mlx"
-    monkeypatch.delenv(vocoder.ENV)
-    assert vocoder.vocoder_mode() == "auto"
+def test_mode_setting(raw_sovits):
+    from dora_primespeech_mlx.errors import ConfigError
+    from dora_primespeech_mlx.settings import Settings
+
+    with pytest.raises(ConfigError, match=vocoder.ENV):
+        Settings.from_env({vocoder.ENV: "bogus"})
+    assert Settings.from_env({vocoder.ENV: "MLX"}).vocoder == "mlx"
+    assert Settings.from_env({}).vocoder == "auto"
+    with pytest.raises(ValueError):
+        vocoder.attach(from_checkpoint(raw_sovits), mode="bogus")
     model = from_checkpoint(raw_sovits)
     assert vocoder.status(model)["backend"] == "mlx"  # nothing attached
     vocoder.attach(model, mode="mlx")

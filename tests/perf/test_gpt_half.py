@@ -79,27 +79,28 @@ def test_auto_keeps_weights_that_are_not_float16(fn, monkeypatch):
     model = _gpt()
     w = model.layers[0].mlp.fc1.weight
     model.layers[0].mlp.fc1.weight = w + 1e-7 * (1 + mx.abs(w))  # no longer float16 values
-    monkeypatch.setenv(half_gemv.ENV, "auto")
+    half_gemv.configure("auto")
     assert not half_weights(model)
     assert model.layers[0].mlp.fc1.weight.dtype == mx.float32 and model.predict.weight.dtype == mx.float32
     assert not NumpyDecoder(model).half
-    monkeypatch.setenv(half_gemv.ENV, "1")  # forced: rounded to float16
+    half_gemv.configure("1")  # forced: rounded to float16
     assert half_weights(model) and model.layers[0].mlp.fc1.weight.dtype == mx.float16
 
 
 def test_off_and_bad_setting(monkeypatch):
+    from dora_primespeech_mlx.errors import ConfigError
+    from dora_primespeech_mlx.settings import Settings
+
     monkeypatch.setattr(half_gemv, "_CONFIGURED", {})
-    monkeypatch.setenv(half_gemv.ENV, "sometimes")
-    with pytest.raises(ValueError, match=half_gemv.ENV):
-        half_gemv.mode()
-    monkeypatch.setenv(half_gemv.ENV, "0")
+    with pytest.raises(ConfigError, match=half_gemv.ENV):
+        Settings.from_env({half_gemv.ENV: "sometimes"})
+    assert half_gemv.mode() == "auto"  # not configured
     monkeypatch.setattr(half_gemv, "_STATE", {})
-    monkeypatch.setattr(half_gemv, "_CONFIGURED", {})
+    half_gemv.configure(Settings.from_env({half_gemv.ENV: "0"}).gpt_half)
     assert half_gemv.kernel() is None and half_gemv.status()["why_not"].startswith(f"{half_gemv.ENV}=0")
     model = _gpt()
     assert not NumpyDecoder(model).half and model.predict.weight.dtype == mx.float32
-    monkeypatch.delenv(half_gemv.ENV)
-    half_gemv.configure("0")  # the engine's Settings win over the environment
+    half_gemv.configure("0")
     assert half_gemv.mode() == "off" and half_gemv.kernel() is None
     half_gemv.configure("auto")
     assert half_gemv.mode() == "auto"
