@@ -115,28 +115,29 @@ def c_compiler() -> str | None:
     return read("cc") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
-def _build_shim(openblas: str) -> str:
+def compile_shared(name: str, source: str, flags: list[str]) -> str:
+    """Build C ``source`` into a shared library once (cached per source and flags in the package's cache folder,
+    written atomically) and return its path."""
     cc = c_compiler()
     if not cc:
-        raise RuntimeError("no C compiler found to build the BLAS shim (install gcc)")
-    digest = hashlib.sha1((_SHIM_C + openblas).encode()).hexdigest()[:12]
-    out = _cache_root() / f"blas-shim-{digest}.so"
+        raise RuntimeError(f"no C compiler found to build {name} (install gcc)")
+    digest = hashlib.sha1((source + " ".join(flags)).encode()).hexdigest()[:12]
+    out = _cache_root() / f"{name}-{digest}.so"
     if out.is_file():
         return str(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "shim.c"
-        src.write_text(_SHIM_C)
-        tmp_out = Path(tmp) / "shim.so"
-        subprocess.run(
-            [cc, "-O2", "-shared", "-fPIC", str(src), "-o", str(tmp_out), openblas,
-             f"-Wl,-rpath,{Path(openblas).parent}"],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        src = Path(tmp) / f"{name}.c"
+        src.write_text(source)
+        tmp_out = Path(tmp) / f"{name}.so"
+        subprocess.run([cc, "-O2", "-shared", "-fPIC", str(src), "-o", str(tmp_out), *flags], check=True,
+                       capture_output=True, timeout=60)
         os.replace(tmp_out, out)
     return str(out)
+
+
+def _build_shim(openblas: str) -> str:
+    return compile_shared("blas-shim", _SHIM_C, [openblas, f"-Wl,-rpath,{Path(openblas).parent}"])
 
 
 def usable_cpus() -> int:

@@ -15,14 +15,9 @@ x86-64 with AVX2/FMA/F16C, no compiler, ``PRIMESPEECH_GPT_HALF=0``); callers the
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
 import platform
-import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
@@ -60,7 +55,7 @@ void f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
   for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
 """
-_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC"]
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c"]
 _STATE: dict[str, object] = {}  # the built kernel ("fn") and why not ("why"), once per process and mode
 
 
@@ -98,24 +93,9 @@ def _cpu_ok() -> str | None:
 
 
 def _build() -> str:
-    from .._blas import _cache_root, c_compiler
+    from .._blas import compile_shared
 
-    cc = c_compiler()
-    if not cc:
-        raise RuntimeError("no C compiler found (install gcc)")
-    digest = hashlib.sha1((_SOURCE + " ".join(_FLAGS)).encode()).hexdigest()[:12]
-    out = Path(_cache_root()) / f"gemv-f16-{digest}.so"
-    if out.is_file():
-        return str(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "gemv_f16.c"
-        src.write_text(_SOURCE)
-        tmp_out = Path(tmp) / "gemv_f16.so"
-        subprocess.run([cc, *_FLAGS, str(src), "-o", str(tmp_out)], check=True, capture_output=True, timeout=60)
-        shutil.copyfile(tmp_out, str(out) + ".tmp")
-        os.replace(str(out) + ".tmp", out)
-    return str(out)
+    return compile_shared("gemv-f16", _SOURCE, _FLAGS)
 
 
 def kernel():
