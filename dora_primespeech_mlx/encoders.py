@@ -122,11 +122,9 @@ class EncoderBackends:
     # ---- public API --------------------------------------------------------------------------
     def hubert_features(self, wav16k: np.ndarray) -> np.ndarray:
         """Mono 16 kHz clip (without the tail) -> (1, hidden, T) float32 SoVITS ``extract_latent`` input."""
-        wav = np.asarray(wav16k, dtype=np.float32)
-        if wav.ndim == 2 and wav.shape[0] == 1:
-            wav = wav[0]
-        if wav.ndim != 1:
-            raise ValueError(f"HuBERT features expect a mono 1-D 16 kHz waveform, got shape {wav.shape}")
+        from .models.audio import mono_clip
+
+        wav = mono_clip(wav16k)
         with self._lock:
             out = self._try_coreml("hubert", lambda enc: enc.features(wav))
             if out is not None:

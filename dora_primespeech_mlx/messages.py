@@ -217,23 +217,18 @@ def _apply_voice_prefix(req: TextRequest) -> None:
         return
     rest = text[len(VOICE_PREFIX):]
     head = rest.split("|", 1)[0]
-    if head == "CUSTOM":
-        parts = rest.split("|", 4)
-        if len(parts) != 5:
-            req.warnings.append(f"VOICE:CUSTOM needs 5 '|'-separated fields, got {len(parts)}; "
+    if head in _PATH_FORMS:
+        fields = _PATH_FORMS[head]
+        parts = rest.split("|", len(fields) - 1)
+        if len(parts) != len(fields):
+            req.warnings.append(f"VOICE:{head} needs {len(fields)} '|'-separated fields, got {len(parts)}; "
                                 "speaking the raw text")
             return
-        _, ref, prompt_text, lang, body = parts
-        req.voice = VoiceChoice("custom", reference=ref.strip(), prompt_text=prompt_text, lang=_prefix_lang(lang))
-    elif head == "TRAINED":
-        parts = rest.split("|", 6)
-        if len(parts) != 7:
-            req.warnings.append(f"VOICE:TRAINED needs 7 '|'-separated fields, got {len(parts)}; "
-                                "speaking the raw text")
-            return
-        _, gpt, sovits, ref, prompt_text, lang, body = parts
-        req.voice = VoiceChoice("trained", reference=ref.strip(), prompt_text=prompt_text,
-                                lang=_prefix_lang(lang), gpt=gpt.strip(), sovits=sovits.strip())
+        got = dict(zip(fields, parts))
+        body = got["text"]
+        req.voice = VoiceChoice(head.lower(), reference=got["ref"].strip(), prompt_text=got["prompt_text"],
+                                lang=_prefix_lang(got["lang"]), gpt=got.get("gpt", "").strip() or None,
+                                sovits=got.get("sovits", "").strip() or None)
     else:
         name, sep, body = rest.partition("|")
         if not sep or not name.strip():
@@ -241,6 +236,13 @@ def _apply_voice_prefix(req: TextRequest) -> None:
             return
         req.voice = VoiceChoice("name", name=name.strip())
     req.text = body
+
+
+# VOICE:<form>|... -> its '|'-separated fields (the first is the form's name itself)
+_PATH_FORMS = {
+    "CUSTOM": ("form", "ref", "prompt_text", "lang", "text"),
+    "TRAINED": ("form", "gpt", "sovits", "ref", "prompt_text", "lang", "text"),
+}
 
 
 def _prefix_lang(lang: str) -> str:

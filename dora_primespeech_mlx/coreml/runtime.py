@@ -146,11 +146,9 @@ class CoreMLHubert(_Encoder):
 
     def features(self, wav16k: np.ndarray) -> np.ndarray:
         """Like ``models.hubert.prompt_features``: mono 16 kHz clip -> +0.6 s zeros -> (1, hidden, T)."""
-        wav = np.asarray(wav16k, dtype=np.float32)
-        if wav.ndim == 2 and wav.shape[0] == 1:
-            wav = wav[0]
-        if wav.ndim != 1:
-            raise ValueError(f"HuBERT features expect a mono 1-D waveform, got shape {wav.shape}")
+        from ..models.audio import mono_clip
+
+        wav = mono_clip(wav16k)
         return self.last_hidden_state(np.concatenate([wav, np.zeros(PROMPT_TAIL_SAMPLES, dtype=np.float32)]))
 
 

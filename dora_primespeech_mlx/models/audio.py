@@ -26,6 +26,16 @@ def load_wav(path: str | os.PathLike) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(mono, dtype=np.float32), int(sr)
 
 
+def mono_clip(wav, what: str = "HuBERT features") -> np.ndarray:
+    """A mono 1-D float32 waveform from (N,) or (1, N); ValueError naming ``what`` otherwise."""
+    wav = np.asarray(wav, dtype=np.float32)
+    if wav.ndim == 2 and wav.shape[0] == 1:
+        wav = wav[0]
+    if wav.ndim != 1:
+        raise ValueError(f"{what} expect a mono 1-D 16 kHz waveform, got shape {wav.shape}")
+    return wav
+
+
 def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     """Resample a mono waveform with soxr 'HQ' (librosa's ``res_type="soxr_hq"``, its default), the output
     length fixed to ``ceil(len * sr_out / sr_in)`` like ``librosa.resample``."""
