@@ -39,6 +39,7 @@ from .errors import (
 )
 from .jobs import Job, JobQueue, QueueFull
 from .messages import (
+    InputError,
     TextRequest,
     decode_text_value,
     normalize_segment_index,
@@ -225,8 +226,10 @@ class MessageHandler:
         job = Job("text", md, seq=self._seq)
         try:
             job.request = parse_text(decode_text_value(value))
-        except (Exception, RecursionError) as exc:  # InputError, and anything a hostile payload provokes
-            job.error = str(exc) if type(exc).__name__ == "InputError" else f"unreadable text: {type(exc).__name__}"
+        except InputError as exc:
+            job.error = str(exc)
+        except Exception as exc:  # anything a hostile payload provokes (RecursionError from deep JSON, ...)
+            job.error = f"unreadable text: {type(exc).__name__}"
         if self._stopping.is_set():
             self._fail(job, STOPPING, "stop")
             return
@@ -239,7 +242,7 @@ class MessageHandler:
     def _on_control(self, value: Any, md: dict) -> None:
         try:
             command = parse_control(decode_text_value(value))
-        except (Exception, RecursionError) as exc:
+        except Exception as exc:
             self.log("ERROR", str(exc))
             self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command="unknown")
             return
@@ -492,7 +495,7 @@ class MessageHandler:
 def _metadata(metadata: Any) -> dict:
     try:
         return sanitize_metadata(metadata)
-    except (Exception, RecursionError):
+    except Exception:
         return {}
 
 
