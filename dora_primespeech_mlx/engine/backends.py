@@ -17,7 +17,7 @@ def backends(engine) -> dict:
         encoders = enc.status() if enc is not None else encoders
         gpt = model.decoder.backend if model is not None else gpt
         voc = engine.cache.peek(engine.store.key("sovits", file_identity(voice.sovits)))
-        if voc is not None:  # issue 15: which backend runs the SoVITS generator (models/vocoder.py)
+        if voc is not None:  # which backend runs the SoVITS generator (models/vocoder.py)
             from ..models import vocoder
 
             sovits = vocoder.status(voc)

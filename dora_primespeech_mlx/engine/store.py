@@ -36,7 +36,7 @@ class VoiceStore:
 
         loader = {"gpt": load.load_gpt, "sovits": load.load_sovits, "hubert": load.load_hubert,
                   "bert": load.load_bert, "sv": load.load_sv}[kind]
-        s = self.settings  # models-arch: load-time model options (the GPT decoder, BERT storage)
+        s = self.settings  # load-time model options (the GPT decoder, BERT storage)
         options = {"gpt": {"decode": s.t2s_decode, "compile_step": s.t2s_compile},
                    "bert": {"half": s.bert_half}}.get(kind, {})
 

@@ -42,11 +42,11 @@ class Stitcher:
 
     def frame(self, token: int) -> int:
         """Output frame where token boundary ``token`` falls."""
-        return grid_frame(token, self.speed)  # models-arch
+        return grid_frame(token, self.speed)
 
     def end_frame(self, n_tokens: int) -> int:
         """Output frames of a whole sentence of ``n_tokens`` (as the whole-sentence decode)."""
-        return output_frames(FRAMES_PER_TOKEN * n_tokens, self.speed)  # models-arch
+        return output_frames(FRAMES_PER_TOKEN * n_tokens, self.speed)
 
     def piece(self, audio: np.ndarray, start: int, stop: int, final: bool) -> np.ndarray:
         """New audio from a window decode that begins at token ``start``'s frame: everything after
@@ -101,7 +101,7 @@ def decode_window(models: Models, ref, window: np.ndarray, phones: np.ndarray, n
     f0 = stitcher.frame(start)
     f1 = stitcher.end_frame(n) if final else stitcher.frame(n)
     if stitcher.speed != 1:
-        # models-arch: positions clipped to the window, interpolated in (B, C, T) as before the package split
+        # positions clipped to the window, interpolated in (B, C, T) as before the package split
         feats = interpolate_at(feats, grid_positions(f0, f1, stitcher.speed, start, feats.shape[2]), axis=2)
     _, m_p, logs_p, y_mask = sovits.project(feats, 1.0)
     noise = mx.array(bank.take(f0, m_p.shape[2])) if noise_scale > 0 else None
