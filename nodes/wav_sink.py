@@ -105,10 +105,17 @@ class Sink:
             seg["metadata"] = _plain(md)
             seg["arrival"] = self.events
         elif input_id == "text":
-            seg = {"question_id": qid, "segment_index": md.get("segment_index"), "outcome": None,
-                   "text": value[0].as_py() if pa.types.is_string(value.type) and len(value) else
-                   f"<{value.type}>"}
-            self.segments.append(seg)
+            text = value[0].as_py() if pa.types.is_string(value.type) and len(value) else f"<{value.type}>"
+            # dora does not order events from different senders: the answer to a text the node skips at once may
+            # arrive before the text itself; such an answer waits here for its text
+            key = (qid, str(md.get("segment_index")))
+            early = next((s for s in self.segments if s["text"] is None and s["outcome"] is not None
+                          and (s["question_id"], str(s["segment_index"])) == key), None)
+            if early is not None:
+                early["text"] = text
+            else:
+                self.segments.append({"question_id": qid, "segment_index": md.get("segment_index"), "outcome": None,
+                                      "text": text})
         elif input_id == "status":
             self.status.append({"body": _json_text(value), "metadata": _plain(md), "arrival": self.events})
         elif input_id == "log":
