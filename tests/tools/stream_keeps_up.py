@@ -4,10 +4,11 @@
 
 Uses the real-size random-weight set of the compare tools (``$REF_BIG``, see shared/tools/compare/README.md;
 its reference wave is written by the first ``sidebyside.py upstream`` run) through the public engine API, like
-``sidebyside.py ours``. Playback is modelled as starting when the first chunk arrives and running without a
-gap: chunk i must be ready by ``t_first + sum(duration of chunks 0..i-1)``. The margin of chunk i is that
-deadline minus its arrival time; the worst (smallest) margin over chunks 1.. is printed per run (negative =
-an audible gap). One warm-up run, then ``--runs`` timed runs; prints one ``KEEPSUP {json}`` line. Not a test.
+``sidebyside.py ours``. A player starts each chunk when it has arrived and the previous one has finished
+playing; the margin of chunk i (i >= 1) is the time the previous chunk finishes playing minus chunk i's
+arrival (negative = an audible gap of that length, after which playback goes on from the late chunk). The
+worst (smallest) margin is printed per run, with every margin and the arrival times. One warm-up run, then
+``--runs`` timed runs; prints one ``KEEPSUP {json}`` line. Not a test.
 """
 
 from __future__ import annotations
@@ -54,14 +55,15 @@ def one_run():
     for chunk in eng.synthesize_stream(A.text, **kw):
         arrivals.append(time.perf_counter() - t0)
         durations.append(chunk.duration)
-    margins, deadline = [], arrivals[0]
+    margins, played_until = [], arrivals[0] + durations[0]
     for i in range(1, len(arrivals)):
-        deadline += durations[i - 1]
-        margins.append(deadline - arrivals[i])
+        margins.append(played_until - arrivals[i])
+        played_until = max(arrivals[i], played_until) + durations[i]
     return {"first_s": arrivals[0], "chunks": len(arrivals), "audio_s": sum(durations),
             "worst_margin_s": min(margins) if margins else None,
             "worst_chunk": 1 + margins.index(min(margins)) if margins else None,
-            "arrivals_s": [round(a, 3) for a in arrivals], "durations_s": [round(d, 3) for d in durations]}
+            "margins_s": [round(m, 3) for m in margins], "arrivals_s": [round(a, 3) for a in arrivals],
+            "durations_s": [round(d, 3) for d in durations]}
 
 
 one_run()  # warm-up
