@@ -634,6 +634,10 @@ def _preload_blas() -> None:
 
 
 def run(args) -> int:
+    if args.compare:  # side by side with the original and the peers, each in its own process
+        from .bench_compare import run_compare
+
+        return run_compare(args)
     _preload_blas()
     root = Path(args.models_dir).expanduser() if args.models_dir else default_models_dir()
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}
@@ -683,4 +687,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-stream", action="store_true", help="skip the streaming time-to-first-audio run")
     p.add_argument("--no-memory-probe", action="store_true", help="skip the lean-loading RSS probes")
     p.add_argument("--models-dir", help="where the random-weight models are written (default: user cache)")
+    from .bench_compare import add_arguments
+
+    add_arguments(p)
     p.set_defaults(func=run)
