@@ -22,17 +22,20 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .settings import child_env, read
+
 SIDES = ("upstream", "ours", "genie", "cpufast")
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "primespeech-ref"
+    """The compare tools' scratch folder (their README's ``$XDG_CACHE_HOME/primespeech-ref``)."""
+    return Path(read("cache_dir")).parent / "primespeech-ref"
 
 
 def find_tools(given: str | None) -> Path | None:
     """The compare tools folder: --compare-tools, $PRIMESPEECH_COMPARE_TOOLS, or shared/ beside the checkout."""
-    candidates = [given, os.environ.get("PRIMESPEECH_COMPARE_TOOLS"),
+    candidates = [given, read("compare_tools"),
                   PACKAGE_ROOT.parent / "shared" / "tools" / "compare", Path.cwd().parent / "shared/tools/compare"]
     for c in candidates:
         if c and (Path(c) / "sidebyside.py").is_file():
@@ -164,9 +167,8 @@ def run_compare(args) -> int:
         print("error: compare tools not found (shared/tools/compare with sidebyside.py); give --compare-tools DIR "
               "or PRIMESPEECH_COMPARE_TOOLS", file=sys.stderr)
         return 2
-    env = dict(os.environ)
-    env.setdefault("GSV_ROOT", str(cache_dir() / "gsv"))
-    env.setdefault("REF_BIG", str(cache_dir() / "ref-big"))
+    env = child_env(GSV_ROOT=str(read("gsv_root") or cache_dir() / "gsv"),
+                    REF_BIG=str(read("ref_big") or cache_dir() / "ref-big"))
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     if not (Path(env["REF_BIG"]) / "gpt" / "s1-v2-random.ckpt").is_file():
         print(f"error: the real-size set is missing in {env['REF_BIG']}: run {tools / 'make_big.py'} with the "

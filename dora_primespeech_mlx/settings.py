@@ -293,6 +293,12 @@ VARS: tuple[Var, ...] = (
         ()),
     Var("zenoh_config", "ZENOH_CONFIG", None, _path,
         "A whole Zenoh config file for dora (read by dora; when set the node adds no overlay).", ()),
+    Var("compare_tools", "PRIMESPEECH_COMPARE_TOOLS", None, _path,
+        "`bench --compare`: the side-by-side tools folder (unset: shared/tools/compare beside the checkout).", ()),
+    Var("gsv_root", "GSV_ROOT", None, _path,
+        "`bench --compare`: the original GPT-SoVITS checkout (unset: ~/.cache/primespeech-ref/gsv).", ()),
+    Var("ref_big", "REF_BIG", None, _path,
+        "`bench --compare`: the real-size random-weight set (unset: ~/.cache/primespeech-ref/ref-big).", ()),
     Var("cc", "CC", None, _str, "C compiler used to build the BLAS shim (unset: cc, gcc or clang on PATH).", ()),
 )
 
@@ -339,6 +345,9 @@ class Settings(defaults.RequestDefaults):
     cache_dir: Path = expand("~/.cache/dora_primespeech_mlx")
     zenoh_overlay: Path | None = None
     zenoh_config: Path | None = None
+    compare_tools: Path | None = None
+    gsv_root: Path | None = None
+    ref_big: Path | None = None
     cc: str | None = None
 
     @classmethod
@@ -397,6 +406,11 @@ def read(field: str, env: Mapping[str, str] | None = None) -> Any:
 
 
 ZENOH_OVERLAY = Path(__file__).resolve().with_name("zenoh-overlay.json5")
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """The environment for a child process (benchmark runners): this process's, with ``overrides``."""
+    return {**os.environ, **overrides}
 
 
 def use_reliable_zenoh(settings: Settings) -> Path | None:
