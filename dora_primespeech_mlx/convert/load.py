@@ -11,7 +11,7 @@ This is the one loading path (product and tests). Options a model takes at load:
 - GPT: ``decode`` (``"auto"`` | ``"mlx"`` | ``"compile"`` | ``"numpy"``) and ``compile_step`` (None | bool):
   which :class:`~..models.t2s.Decoder` runs its steps (``models.t2s_decode.decoder_kind``), kept in
   ``model.decoder``;
-- BERT: ``half`` (default False): float16 weight storage (``BertModel.prepare``).
+- BERT: ``half`` (default None: automatic): float16 weights (``BertModel.prepare``).
 """
 
 from __future__ import annotations
@@ -307,9 +307,9 @@ def load_sv(path, **kw):
     return load(path, "sv", **kw)
 
 
-def load_bert(path, *, half: bool = False, **kw):
+def load_bert(path, *, half: bool | None = None, **kw):
     """(BertModel, BertTokenizer) from an original or converted folder (the tokenizer files travel);
-    ``half`` keeps the weights in float16 storage (``BertModel.prepare``)."""
+    ``half``: float16 weights (``BertModel.prepare``; None: automatic)."""
     from ..models.bert import BertTokenizer
 
     path = Path(path)

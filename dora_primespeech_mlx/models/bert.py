@@ -179,6 +179,11 @@ class BertModel(nn.Module):
                 f"BERT input has {L} tokens, more than max_position_embeddings="
                 f"{self.args.max_position_embeddings}; cut the text into shorter pieces"
             )
+        fast = self.fast_path()
+        if fast is not None:  # float16 weights on the CPU: numpy + the float16 GEMM kernel (models/bert_numpy.py)
+            out = fast(np.array(input_ids), None if attention_mask is None else np.array(attention_mask),
+                       output_hidden_states)
+            return [mx.array(h) for h in out] if output_hidden_states else mx.array(out)
         mask = None
         if attention_mask is not None:
             mask = (attention_mask != 0)[:, None, None, :]  # keys only, broadcast over heads and queries
@@ -190,18 +195,64 @@ class BertModel(nn.Module):
                 hidden.append(x)
         return hidden if output_hidden_states else x
 
-    def prepare(self, half: bool = False) -> BertModel:
-        """Ready for inference (the loader calls this). With ``half`` the Linear weights and the word
-        embedding are kept in float16 storage with float32 compute (``models/storage.py``; the released
-        checkpoint is float16, so nothing is lost): 1.19 GB -> 0.65 GB resident. It is off by default
-        because the per-call upcast is not free on a CPU (23 tokens, 2-core VM: 400 -> 760 ms);
-        turn it on (``convert.load.load_bert(..., half=True)``) where memory matters more than ~0.35 s
-        per request."""
+    def prepare(self, half: bool | None = None) -> BertModel:
+        """Ready for inference (the loader calls this; ``half`` is ``Settings.bert_half``, ``PRIMESPEECH_BERT_HALF``).
+
+        ``half`` True: the Linear weights and the word embedding are kept in float16 (the released checkpoint
+        is float16, so nothing is lost): 1.19 GB -> 0.65 GB resident. Where MLX runs on the CPU and the
+        float16-weight kernels build (``half_gemv.library()``: x86-64 with AVX2/FMA/F16C and a C compiler), the
+        model then runs in numpy through those kernels (``models/bert_numpy.py``), faster than float32 MLX;
+        elsewhere (GPUs, other CPUs) MLX computes in float32 from float16 storage (the per-call upcast is slow
+        on a CPU: 23 tokens, 400 -> 760 ms). ``None`` (auto, the default): float16 where that fast path is
+        available and every Linear weight is a float16 value, else float32. ``False``: float32 MLX."""
+        self._fast = None
+        fn = self._fast_kernels()
+        if half is None:
+            half = fn is not None and self._weights_are_float16()
         if half:
             from .storage import half_storage
 
-            half_storage(self, embeddings=("embeddings.word_embeddings",))
+            half_storage(self, embeddings=("embeddings.word_embeddings",), min_elements=0 if fn else None)
+            if fn is not None:
+                from .bert_numpy import NumpyBert
+
+                self._fast = NumpyBert(self, fn)
         return self
+
+    def fast_path(self):
+        """The numpy float16 forward (:class:`~.bert_numpy.NumpyBert`) when :meth:`prepare` chose it, else None;
+        rebuilt when the weights were replaced since."""
+        fast = getattr(self, "_fast", None)
+        if fast is None:
+            return None
+        if fast.source is not (self.layers[0].attention.query.weight if self.layers else
+                               self.embeddings.word_embeddings.weight):
+            if not all(m.weight.dtype == mx.float16 for m in self._linears()):
+                self._fast = None
+                return None
+            from .bert_numpy import NumpyBert
+
+            fast = self._fast = NumpyBert(self, fast.layers[0].q.fn if fast.layers else self._fast_kernels())
+        return fast
+
+    def _linears(self) -> list[nn.Linear]:
+        return [m for _, m in self.named_modules() if isinstance(m, nn.Linear)]
+
+    def _weights_are_float16(self) -> bool:
+        for m in self._linears():
+            w = m.weight
+            if w.dtype == mx.float32 and not mx.array_equal(w.astype(mx.float16).astype(mx.float32), w).item():
+                return False
+        return True
+
+    @staticmethod
+    def _fast_kernels():
+        """The float16-weight kernels when MLX computes on the CPU here, else None."""
+        if mx.default_device().type != mx.cpu:
+            return None
+        from . import half_gemv
+
+        return half_gemv.library()
 
     @staticmethod
     def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

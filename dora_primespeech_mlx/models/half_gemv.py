@@ -27,11 +27,20 @@ ENV = "PRIMESPEECH_GPT_HALF"
 
 _SOURCE = r"""
 #include <stdint.h>
+#include <math.h>
 #include <immintrin.h>
-/* y[i] = sum_j W[i, j] x[j] (+ b[i]); W float16 row-major (n x k), x, b, y float32. */
-void gemv_f16(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k) {
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static int omp_get_thread_num(void) { return 0; }
+static int omp_get_num_threads(void) { return 1; }
+#endif
+
+/* ---- gemv: y[i] = sum_j W[i, j] x[j] (+ b[i]); W float16 row-major (n x k), x, b, y float32 ---- */
+static void gemv_rows(const uint16_t *W, const float *x, const float *b, float *y, int64_t i0, int64_t i1,
+                      int64_t k) {
   const int64_t k16 = k & ~(int64_t)15;
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = i0; i < i1; i++) {
     const uint16_t *w = W + i * k;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     for (int64_t j = 0; j < k16; j += 16) {
@@ -48,15 +57,174 @@ void gemv_f16(const uint16_t *W, const float *x, const float *b, float *y, int64
     y[i] = b ? acc + b[i] : acc;
   }
 }
+
+/* rows [i0, i1) of thread t of nt: contiguous blocks of 16 rows (each row's sum is the same for any split) */
+static void split(int64_t n, int t, int nt, int64_t *i0, int64_t *i1) {
+  int64_t blk = (n + nt - 1) / nt;
+  blk = (blk + 15) & ~(int64_t)15;
+  *i0 = t * blk < n ? t * blk : n;
+  *i1 = *i0 + blk < n ? *i0 + blk : n;
+}
+
+void gemv_f16(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k) {
+  gemv_rows(W, x, b, y, 0, n, k);
+}
+
+/* gemv_f16 on `threads` threads (rows split in blocks: every y[i] is bit-identical to gemv_f16's) */
+void gemv_f16_mt(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k, int threads) {
+  if (threads <= 1 || n * k < (1 << 16)) {
+    gemv_rows(W, x, b, y, 0, n, k);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int64_t i0, i1;
+    split(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
+    gemv_rows(W, x, b, y, i0, i1, k);
+  }
+}
+
+/* the decode step's feed-forward: h = relu(W1 x + b1) (n1 x k), y = W2 h + b2 (k x n1), in one parallel region */
+void ffn_f16_mt(const uint16_t *W1, const float *b1, const uint16_t *W2, const float *b2, const float *x, float *h,
+                float *y, int64_t k, int64_t n1, int threads) {
+  if (threads < 1) threads = 1;
+#pragma omp parallel num_threads(threads)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t i0, i1;
+    split(n1, t, nt, &i0, &i1);
+    gemv_rows(W1, x, b1, h, i0, i1, k);
+    for (int64_t i = i0; i < i1; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
+#pragma omp barrier
+    split(k, t, nt, &i0, &i1);
+    gemv_rows(W2, h, b2, y, i0, i1, n1);
+  }
+}
+
 /* dst[i] = (float)src[i]: the prefill's upcast of one weight (numpy's float16 astype is ~10x slower). */
 void f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
   for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
+
+/* ---- small-M GEMM: Y[m, n] = act(sum_k X[m, k] W[n, k] + b[n]); W float16 (N x K), X, Y float32 ----
+   A tile of NR weight rows (converted in registers, NR x K float16 stays in L1) against MR rows of X at a time;
+   float32 accumulation; OpenMP over N. act: 0 none, 1 ReLU, 2 exact GELU (erf: the Eigen/XLA float32 rational
+   approximation, as models/activations.py). */
+#ifdef __AVX512F__
+#define VW 16
+#define MR 6
+typedef __m512 vec;
+#define VZERO() _mm512_setzero_ps()
+#define VLOADX(p) _mm512_loadu_ps(p)
+#define VLOADW(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VSUM(a) _mm512_reduce_add_ps(a)
+#else
+#define VW 8
+#define MR 3
+typedef __m256 vec;
+#define VZERO() _mm256_setzero_ps()
+#define VLOADX(p) _mm256_loadu_ps(p)
+#define VLOADW(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+static inline float VSUM(__m256 s) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_hadd_ps(h, h);
+  h = _mm_hadd_ps(h, h);
+  return _mm_cvtss_f32(h);
+}
+#endif
+#define NR 4
+
+static inline float erf_f(float x) {
+  x = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+  const float x2 = x * x;
+  float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
+  p = x2 * p + -2.10102402082508e-06f;
+  p = x2 * p + -5.69250639462346e-05f;
+  p = x2 * p + -7.34990630326855e-04f;
+  p = x2 * p + -2.95459980854025e-03f;
+  p = x2 * p + -1.60960333262415e-02f;
+  p = x * p;
+  float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
+  q = x2 * q + -1.68282697438203e-03f;
+  q = x2 * q + -7.37332916720468e-03f;
+  q = x2 * q + -1.42647390514189e-02f;
+  return p / q;
+}
+
+static void gemm_block(const uint16_t *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
+                       int64_t n0, int64_t n1) {
+  const int64_t kv = K - K % VW;
+  for (int64_t n = n0; n < n1; n += NR) {
+    const uint16_t *w[NR];
+    for (int c = 0; c < NR; c++) w[c] = W + (n + c < N ? n + c : N - 1) * K;
+    for (int64_t m = 0; m < M; m += MR) {
+      const float *x[MR];
+      for (int r = 0; r < MR; r++) x[r] = X + (m + r < M ? m + r : M - 1) * K;
+      vec acc[MR][NR];
+      for (int r = 0; r < MR; r++)
+        for (int c = 0; c < NR; c++) acc[r][c] = VZERO();
+      for (int64_t j = 0; j < kv; j += VW) {
+        vec wv[NR];
+        for (int c = 0; c < NR; c++) wv[c] = VLOADW(w[c] + j);
+        for (int r = 0; r < MR; r++) {
+          const vec xv = VLOADX(x[r] + j);
+          for (int c = 0; c < NR; c++) acc[r][c] = VFMA(xv, wv[c], acc[r][c]);
+        }
+      }
+      for (int r = 0; r < MR && m + r < M; r++) {
+        for (int c = 0; c < NR && n + c < n1; c++) {
+          float s = VSUM(acc[r][c]);
+          for (int64_t j = kv; j < K; j++) s += x[r][j] * _cvtsh_ss(w[c][j]);
+          Y[(m + r) * N + n + c] = s;
+        }
+      }
+    }
+  }
+}
+
+static void epilogue(float *Y, const float *b, int64_t M, int64_t N, int64_t n0, int64_t n1, int act) {
+  for (int64_t m = 0; m < M; m++) {
+    float *y = Y + m * N;
+    if (b)
+      for (int64_t n = n0; n < n1; n++) y[n] += b[n];
+    if (act == 1)
+      for (int64_t n = n0; n < n1; n++) y[n] = y[n] > 0.0f ? y[n] : 0.0f;
+    else if (act == 2)
+      for (int64_t n = n0; n < n1; n++) y[n] = 0.5f * y[n] * (1.0f + erf_f(y[n] * 0.70710678118654752f));
+  }
+}
+
+void gemm_f16(const uint16_t *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K, int act,
+              int threads) {
+  if (M <= 0 || N <= 0) return;
+  if (threads <= 1 || M * N * K < (1 << 18)) {
+    gemm_block(W, X, b, Y, M, N, K, 0, N);
+    epilogue(Y, b, M, N, 0, N, act);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t blk = (N + nt - 1) / nt;
+    blk = (blk + NR - 1) / NR * NR;
+    int64_t n0 = t * blk < N ? t * blk : N, n1 = n0 + blk < N ? n0 + blk : N;
+    if (n0 < n1) {
+      gemm_block(W, X, b, Y, M, N, K, n0, n1);
+      epilogue(Y, b, M, N, n0, n1, act);
+    }
+  }
+}
 """
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c"]
+_AVX512 = ["-mavx512f"]  # where the CPU has it: 16-wide tiles in gemm_f16 (twice the AVX2 rate)
+_OPENMP = ["-fopenmp"]  # both cores; without it (no libgomp) the kernels run on one thread
 _STATE: dict[str, object] = {}  # the built kernel ("fn") and why not ("why"), once per process and mode
+_LIB: dict[str, object] = {}  # the built library ("lib") and why not ("why"), once per process
+_THREADS: dict[str, int] = {}
 
 
 _CONFIGURED: dict[str, str] = {}
@@ -79,8 +247,26 @@ def mode() -> str:
     return _CONFIGURED.get("mode", "auto")
 
 
-def _cpu_ok() -> str | None:
-    """None when this CPU runs the kernel, else why not."""
+def set_threads(threads: int | None) -> None:
+    """Threads for the kernels (None: back to the default, the package's BLAS thread count, which follows
+    ``PRIMESPEECH_THREADS``: 1 on machines with <= 2 usable CPUs unless set)."""
+    _THREADS.clear()
+    if threads is not None:
+        _THREADS["n"] = max(1, int(threads))
+
+
+def threads() -> int:
+    """The kernels' thread count now (see :func:`set_threads`)."""
+    if "n" in _THREADS:
+        return _THREADS["n"]
+    from .. import _blas
+
+    n = _blas.thread_settings().get("blas_threads")
+    return n if isinstance(n, int) and n > 0 else max(1, _blas.usable_cpus())
+
+
+def _cpu_flags() -> list[str] | str:
+    """This CPU's flags, or why the kernels cannot run on it."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return f"{platform.machine()} is not x86-64"
     try:
@@ -89,17 +275,56 @@ def _cpu_ok() -> str | None:
     except OSError:
         return "cannot read /proc/cpuinfo"
     missing = [x for x in ("avx2", "fma", "f16c") if x not in flags]
-    return f"CPU lacks {', '.join(missing)}" if missing else None
+    return f"CPU lacks {', '.join(missing)}" if missing else flags
 
 
-def _build() -> str:
+def _cpu_ok() -> str | None:
+    """None when this CPU runs the kernel, else why not."""
+    flags = _cpu_flags()
+    return flags if isinstance(flags, str) else None
+
+
+def _build(flags: list[str]) -> str:
     from .._blas import compile_shared
 
-    return compile_shared("gemv-f16", _SOURCE, _FLAGS)
+    return compile_shared("gemv-f16", _SOURCE, flags)
+
+
+def library():
+    """The compiled kernels (:class:`_Kernel`) whatever ``PRIMESPEECH_GPT_HALF`` says, or None where they cannot be
+    had (see :func:`library_status`). Built once per process: with AVX-512 where the CPU has it, with OpenMP where
+    the compiler has it."""
+    if "lib" in _LIB:
+        return _LIB["lib"]
+    lib, why = None, None
+    cpu = _cpu_flags()
+    if isinstance(cpu, str):
+        why = cpu
+    else:
+        base = _FLAGS + (_AVX512 if "avx512f" in cpu else [])
+        errors = []
+        for flags in (base + _OPENMP, base):
+            try:
+                lib = _Kernel(ctypes.CDLL(_build(flags)), openmp="-fopenmp" in flags, avx512="-mavx512f" in flags)
+                if _self_check(lib):
+                    break
+                lib, why = None, "self-check failed"
+            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                errors.append(str(exc))
+                lib, why = None, f"cannot build the kernel: {'; '.join(errors)}"
+    _LIB.update(lib=lib, why=why)
+    return lib
+
+
+def library_status() -> dict[str, object]:
+    lib = library()
+    return {"kernel": lib is not None, "why_not": _LIB.get("why"), "threads": threads(),
+            "openmp": bool(lib and lib.openmp), "avx512": bool(lib and lib.avx512)}
 
 
 def kernel():
-    """The ctypes ``gemv_f16`` function, or None (see :func:`status` for why). Built once per process."""
+    """The kernels for the GPT decode (:class:`_Kernel`), or None (see :func:`status` for why): the
+    :func:`library` unless ``PRIMESPEECH_GPT_HALF=0``."""
     if "fn" in _STATE:
         return _STATE["fn"]
     fn, why = None, None
@@ -107,33 +332,47 @@ def kernel():
     if m == "off":
         why = f"{ENV}=0 (off)"
     else:
-        why = _cpu_ok()
-        if why is None:
-            try:
-                fn = _Kernel(ctypes.CDLL(_build()))
-                if not _self_check(fn):
-                    fn, why = None, "self-check failed"
-            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-                why = f"cannot build the kernel: {exc}"
+        fn = library()
+        why = _LIB.get("why")
         if why and m == "on":  # asked for explicitly
             log.warning("%s=1 but float16 GPT decode weights are unavailable: %s", ENV, why)
     _STATE.update(fn=fn, why=why)
     return fn
 
 
+def _fn(lib, name: str, *argtypes):
+    f = getattr(lib, name)
+    f.argtypes = list(argtypes)
+    f.restype = None
+    return f
+
+
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
 class _Kernel:
-    """The compiled library: ``kernel(W, x, b, y, n, k)`` is ``gemv_f16``; ``upcast(src, dst, n)``."""
+    """The compiled library: ``kernel(W, x, b, y, n, k)`` is ``gemv_f16`` on :func:`threads` threads (rows split,
+    every result bit-identical to one thread's); ``gemm(W, X, b, Y, m, n, k, act)``; ``ffn(...)`` (the decode
+    step's fc1 -> ReLU -> fc2 in one parallel region); ``upcast(src, dst, n)``."""
 
-    def __init__(self, lib):
-        self.gemv = lib.gemv_f16
-        self.gemv.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2
-        self.gemv.restype = None
-        self.upcast = lib.f16_to_f32
-        self.upcast.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-        self.upcast.restype = None
+    ACT = {None: 0, "relu": 1, "gelu": 2}
 
-    def __call__(self, *args) -> None:
-        self.gemv(*args)
+    def __init__(self, lib, openmp: bool = False, avx512: bool = False):
+        self.lib, self.openmp, self.avx512 = lib, openmp, avx512
+        self.gemv1 = _fn(lib, "gemv_f16", _P, _P, _P, _P, _I64, _I64)
+        self.gemv_mt = _fn(lib, "gemv_f16_mt", _P, _P, _P, _P, _I64, _I64, _INT)
+        self.ffn_mt = _fn(lib, "ffn_f16_mt", _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)
+        self.gemm_mt = _fn(lib, "gemm_f16", _P, _P, _P, _P, _I64, _I64, _I64, _INT, _INT)
+        self.upcast = _fn(lib, "f16_to_f32", _P, _P, _I64)
+
+    def __call__(self, W, x, b, y, n, k) -> None:
+        self.gemv_mt(W, x, b, y, n, k, threads())
+
+    def gemm(self, W, X, b, Y, m, n, k, act: str | None = None, nthreads: int | None = None) -> None:
+        self.gemm_mt(W, X, b, Y, m, n, k, self.ACT[act], threads() if nthreads is None else nthreads)
+
+    def ffn(self, W1, b1, W2, b2, x, h, y, k, n1) -> None:
+        self.ffn_mt(W1, b1, W2, b2, x, h, y, k, n1, threads())
 
 
 def _self_check(fn) -> bool:
@@ -146,17 +385,23 @@ def _self_check(fn) -> bool:
     up = np.empty(w.shape, np.float32)
     fn.upcast(w.ctypes.data, up.ctypes.data, w.size)
     exact = bool(np.array_equal(up, w.astype(np.float32)))
-    return exact and bool(np.allclose(y, w.astype(np.float32) @ x + b, atol=1e-4))
+    xs = rng.standard_normal((5, 37)).astype(np.float32)
+    ys = np.empty((5, 7), np.float32)
+    fn.gemm(w.ctypes.data, xs.ctypes.data, b.ctypes.data, ys.ctypes.data, 5, 7, 37, None, 1)
+    ref = w.astype(np.float32) @ x + b
+    return exact and bool(np.allclose(y, ref, atol=1e-4)) and bool(np.allclose(ys, xs @ w.astype(np.float32).T + b,
+                                                                               atol=1e-4))
 
 
 def status() -> dict[str, object]:
     kernel()
-    return {"mode": mode(), "kernel": _STATE.get("fn") is not None, "why_not": _STATE.get("why")}
+    return {"mode": mode(), "kernel": _STATE.get("fn") is not None, "why_not": _STATE.get("why"),
+            "threads": threads()}
 
 
 class HalfMatrix:
-    """A float16 (n, k) weight used as ``W @ x`` (vector: the kernel, float32 accumulation) and
-    ``x @ W.T`` (matrix: upcast once for the product, as a prefill does)."""
+    """A float16 (n, k) weight used as ``W @ x`` (vector: the gemv kernel, float32 accumulation) and
+    ``x @ W.T`` (matrix: the small-M GEMM kernel, :meth:`matmul_t`)."""
 
     __slots__ = ("w", "fn")
 
@@ -189,6 +434,21 @@ class HalfMatrix:
         b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)  # alive during the call
         self.fn(self.w.ctypes.data, x.ctypes.data, None if b is None else b.ctypes.data, y.ctypes.data, n, k)
         return y
+
+    def matmul_t(self, x: np.ndarray, bias: np.ndarray | None = None, act: str | None = None) -> np.ndarray:
+        """``act(x @ W.T + bias)`` for x (..., k) float32 through the GEMM kernel (float32 accumulation, no
+        float32 copy of the weight); ``act``: None, ``"relu"`` or ``"gelu"`` (exact, erf)."""
+        n, k = self.w.shape
+        if x.shape[-1] != k:
+            raise ValueError(f"matmul_t: x has shape {x.shape}, expected (..., {k})")
+        lead = x.shape[:-1]
+        x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, k)
+        m = x2.shape[0]
+        y = np.empty((m, n), dtype=np.float32)
+        b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+        self.fn.gemm(self.w.ctypes.data, x2.ctypes.data, None if b is None else b.ctypes.data, y.ctypes.data, m, n, k,
+                     act)
+        return y.reshape(*lead, n)
 
     def __matmul__(self, x: np.ndarray) -> np.ndarray:
         if np.ndim(x) == 1:

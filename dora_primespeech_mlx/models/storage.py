@@ -21,11 +21,13 @@ import mlx.nn as nn
 MIN_ELEMENTS = 1 << 16  # matrices smaller than this stay float32 (biases, norms, small projections)
 
 
-def half_storage(model: nn.Module, embeddings: tuple[str, ...] = (), min_elements: int = MIN_ELEMENTS) -> int:
+def half_storage(model: nn.Module, embeddings: tuple[str, ...] = (), min_elements: int | None = MIN_ELEMENTS) -> int:
     """Store the weights of every ``nn.Linear`` with at least ``min_elements`` entries, and of the
     ``nn.Embedding`` modules named in ``embeddings``, as float16. Biases stay float32. Only embeddings
     whose output is added to a float32 array (so the sum is float32) may be named. Returns the bytes
-    saved. Idempotent."""
+    saved (``min_elements`` None: :data:`MIN_ELEMENTS`). Idempotent."""
+    if min_elements is None:
+        min_elements = MIN_ELEMENTS
     saved = 0
     for name, module in model.named_modules():
         is_linear = isinstance(module, nn.Linear)

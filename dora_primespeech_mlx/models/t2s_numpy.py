@@ -124,6 +124,37 @@ class _Weights:
         self.source = model.predict.weight  # identity check for stale views
 
 
+def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False) -> np.ndarray:
+    """``x @ w.T + b`` (then ReLU) for the prefill's rows: a float16 weight through the kernel's small-M GEMM (float32
+    accumulation, both cores, no float32 copy of the weight), a float32 one through BLAS."""
+    from .half_gemv import HalfMatrix
+
+    if isinstance(w, HalfMatrix):
+        return w.matmul_t(x, b, "relu" if relu else None)
+    y = x @ w.T + b
+    if relu:
+        np.maximum(y, 0, out=y)
+    return y
+
+
+def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """The decode step's ``fc2 @ relu(fc1 @ x + b1)`` (without fc2's bias, added by the caller as before): with float16
+    weights one kernel call for both products (one parallel region), each value as the separate calls give it."""
+    from .half_gemv import HalfMatrix
+
+    w1, w2 = layer.fc1_w, layer.fc2_w
+    if isinstance(w1, HalfMatrix) and isinstance(w2, HalfMatrix):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        y = np.empty(w2.shape[0], dtype=np.float32)
+        b1 = layer.fc1_b
+        w1.fn.ffn(w1.w.ctypes.data, b1.ctypes.data, w2.w.ctypes.data, None, x.ctypes.data, h.ctypes.data,
+                  y.ctypes.data, w1.shape[1], w1.shape[0])
+        return y
+    hh = w1 @ x + layer.fc1_b
+    np.maximum(hh, 0, out=hh)
+    return w2 @ hh
+
+
 class NumpyDecoder:
     """The :class:`~.t2s.Decoder` computing in numpy (the CPU fast path) from views of the model's weights."""
 
@@ -166,7 +197,7 @@ class NumpyDecoder:
         state = NumpyDecodeState(w, model, T + max_new)
         H, hd, D = w.num_heads, w.head_dim, w.dim
         for layer, K, V in zip(w.layers, state.keys, state.values):
-            qkv = x @ layer.qkv_w.T + layer.qkv_b
+            qkv = _linear(x, layer.qkv_w, layer.qkv_b)
             q = qkv[:, :D].reshape(T, H, hd).transpose(1, 0, 2)
             K[:, :T] = qkv[:, D : 2 * D].reshape(T, H, hd).transpose(1, 0, 2)
             V[:, :T] = qkv[:, 2 * D :].reshape(T, H, hd).transpose(1, 0, 2)
@@ -175,10 +206,9 @@ class NumpyDecoder:
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             o = np.matmul(s, V[:, :T]).transpose(1, 0, 2).reshape(T, D)
-            x = _layer_norm_rows(x + o @ layer.out_w.T + layer.out_b, layer.n1_w, layer.n1_b)
-            h = x @ layer.fc1_w.T + layer.fc1_b
-            np.maximum(h, 0, out=h)
-            x = _layer_norm_rows(x + h @ layer.fc2_w.T + layer.fc2_b, layer.n2_w, layer.n2_b)
+            x = _layer_norm_rows(x + _linear(o, layer.out_w, layer.out_b), layer.n1_w, layer.n1_b)
+            h = _linear(x, layer.fc1_w, layer.fc1_b, relu=True)
+            x = _layer_norm_rows(x + _linear(h, layer.fc2_w, layer.fc2_b), layer.n2_w, layer.n2_b)
         state.offset = T
         return state, w.predict @ x[-1]
 
@@ -196,6 +226,7 @@ class NumpyDecodeState:
         self.offset = 0
         self._pe_src: mx.array | None = None
         self._pe = np.zeros((0, dec.dim), dtype=np.float32)
+        self._h = np.empty(dec.layers[0].fc1_b.shape[0], dtype=np.float32) if dec.layers else None  # ffn scratch
 
     def step(self, token: int, position: int) -> np.ndarray:
         """Feed ``token`` at audio position ``position`` into cache row ``offset``; returns the raw
@@ -220,8 +251,6 @@ class NumpyDecodeState:
             s /= s.sum(axis=1, keepdims=True)
             o = np.matmul(s[:, None, :], V[:, :n]).reshape(d.dim)  # (H, 1, hd) -> (D,)
             x = _layer_norm(x + layer.out_w @ o + layer.out_b, layer.n1_w, layer.n1_b)
-            h = layer.fc1_w @ x + layer.fc1_b
-            np.maximum(h, 0, out=h)
-            x = _layer_norm(x + layer.fc2_w @ h + layer.fc2_b, layer.n2_w, layer.n2_b)
+            x = _layer_norm(x + _ffn(layer, x, self._h) + layer.fc2_b, layer.n2_w, layer.n2_b)
         self.offset = n
         return d.predict @ x
