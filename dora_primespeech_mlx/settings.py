@@ -260,8 +260,9 @@ VARS: tuple[Var, ...] = (
         "(mx.compile'd MLX step) | numpy.", ()),
     Var("t2s_compile", "PRIMESPEECH_T2S_COMPILE", None, _auto_bool,
         "Compile the MLX GPT decode step with mx.compile (unset/auto: on GPUs only).", ()),
-    Var("bert_half", "PRIMESPEECH_BERT_HALF", False, _bool,
-        "Keep the RoBERTa weights in float16 (computing in float32): ~0.6 GB less memory.", ()),
+    Var("bert_half", "PRIMESPEECH_BERT_HALF", None, _auto_bool,
+        "RoBERTa weights in float16 (float32 compute; ~0.55 GB less memory): auto (on where MLX runs on the CPU and "
+        "the float16 kernels build, when the weights are float16 values, as released) | 1 | 0.", ()),
     Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
         "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
         "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
@@ -333,7 +334,7 @@ class Settings(defaults.RequestDefaults):
     conv_impl: str = "auto"
     t2s_decode: str = "auto"
     t2s_compile: bool | None = None
-    bert_half: bool = False
+    bert_half: bool | None = None
     vocoder: str = "auto"
     gpt_half: str = "auto"
     g2pw: bool = False

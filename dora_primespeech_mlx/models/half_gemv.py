@@ -29,12 +29,134 @@ _SOURCE = r"""
 #include <stdint.h>
 #include <math.h>
 #include <immintrin.h>
-#ifdef _OPENMP
-#include <omp.h>
-#else
-static int omp_get_thread_num(void) { return 0; }
-static int omp_get_num_threads(void) { return 1; }
-#endif
+
+/* ---- a small thread pool: the caller publishes a job of n chunks; the caller and up to threads-1 workers claim
+   chunks with one atomic ticket (generation << 32 | next chunk) and the caller waits only for chunks claimed by
+   others — never for a worker to wake up: a descheduled worker (a busy neighbour process) costs nothing, the
+   caller then runs every chunk itself. Workers spin ~SPIN_NS after a job, then sleep on a condition variable. ---- */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#define MAX_WORKERS 63
+#define SPIN_NS 200000L
+typedef void (*chunk_fn)(const void *ctx, int64_t chunk);
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int nworkers;
+  atomic_int sleepers;
+  atomic_uint_fast64_t ticket;
+  atomic_int_fast64_t done;
+  chunk_fn fn;
+  const void *ctx;
+  int64_t nchunks;
+  int active; /* workers allowed in the current job */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0};
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* claim and run chunks of generation gen; returns when none is left */
+static void run_chunks(uint64_t gen, chunk_fn fn, const void *ctx, int64_t nchunks) {
+  for (;;) {
+    uint64_t t = atomic_load(&pool.ticket);
+    if ((t >> 32) != gen || (int64_t)(t & 0xffffffffu) >= nchunks) return;
+    if (!atomic_compare_exchange_weak(&pool.ticket, &t, t + 1)) continue;
+    fn(ctx, (int64_t)(t & 0xffffffffu));
+    atomic_fetch_add(&pool.done, 1);
+  }
+}
+
+static void *worker(void *arg) {
+  const int id = (int)(intptr_t)arg;
+  uint64_t seen = atomic_load(&pool.ticket) >> 32;
+  for (;;) {
+    int64_t t0 = now_ns();
+    uint64_t t;
+    for (int i = 0;; i++) {
+      t = atomic_load(&pool.ticket);
+      if ((t >> 32) != seen) break;
+      _mm_pause();
+      if ((i & 63) == 63 && now_ns() - t0 > SPIN_NS) {
+        pthread_mutex_lock(&pool.mu);
+        atomic_fetch_add(&pool.sleepers, 1);
+        while (((t = atomic_load(&pool.ticket)) >> 32) == seen) pthread_cond_wait(&pool.cv, &pool.mu);
+        atomic_fetch_sub(&pool.sleepers, 1);
+        pthread_mutex_unlock(&pool.mu);
+        break;
+      }
+    }
+    seen = t >> 32;
+    /* the job's fields were written before the ticket was published */
+    chunk_fn fn = pool.fn;
+    const void *ctx = pool.ctx;
+    int64_t nchunks = pool.nchunks;
+    const int active = pool.active;
+    atomic_thread_fence(memory_order_seq_cst);
+    if (id < active) run_chunks(seen, fn, ctx, nchunks); /* claims fail unless seen is still the open job */
+  }
+  return NULL;
+}
+
+/* a forked child has no workers: start afresh (the caller would run every chunk itself anyway) */
+static void after_fork(void) {
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+  pool.mu = mu;
+  pool.cv = cv;
+  pool.nworkers = 0;
+  atomic_store(&pool.sleepers, 0);
+}
+
+/* run fn(ctx, 0 .. nchunks-1) on up to `threads` threads (the caller included); returns when all are done */
+static void parallel(chunk_fn fn, const void *ctx, int64_t nchunks, int threads) {
+  static int atfork = 0;
+  if (!atfork) atfork = 1 + pthread_atfork(NULL, NULL, after_fork);
+  if (threads > MAX_WORKERS + 1) threads = MAX_WORKERS + 1;
+  while (pool.nworkers < threads - 1) { /* started on first use; the caller is single-threaded (Python + GIL) */
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, worker, (void *)(intptr_t)pool.nworkers) != 0) {
+      pthread_attr_destroy(&attr);
+      break;
+    }
+    pthread_attr_destroy(&attr);
+    pool.nworkers++;
+  }
+  if (threads <= 1 || nchunks <= 1 || pool.nworkers == 0) {
+    for (int64_t c = 0; c < nchunks; c++) fn(ctx, c);
+    return;
+  }
+  /* close the previous generation (no claim can succeed, a late worker cannot mix two jobs' fields), then
+     write the job and publish it */
+  const uint64_t closed = (atomic_load(&pool.ticket) >> 32) + 1, gen = closed + 1;
+  atomic_store(&pool.ticket, (closed << 32) | 0xffffffffu);
+  atomic_thread_fence(memory_order_seq_cst);
+  pool.fn = fn;
+  pool.ctx = ctx;
+  pool.nchunks = nchunks;
+  pool.active = threads - 1;
+  atomic_store(&pool.done, 0);
+  atomic_store(&pool.ticket, gen << 32);
+  if (atomic_load(&pool.sleepers) > 0) {
+    pthread_mutex_lock(&pool.mu);
+    pthread_cond_broadcast(&pool.cv);
+    pthread_mutex_unlock(&pool.mu);
+  }
+  run_chunks(gen, fn, ctx, nchunks);
+  for (int i = 0; atomic_load(&pool.done) < nchunks; i++) {
+    if (i > 4096) sched_yield(); /* a worker holding a chunk was descheduled */
+    else _mm_pause();
+  }
+}
 
 /* ---- gemv: y[i] = sum_j W[i, j] x[j] (+ b[i]); W float16 row-major (n x k), x, b, y float32 ---- */
 static void gemv_rows(const uint16_t *W, const float *x, const float *b, float *y, int64_t i0, int64_t i1,
@@ -58,47 +180,45 @@ static void gemv_rows(const uint16_t *W, const float *x, const float *b, float *
   }
 }
 
-/* rows [i0, i1) of thread t of nt: contiguous blocks of 16 rows (each row's sum is the same for any split) */
-static void split(int64_t n, int t, int nt, int64_t *i0, int64_t *i1) {
-  int64_t blk = (n + nt - 1) / nt;
-  blk = (blk + 15) & ~(int64_t)15;
-  *i0 = t * blk < n ? t * blk : n;
-  *i1 = *i0 + blk < n ? *i0 + blk : n;
-}
-
 void gemv_f16(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k) {
   gemv_rows(W, x, b, y, 0, n, k);
 }
 
-/* gemv_f16 on `threads` threads (rows split in blocks: every y[i] is bit-identical to gemv_f16's) */
-void gemv_f16_mt(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k, int threads) {
-  if (threads <= 1 || n * k < (1 << 16)) {
-    gemv_rows(W, x, b, y, 0, n, k);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    int64_t i0, i1;
-    split(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
-    gemv_rows(W, x, b, y, i0, i1, k);
-  }
+typedef struct {
+  const uint16_t *W;
+  const float *x, *b;
+  float *y;
+  int64_t n, k, rows;
+  int relu;
+} gemv_job;
+
+static void gemv_chunk(const void *p, int64_t c) {
+  const gemv_job *j = (const gemv_job *)p;
+  const int64_t i0 = c * j->rows, i1 = i0 + j->rows < j->n ? i0 + j->rows : j->n;
+  gemv_rows(j->W, j->x, j->b, j->y, i0, i1, j->k);
+  if (j->relu)
+    for (int64_t i = i0; i < i1; i++) j->y[i] = j->y[i] > 0.0f ? j->y[i] : 0.0f;
 }
 
-/* the decode step's feed-forward: h = relu(W1 x + b1) (n1 x k), y = W2 h + b2 (k x n1), in one parallel region */
+static void gemv_par(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k, int relu,
+                     int threads) {
+  if (threads <= 1 || n * k < (1 << 16)) threads = 1;
+  int64_t rows = threads == 1 ? n : (n + 4 * threads - 1) / (4 * threads);
+  rows = rows < 32 ? 32 : (rows + 15) & ~(int64_t)15;
+  gemv_job j = {W, x, b, y, n, k, rows, relu};
+  parallel(gemv_chunk, &j, (n + rows - 1) / rows, threads);
+}
+
+/* gemv_f16 on `threads` threads (rows in chunks: every y[i] is bit-identical to gemv_f16's) */
+void gemv_f16_mt(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k, int threads) {
+  gemv_par(W, x, b, y, n, k, 0, threads);
+}
+
+/* the decode step's feed-forward: h = relu(W1 x + b1) (n1 x k), y = W2 h + b2 (k x n1) */
 void ffn_f16_mt(const uint16_t *W1, const float *b1, const uint16_t *W2, const float *b2, const float *x, float *h,
                 float *y, int64_t k, int64_t n1, int threads) {
-  if (threads < 1) threads = 1;
-#pragma omp parallel num_threads(threads)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t i0, i1;
-    split(n1, t, nt, &i0, &i1);
-    gemv_rows(W1, x, b1, h, i0, i1, k);
-    for (int64_t i = i0; i < i1; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
-#pragma omp barrier
-    split(k, t, nt, &i0, &i1);
-    gemv_rows(W2, h, b2, y, i0, i1, n1);
-  }
+  gemv_par(W1, x, b1, h, n1, k, 1, threads);
+  gemv_par(W2, h, b2, y, k, n1, 0, threads);
 }
 
 /* dst[i] = (float)src[i]: the prefill's upcast of one weight (numpy's float16 astype is ~10x slower). */
@@ -155,7 +275,7 @@ static inline float erf_f(float x) {
   return p / q;
 }
 
-static void gemm_block(const uint16_t *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
+static void gemm_block(const uint16_t *W, const float *X, float *Y, int64_t M, int64_t N, int64_t K,
                        int64_t n0, int64_t n1) {
   const int64_t kv = K - K % VW;
   for (int64_t n = n0; n < n1; n += NR) {
@@ -198,30 +318,34 @@ static void epilogue(float *Y, const float *b, int64_t M, int64_t N, int64_t n0,
   }
 }
 
+typedef struct {
+  const uint16_t *W;
+  const float *X, *b;
+  float *Y;
+  int64_t M, N, K, cols;
+  int act;
+} gemm_job;
+
+static void gemm_chunk(const void *p, int64_t c) {
+  const gemm_job *j = (const gemm_job *)p;
+  const int64_t n0 = c * j->cols, n1 = n0 + j->cols < j->N ? n0 + j->cols : j->N;
+  gemm_block(j->W, j->X, j->Y, j->M, j->N, j->K, n0, n1);
+  epilogue(j->Y, j->b, j->M, j->N, n0, n1, j->act);
+}
+
 void gemm_f16(const uint16_t *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K, int act,
               int threads) {
   if (M <= 0 || N <= 0) return;
-  if (threads <= 1 || M * N * K < (1 << 18)) {
-    gemm_block(W, X, b, Y, M, N, K, 0, N);
-    epilogue(Y, b, M, N, 0, N, act);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t blk = (N + nt - 1) / nt;
-    blk = (blk + NR - 1) / NR * NR;
-    int64_t n0 = t * blk < N ? t * blk : N, n1 = n0 + blk < N ? n0 + blk : N;
-    if (n0 < n1) {
-      gemm_block(W, X, b, Y, M, N, K, n0, n1);
-      epilogue(Y, b, M, N, n0, n1, act);
-    }
-  }
+  if (threads <= 1 || M * N * K < (1 << 18)) threads = 1;
+  int64_t cols = threads == 1 ? N : (N + 8 * threads - 1) / (8 * threads);
+  cols = (cols + NR - 1) / NR * NR;
+  gemm_job j = {W, X, b, Y, M, N, K, cols, act};
+  parallel(gemm_chunk, &j, (N + cols - 1) / cols, threads);
 }
 """
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c"]
 _AVX512 = ["-mavx512f"]  # where the CPU has it: 16-wide tiles in gemm_f16 (twice the AVX2 rate)
-_OPENMP = ["-fopenmp"]  # both cores; without it (no libgomp) the kernels run on one thread
+_PTHREAD = ["-pthread"]
 _STATE: dict[str, object] = {}  # the built kernel ("fn") and why not ("why"), once per process and mode
 _LIB: dict[str, object] = {}  # the built library ("lib") and why not ("why"), once per process
 _THREADS: dict[str, int] = {}
@@ -292,8 +416,7 @@ def _build(flags: list[str]) -> str:
 
 def library():
     """The compiled kernels (:class:`_Kernel`) whatever ``PRIMESPEECH_GPT_HALF`` says, or None where they cannot be
-    had (see :func:`library_status`). Built once per process: with AVX-512 where the CPU has it, with OpenMP where
-    the compiler has it."""
+    had (see :func:`library_status`). Built once per process, with AVX-512 where the CPU has it."""
     if "lib" in _LIB:
         return _LIB["lib"]
     lib, why = None, None
@@ -303,9 +426,9 @@ def library():
     else:
         base = _FLAGS + (_AVX512 if "avx512f" in cpu else [])
         errors = []
-        for flags in (base + _OPENMP, base):
+        for flags in (base + _PTHREAD,):
             try:
-                lib = _Kernel(ctypes.CDLL(_build(flags)), openmp="-fopenmp" in flags, avx512="-mavx512f" in flags)
+                lib = _Kernel(ctypes.CDLL(_build(flags)), avx512="-mavx512f" in flags)
                 if _self_check(lib):
                     break
                 lib, why = None, "self-check failed"
@@ -319,7 +442,7 @@ def library():
 def library_status() -> dict[str, object]:
     lib = library()
     return {"kernel": lib is not None, "why_not": _LIB.get("why"), "threads": threads(),
-            "openmp": bool(lib and lib.openmp), "avx512": bool(lib and lib.avx512)}
+            "avx512": bool(lib and lib.avx512)}
 
 
 def kernel():
@@ -353,12 +476,12 @@ _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 class _Kernel:
     """The compiled library: ``kernel(W, x, b, y, n, k)`` is ``gemv_f16`` on :func:`threads` threads (rows split,
     every result bit-identical to one thread's); ``gemm(W, X, b, Y, m, n, k, act)``; ``ffn(...)`` (the decode
-    step's fc1 -> ReLU -> fc2 in one parallel region); ``upcast(src, dst, n)``."""
+    step's fc1 -> ReLU -> fc2 in one call); ``upcast(src, dst, n)``."""
 
     ACT = {None: 0, "relu": 1, "gelu": 2}
 
-    def __init__(self, lib, openmp: bool = False, avx512: bool = False):
-        self.lib, self.openmp, self.avx512 = lib, openmp, avx512
+    def __init__(self, lib, avx512: bool = False):
+        self.lib, self.avx512 = lib, avx512
         self.gemv1 = _fn(lib, "gemv_f16", _P, _P, _P, _P, _I64, _I64)
         self.gemv_mt = _fn(lib, "gemv_f16_mt", _P, _P, _P, _P, _I64, _I64, _INT)
         self.ffn_mt = _fn(lib, "ffn_f16_mt", _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)

@@ -28,12 +28,14 @@ BERT_CASES = model_cases("bert")
 
 
 @functools.lru_cache(maxsize=4)
-def _load(model_dir: str) -> tuple[BertModel, BertTokenizer]:
-    return load_bert(model_dir, cache=False)
+def _load(model_dir: str, half: bool | None = None) -> tuple[BertModel, BertTokenizer]:
+    return load_bert(model_dir, cache=False, half=half)
 
 
-def _load_for(rel: str) -> tuple[BertModel, BertTokenizer]:
-    return _load(str(require_fixture(f"models/{rel}")))
+def _load_for(rel: str, half: bool | None = None) -> tuple[BertModel, BertTokenizer]:
+    """The model as loaded by default (``half`` None: float16 numpy kernels where available, see
+    models/bert_numpy.py) or with float32 MLX (``half`` False)."""
+    return _load(str(require_fixture(f"models/{rel}")), half)
 
 
 def _assert_close(name: str, got, want: np.ndarray, tol: dict) -> float:
@@ -51,10 +53,11 @@ def _case_data(case):
     return gold, case["norm_text"], [int(n) for n in gold["word2ph"]]
 
 
+@pytest.mark.parametrize("half", [None, False], ids=["default", "float32-mlx"])
 @pytest.mark.parametrize("case", param_or_missing(BERT_CASES, lambda c: c["name"], "bert cases"))
-def test_bert_matches_golden(case):
+def test_bert_matches_golden(case, half):
     case = require_case(case, CASES_JSON)
-    model, tok = _load_for(case["model"])
+    model, tok = _load_for(case["model"], half)
     gold, norm_text, word2ph = _case_data(case)
     tol = case["tolerance"]
     tol_hidden = tol.get("hidden_states", tol["phone_features"])
@@ -94,13 +97,14 @@ def test_tokenizer_from_vocab_txt_matches(case, tmp_path):
     assert tok.encode(norm_text) == gold["input_ids"][0].tolist()
 
 
-def test_batched_equals_unbatched():
+@pytest.mark.parametrize("half", [None, False], ids=["default", "float32-mlx"])
+def test_batched_equals_unbatched(half):
     cases = [require_case(c, CASES_JSON) for c in BERT_CASES] or [require_case(None, CASES_JSON)]
     by_model: dict[str, list] = {}
     for c in cases:
         by_model.setdefault(c["model"], []).append(c)
     for rel, group in by_model.items():
-        model, tok = _load_for(rel)
+        model, tok = _load_for(rel, half)
         data = [_case_data(c) for c in group]
         # reversed order and a repeat, so rows of different lengths are padded differently
         items = [(t, w) for _, t, w in data] + [(t, w) for _, t, w in reversed(data)]

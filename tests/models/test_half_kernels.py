@@ -1,0 +1,205 @@
+"""The float16-weight kernels (models/half_gemv.py) on several threads, the GPT prefill and decode through them
+(models/t2s_numpy.py) and RoBERTa with float16 weights (models/bert_numpy.py, ``BertModel.prepare``).
+
+- gemv: every row bit-identical whatever the thread count (rows are split, never a row's sum);
+- the decode step's fused FFN: bit-identical to the separate calls it replaces;
+- small-M GEMM: against a float64 product of the same float16 weights, with tails in M, N and K, bias, ReLU and
+  exact GELU, and bit-identical across thread counts (columns are split);
+- the GPT decode step at 2 threads bit-identical to 1 thread; the prefill through the GEMM close to the float32
+  upcast + BLAS prefill;
+- RoBERTa: the automatic choice (float16 + numpy where the kernels build on the CPU, float32 when the weights are
+  not float16 values) and the fixture cases (tests/models/test_bert.py checks every case's goldens with both).
+"""
+
+from __future__ import annotations  # noqa: I001  (the package must load before mlx)
+
+import math
+
+import dora_primespeech_mlx  # noqa: F401  (preloads a fast BLAS)
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from dora_primespeech_mlx.models import half_gemv
+
+
+@pytest.fixture(scope="module")
+def lib():
+    k = half_gemv.library()
+    if k is None:
+        pytest.skip(f"float16 kernels unavailable here: {half_gemv.library_status()['why_not']}")
+    return k
+
+
+@pytest.fixture
+def threads():
+    """Set the kernels' thread count for one test, restored afterwards."""
+    saved = dict(half_gemv._THREADS)
+    yield half_gemv.set_threads
+    half_gemv._THREADS.clear()
+    half_gemv._THREADS.update(saved)
+
+
+def _weights(rng, n, k):
+    return (rng.standard_normal((n, k)) * 0.05).astype(np.float16)
+
+
+@pytest.mark.parametrize("shape", [(1536, 512), (512, 2048), (1025, 512), (1000, 77), (7, 37)])
+def test_gemv_rows_identical_on_any_thread_count(lib, threads, shape):
+    rng = np.random.default_rng(sum(shape))
+    w = _weights(rng, *shape)
+    x = rng.standard_normal(shape[1]).astype(np.float32)
+    b = rng.standard_normal(shape[0]).astype(np.float32)
+    m = half_gemv.HalfMatrix(w, lib)
+    threads(1)
+    one = m.matvec(x, b)
+    np.testing.assert_allclose(one, w.astype(np.float64) @ x + b, rtol=1e-5, atol=1e-5)
+    for n in (2, 3, 4):
+        threads(n)
+        for _ in range(5):  # repeated: the workers race for the chunks differently each time
+            np.testing.assert_array_equal(m.matvec(x, b), one)
+
+
+def test_fused_ffn_equals_separate_calls(lib, threads):
+    from dora_primespeech_mlx.models.t2s_numpy import _ffn
+
+    rng = np.random.default_rng(3)
+    d, f = 512, 2048
+
+    class Layer:
+        fc1_w = half_gemv.HalfMatrix(_weights(rng, f, d), lib)
+        fc2_w = half_gemv.HalfMatrix(_weights(rng, d, f), lib)
+        fc1_b = rng.standard_normal(f).astype(np.float32)
+
+    x = rng.standard_normal(d).astype(np.float32)
+    h = np.empty(f, np.float32)
+    for n in (1, 2):
+        threads(n)
+        hh = Layer.fc1_w @ x + Layer.fc1_b  # what the step computed before the fused call
+        np.maximum(hh, 0, out=hh)
+        np.testing.assert_array_equal(_ffn(Layer, x, h), Layer.fc2_w @ hh)
+        np.testing.assert_array_equal(h, hh)
+
+
+def _gelu(y: np.ndarray) -> np.ndarray:
+    erf = np.vectorize(math.erf)
+    return 0.5 * y * (1.0 + erf(y / math.sqrt(2.0)))
+
+
+@pytest.mark.parametrize("mnk", [(1, 7, 37), (5, 9, 16), (23, 1024, 1024), (23, 1027, 129), (210, 512, 512),
+                                 (7, 64, 4096)])
+@pytest.mark.parametrize("act", [None, "relu", "gelu"])
+def test_gemm_matches_float64_and_threads_agree(lib, threads, mnk, act):
+    M, N, K = mnk
+    rng = np.random.default_rng(M * N + K)
+    w = _weights(rng, N, K)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    m = half_gemv.HalfMatrix(w, lib)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + b
+    ref = {None: ref, "relu": np.maximum(ref, 0), "gelu": _gelu(ref) if act == "gelu" else None}[act]
+    threads(1)
+    one = m.matmul_t(x, b, act)
+    assert one.shape == (M, N) and one.dtype == np.float32
+    np.testing.assert_allclose(one, ref, rtol=2e-5, atol=2e-5 * math.sqrt(K / 64))
+    threads(2)
+    for _ in range(3):
+        np.testing.assert_array_equal(m.matmul_t(x, b, act), one)
+    np.testing.assert_array_equal(m.matmul_t(x[None], b, act), one[None])  # leading dimensions
+    with pytest.raises(ValueError):
+        m.matmul_t(x[:, :-1])
+
+
+def _gpt(layers: int = 2):
+    from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel
+
+    model = T2SModel(T2SArgs(num_layers=layers))  # real width (512, ffn 2048): the kernels run threaded
+    mx.eval(model.parameters())
+    for layer in model.layers:  # float16 values, as in the released checkpoints
+        for lin in (layer.attn.qkv, layer.attn.out, layer.mlp.fc1, layer.mlp.fc2):
+            lin.weight = lin.weight.astype(mx.float16).astype(mx.float32)
+    model.predict.weight = model.predict.weight.astype(mx.float16).astype(mx.float32)
+    return model
+
+
+def test_gpt_decode_step_identical_at_two_threads_and_prefill_close_to_float32(lib, threads):
+    from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+
+    model = _gpt()
+    dec = NumpyDecoder(model)
+    assert dec.half
+    ref = NumpyDecoder(model, half=False)  # float32 copies: upcast + BLAS prefill, numpy gemv steps
+    rng = np.random.default_rng(0)
+    phones = rng.integers(0, 700, (1, 40)).astype(np.int32)
+    bert = (0.1 * rng.standard_normal((1, 1024, 40))).astype(np.float32)
+    prompt = rng.integers(0, 1024, (1, 30)).astype(np.int32)
+    threads(1)
+    s1, l1 = dec.prefill(phones, bert, prompt, 20)
+    s32, l32 = ref.prefill(phones, bert, prompt, 20)
+    np.testing.assert_allclose(l1, l32, rtol=1e-4, atol=1e-4)
+    threads(2)
+    s2, l2 = dec.prefill(phones, bert, prompt, 20)
+    np.testing.assert_array_equal(l2, l1)  # GEMM columns split across threads: same sums
+    for i, tok in enumerate(rng.integers(0, 1024, 20)):
+        threads(1)
+        a = s1.step(int(tok), 30 + i)
+        threads(2)
+        np.testing.assert_array_equal(s2.step(int(tok), 30 + i), a)
+        np.testing.assert_allclose(a, s32.step(int(tok), 30 + i), rtol=1e-4, atol=1e-4)
+
+
+def _bert(float16_values: bool = True):
+    from dora_primespeech_mlx.models.bert import BertArgs, BertModel
+
+    args = BertArgs(vocab_size=300, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                    intermediate_size=1024, max_position_embeddings=64)
+    model = BertModel(args)
+    mx.eval(model.parameters())
+    if float16_values:
+        for _, m in model.named_modules():
+            if hasattr(m, "weight") and m.weight.ndim == 2:
+                m.weight = m.weight.astype(mx.float16).astype(mx.float32)
+    return model
+
+
+def test_bert_auto_uses_float16_kernels_on_the_cpu_and_matches_float32(lib):
+    ids = mx.array(np.random.default_rng(1).integers(0, 300, (2, 17)).astype(np.int32))
+    mask = np.ones((2, 17), np.int32)
+    mask[1, 11:] = 0
+    mask = mx.array(mask)
+    ref_model = _bert()
+    model = _bert()
+    model.update(ref_model.parameters())
+    ref_model.prepare(half=False)
+    assert ref_model.fast_path() is None
+    want = np.array(ref_model(ids, mask, output_hidden_states=True))
+    model.prepare()  # auto
+    if mx.default_device().type != mx.cpu:
+        assert model.fast_path() is None
+        return
+    assert model.fast_path() is not None
+    layer = model.layers[0]
+    assert layer.ffn.up.weight.dtype == mx.float16 and layer.attention.query.weight.dtype == mx.float16
+    assert model.embeddings.word_embeddings.weight.dtype == mx.float16
+    got = model(ids, mask, output_hidden_states=True)
+    assert isinstance(got, list) and len(got) == len(want) and isinstance(got[-1], mx.array)
+    np.testing.assert_allclose(np.array(got), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(np.array(model(ids, mask)), np.array(got[-1]))
+
+
+def test_bert_auto_keeps_float32_weights_that_are_not_float16(lib):
+    model = _bert(float16_values=False)
+    model.prepare()
+    assert model.fast_path() is None and model.layers[0].ffn.up.weight.dtype == mx.float32
+    model.prepare(half=True)  # asked for: rounded to float16
+    assert model.layers[0].ffn.up.weight.dtype == mx.float16
+    assert (model.fast_path() is not None) == (mx.default_device().type == mx.cpu)
+
+
+def test_bert_half_setting():
+    from dora_primespeech_mlx.settings import Settings
+
+    assert Settings.from_env({}).bert_half is None  # auto
+    assert Settings.from_env({"PRIMESPEECH_BERT_HALF": "auto"}).bert_half is None
+    assert Settings.from_env({"PRIMESPEECH_BERT_HALF": "1"}).bert_half is True
+    assert Settings.from_env({"PRIMESPEECH_BERT_HALF": "0"}).bert_half is False
