@@ -342,6 +342,84 @@ void gemm_f16(const uint16_t *W, const float *X, const float *b, float *Y, int64
   gemm_job j = {W, X, b, Y, M, N, K, cols, act};
   parallel(gemm_chunk, &j, (N + cols - 1) / cols, threads);
 }
+
+/* ---- the whole GPT decode step's blocks in one call (models/t2s_numpy.py, float16 weights): per layer
+   qkv = Wqkv x + b; the new k, v into cache row t; attention of each head over rows 0..t; x = LN1(x + Wo o + bo);
+   x = LN2(x + W2 relu(W1 x + b1) + b2). The products on `threads` threads (the pool), the rest on the caller's.
+   p: per layer 14 pointers (qkv_w, qkv_b, out_w, out_b, n1_w, n1_b, fc1_w, fc1_b, fc2_w, fc2_b, n2_w, n2_b, K, V);
+   K, V (H, cap, hd) float32; scratch: 5 D + F + H cap floats. ---- */
+typedef struct {
+  const float *qkv;
+  const float *K, *V;
+  float *o, *s;
+  int64_t cap, n, hd, D;
+  float scale;
+} attn_job;
+
+static void attn_head(const void *p, int64_t h) {
+  const attn_job *j = (const attn_job *)p;
+  const float *q = j->qkv + h * j->hd;
+  const float *K = j->K + h * j->cap * j->hd, *V = j->V + h * j->cap * j->hd;
+  float *s = j->s + h * j->cap, *o = j->o + h * j->hd;
+  float mx = -INFINITY;
+  for (int64_t r = 0; r < j->n; r++) {
+    float acc = 0.0f;
+    for (int64_t c = 0; c < j->hd; c++) acc += K[r * j->hd + c] * q[c];
+    s[r] = acc * j->scale;
+    mx = s[r] > mx ? s[r] : mx;
+  }
+  float sum = 0.0f;
+  for (int64_t r = 0; r < j->n; r++) {
+    s[r] = expf(s[r] - mx);
+    sum += s[r];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t c = 0; c < j->hd; c++) o[c] = 0.0f;
+  for (int64_t r = 0; r < j->n; r++) {
+    const float w = s[r] * inv;
+    for (int64_t c = 0; c < j->hd; c++) o[c] += w * V[r * j->hd + c];
+  }
+}
+
+static void layer_norm_add(float *x, const float *y, const float *b, const float *w, const float *nb, int64_t D,
+                           float eps) {
+  double mu = 0.0;
+  for (int64_t i = 0; i < D; i++) {
+    x[i] = (x[i] + y[i]) + b[i];
+    mu += x[i];
+  }
+  const float m = (float)(mu / (double)D);
+  double var = 0.0;
+  for (int64_t i = 0; i < D; i++) {
+    const float d = x[i] - m;
+    var += (double)d * d;
+  }
+  const float r = 1.0f / sqrtf((float)(var / (double)D) + eps);
+  for (int64_t i = 0; i < D; i++) x[i] = (x[i] - m) * (w[i] * r) + nb[i];
+}
+
+void decode_layers(void *const *p, int64_t layers, int64_t cap, int64_t t, float *x, float *scratch, int64_t D,
+                   int64_t H, int64_t F, float scale, float eps, int threads) {
+  float *qkv = scratch, *o = qkv + 3 * D, *y = o + D, *h = y + D, *s = h + F;
+  const int64_t hd = D / H;
+  for (int64_t l = 0; l < layers; l++) {
+    void *const *w = p + 14 * l;
+    float *K = (float *)w[12], *V = (float *)w[13];
+    gemv_par((const uint16_t *)w[0], x, (const float *)w[1], qkv, 3 * D, D, 0, threads);
+    for (int64_t hh = 0; hh < H; hh++)
+      for (int64_t c = 0; c < hd; c++) {
+        K[(hh * cap + t) * hd + c] = qkv[D + hh * hd + c];
+        V[(hh * cap + t) * hd + c] = qkv[2 * D + hh * hd + c];
+      }
+    attn_job aj = {qkv, K, V, o, s, cap, t + 1, hd, D, scale};
+    parallel(attn_head, &aj, H, (t + 1) * D >= (1 << 16) ? threads : 1);
+    gemv_par((const uint16_t *)w[2], o, NULL, y, D, D, 0, threads);
+    layer_norm_add(x, y, (const float *)w[3], (const float *)w[4], (const float *)w[5], D, eps);
+    gemv_par((const uint16_t *)w[6], x, (const float *)w[7], h, F, D, 1, threads);
+    gemv_par((const uint16_t *)w[8], h, NULL, y, D, F, 0, threads);
+    layer_norm_add(x, y, (const float *)w[9], (const float *)w[10], (const float *)w[11], D, eps);
+  }
+}
 """
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c"]
 _AVX512 = ["-mavx512f"]  # where the CPU has it: 16-wide tiles in gemm_f16 (twice the AVX2 rate)
@@ -487,6 +565,8 @@ class _Kernel:
         self.ffn_mt = _fn(lib, "ffn_f16_mt", _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)
         self.gemm_mt = _fn(lib, "gemm_f16", _P, _P, _P, _P, _I64, _I64, _I64, _INT, _INT)
         self.upcast = _fn(lib, "f16_to_f32", _P, _P, _I64)
+        self.decode_layers = _fn(lib, "decode_layers", _P, _I64, _I64, _I64, _P, _P, _I64, _I64, _I64,
+                                 ctypes.c_float, ctypes.c_float, _INT)
 
     def __call__(self, W, x, b, y, n, k) -> None:
         self.gemv_mt(W, x, b, y, n, k, threads())

@@ -155,6 +155,30 @@ def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
     return w2 @ hh
 
 
+FUSED_STEP = True  # float16 weights: the decode step's blocks in one kernel call (False: numpy + one call per product)
+
+
+def _fused_pointers(dec: _Weights, keys: list[np.ndarray], values: list[np.ndarray]):
+    """The per-layer pointers ``half_gemv``'s ``decode_layers`` reads (weights, biases, norms, this state's KV
+    cache), or None when the weights are not all float16 ``HalfMatrix`` objects."""
+    import ctypes
+
+    from .half_gemv import HalfMatrix
+
+    if not dec.layers or not all(isinstance(m, HalfMatrix) for layer in dec.layers
+                                 for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
+        return None
+    ptrs = []
+    for layer, K, V in zip(dec.layers, keys, values):
+        arrays = (layer.qkv_w.w, layer.qkv_b, layer.out_w.w, layer.out_b, layer.n1_w, layer.n1_b, layer.fc1_w.w,
+                  layer.fc1_b, layer.fc2_w.w, layer.fc2_b, layer.n2_w, layer.n2_b, K, V)
+        for a in arrays:
+            if not (a.flags.c_contiguous and a.dtype in (np.float16, np.float32)):
+                return None
+        ptrs += [a.ctypes.data for a in arrays]
+    return (ctypes.c_void_p * len(ptrs))(*ptrs)
+
+
 class NumpyDecoder:
     """The :class:`~.t2s.Decoder` computing in numpy (the CPU fast path) from views of the model's weights."""
 
@@ -227,6 +251,10 @@ class NumpyDecodeState:
         self._pe_src: mx.array | None = None
         self._pe = np.zeros((0, dec.dim), dtype=np.float32)
         self._h = np.empty(dec.layers[0].fc1_b.shape[0], dtype=np.float32) if dec.layers else None  # ffn scratch
+        self._fused = _fused_pointers(dec, self.keys, self.values)
+        if self._fused is not None:
+            F = dec.layers[0].fc1_b.shape[0]
+            self._scratch = np.empty(5 * dec.dim + F + H * cap, dtype=np.float32)
 
     def step(self, token: int, position: int) -> np.ndarray:
         """Feed ``token`` at audio position ``position`` into cache row ``offset``; returns the raw
@@ -241,6 +269,15 @@ class NumpyDecodeState:
         x = d.embedding[token] + d.alpha * self._pe[position]
         H, hd = d.num_heads, d.head_dim
         n = t + 1
+        if self._fused is not None and FUSED_STEP:  # every block in one kernel call (float16 weights)
+            from .half_gemv import threads
+
+            x = np.ascontiguousarray(x, dtype=np.float32)
+            fn = d.predict.fn
+            fn.decode_layers(self._fused, len(d.layers), self.keys[0].shape[1], t, x.ctypes.data,
+                             self._scratch.ctypes.data, d.dim, H, self._h.shape[0], float(d.scale), 1e-5, threads())
+            self.offset = n
+            return d.predict @ x
         for layer, K, V in zip(d.layers, self.keys, self.values):
             qkv = layer.qkv_w @ x + layer.qkv_b
             q = qkv[: d.dim].reshape(H, hd, 1)

@@ -203,3 +203,29 @@ def test_bert_half_setting():
     assert Settings.from_env({"PRIMESPEECH_BERT_HALF": "auto"}).bert_half is None
     assert Settings.from_env({"PRIMESPEECH_BERT_HALF": "1"}).bert_half is True
     assert Settings.from_env({"PRIMESPEECH_BERT_HALF": "0"}).bert_half is False
+
+
+def test_fused_decode_step_matches_numpy_step(lib, threads, monkeypatch):
+    from dora_primespeech_mlx.models import t2s_numpy
+
+    model = _gpt(layers=3)
+    dec = t2s_numpy.NumpyDecoder(model)
+    rng = np.random.default_rng(5)
+    phones = rng.integers(0, 700, (1, 20)).astype(np.int32)
+    bert = (0.1 * rng.standard_normal((1, 1024, 20))).astype(np.float32)
+    prompt = rng.integers(0, 1024, (1, 10)).astype(np.int32)
+    fused, _ = dec.prefill(phones, bert, prompt, 30)
+    plain, _ = dec.prefill(phones, bert, prompt, 30)
+    assert fused._fused is not None
+    worst = 0.0
+    for n in (1, 2):
+        threads(n)
+        for i, tok in enumerate(rng.integers(0, 1024, 15)):
+            monkeypatch.setattr(t2s_numpy, "FUSED_STEP", True)
+            a = fused.step(int(tok), 10 + 15 * (n - 1) + i)
+            monkeypatch.setattr(t2s_numpy, "FUSED_STEP", False)
+            b = plain.step(int(tok), 10 + 15 * (n - 1) + i)
+            worst = max(worst, float(np.abs(a - b).max()))
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(fused.keys[-1], plain.keys[-1], rtol=1e-5, atol=1e-5)
+    print(f"\nfused vs numpy decode step: max |logit diff| {worst:.3g}")
