@@ -218,6 +218,7 @@ class NumpyDecoder:
         T = x.shape[0]
         row, col = np.arange(T)[:, None], np.arange(T)[None, :]
         blocked = ~((col < n_text) | ((row >= n_text) & (col <= row)))  # True = may not attend
+        mask = np.where(blocked, np.float32(-np.inf), np.float32(0.0))  # added: the same scores as assigning -inf
         state = NumpyDecodeState(w, model, T + max_new)
         H, hd, D = w.num_heads, w.head_dim, w.dim
         for layer, K, V in zip(w.layers, state.keys, state.values):
@@ -226,7 +227,7 @@ class NumpyDecoder:
             K[:, :T] = qkv[:, D : 2 * D].reshape(T, H, hd).transpose(1, 0, 2)
             V[:, :T] = qkv[:, 2 * D :].reshape(T, H, hd).transpose(1, 0, 2)
             s = np.matmul(q, K[:, :T].transpose(0, 2, 1)) * w.scale  # (H, T, T)
-            s[:, blocked] = -np.inf
+            s += mask
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             o = np.matmul(s, V[:, :T]).transpose(1, 0, 2).reshape(T, D)
