@@ -1,15 +1,28 @@
-"""float16-weight matrix-vector products with float32 accumulation, for the GPT decode step on the CPU.
+"""float16-weight products with float32 accumulation on the CPU: the GPT decode step and prefill, RoBERTa.
 
 A decode step reads every block weight once per token (~300 MB in float32 for v2): it is bound by memory
 bandwidth. The released GPT checkpoints store their weights as float16, so keeping them in float16 loses
 nothing — but numpy and BLAS have no float16 x float32 product, and upcasting the matrix per call costs
-more than it saves (``models/storage.py``). This module's kernel reads the float16 row, converts it in
-registers (F16C) and accumulates in float32 with FMA: half the bytes per token, the same weights. Measured
-on the real-size v2 GPT (one run, 1 thread): 11.6 ms per decode step against 27.6 ms for numpy float32.
+more than it saves (``models/storage.py``). This module's kernels read the float16 weights, convert them in
+registers (F16C) and accumulate in float32 with FMA: half the bytes per token, the same weights.
 
-The kernel is ~25 lines of C compiled once with the system C compiler (the one ``mx.compile`` and the BLAS
-shim use) into the package's cache directory. :func:`kernel` returns None where it cannot be had (not
-x86-64 with AVX2/FMA/F16C, no compiler, ``PRIMESPEECH_GPT_HALF=0``); callers then keep float32.
+The C library (compiled once with the system C compiler, the one ``mx.compile`` and the BLAS shim use, into
+the package's cache directory; AVX-512 tiles where the CPU has them) holds:
+
+- ``gemv_f16`` / ``gemv_f16_mt``: ``y = W x (+ b)``, rows split over threads;
+- ``decode_layers``: every block of one GPT decode step (the gemvs, attention split by heads, LayerNorm, the KV
+  cache row written in place) in one call (``t2s_numpy.NumpyDecodeState.step``);
+- ``gemm_f16``: ``Y = act(X @ W.T + b)`` for small M (prefill rows, RoBERTa tokens): a tile of 4 weight rows
+  (converted in registers, kept in L1) against 6 (AVX2: 3) rows of X, ReLU or exact GELU fused, columns split
+  over threads (``t2s_numpy`` prefill, ``bert_numpy``);
+- a small thread pool (not OpenMP): the caller and up to ``threads() - 1`` workers claim chunks with one atomic
+  ticket and the caller waits only for chunks a worker has claimed, never for a worker to wake up, so a busy
+  neighbour process costs nothing but the second core. Work is split by rows (or columns), never inside a
+  sum: every value is bit-identical whatever the thread count.
+
+:func:`library` returns None where the kernels cannot be had (not x86-64 with AVX2/FMA/F16C, no compiler);
+:func:`kernel` is the library for the GPT unless ``PRIMESPEECH_GPT_HALF=0``; callers then keep float32.
+Threads: :func:`threads` (the package's BLAS thread count, i.e. ``PRIMESPEECH_THREADS``; :func:`set_threads`).
 """
 
 from __future__ import annotations

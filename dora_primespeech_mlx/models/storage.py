@@ -8,9 +8,9 @@ added in float32. So a model computes exactly as before, with each large weight 
 converted per call.
 
 The cost is the conversion: about one extra read/write of the weight per use. That is worth it for
-models that run once per voice (CNHubert) or whose memory dominates (RoBERTa-large, 1.2 GB in float32).
-The GPT decode step, bound by reading its weights every token, gets float16 weights only with a kernel that
-converts in registers (``half_gemv.py``, used by ``t2s_numpy``), where half the bytes make it twice as fast.
+models that run once per voice (CNHubert). The GPT and, on the CPU, RoBERTa get float16 weights with kernels
+that convert in registers (``half_gemv.py``, used by ``t2s_numpy`` and ``bert_numpy``), where they are faster
+than float32 too; elsewhere RoBERTa's float16 storage is opt-in (``BertModel.prepare``).
 """
 
 from __future__ import annotations

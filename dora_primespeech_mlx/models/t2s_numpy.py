@@ -18,7 +18,9 @@ implementations ``t2s_decode.make_decoder`` chooses from when the model is loade
 float16 weights (:func:`half_weights`, ``PRIMESPEECH_GPT_HALF``): where the ``half_gemv`` kernel builds and
 the GPT's Linear weights are float16 values (as in the released checkpoints), they are stored as float16
 and the step reads them through that kernel (float32 accumulation): the same weights, half the bytes per
-token, ~2x faster steps and ~140 MB less memory for v2. The prefill upcasts one layer at a time.
+token, ~2x faster steps and ~140 MB less memory for v2. Then the step runs every block in one kernel call
+(``decode_layers``, :data:`FUSED_STEP`) and the prefill's products go through the kernel's float16 GEMM, both on
+the kernels' threads (``half_gemv.threads``).
 """
 
 from __future__ import annotations
