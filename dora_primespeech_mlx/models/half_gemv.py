@@ -433,6 +433,159 @@ void decode_layers(void *const *p, int64_t layers, int64_t cap, int64_t t, float
     layer_norm_add(x, y, (const float *)w[9], (const float *)w[10], (const float *)w[11], D, eps);
   }
 }
+
+/* ---- the prefill's attention, one head per chunk: the new keys/values into the KV cache (H, cap, hd), then for
+   each row i the scores against keys 0..len_i (len_i = n_text for text rows, i + 1 for audio rows: the prefix
+   mask), softmax, and the weighted values into O (T x D). qkv: T x 3D. scratch: H (hd T + T) floats. ---- */
+static inline float exp_neg(float x) { /* exp(x) for x <= 0 (Cephes expf: ~1 ulp); vectorizable */
+  x = x < -87.3f ? -87.3f : x;
+  const float n = floorf(fmaf(x, 1.44269504088896341f, 0.5f));
+  const float r = fmaf(n, 2.12194440e-4f, fmaf(n, -0.693359375f, x));
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  const float e = fmaf(p * r, r, r) + 1.0f;
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = (uint32_t)((int32_t)n + 127) << 23;
+  return e * v.f;
+}
+
+#ifdef __AVX512F__
+#define VSET1 _mm512_set1_ps
+#define VMAXV _mm512_max_ps
+#define VADDV _mm512_add_ps
+#define VSUBV _mm512_sub_ps
+#define VMULV _mm512_mul_ps
+#define VSTORE _mm512_storeu_ps
+#define VFLOOR(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+#define VPOW2(n) \
+  _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
+#else
+#define VSET1 _mm256_set1_ps
+#define VMAXV _mm256_max_ps
+#define VADDV _mm256_add_ps
+#define VSUBV _mm256_sub_ps
+#define VMULV _mm256_mul_ps
+#define VSTORE _mm256_storeu_ps
+#define VFLOOR(x) _mm256_floor_ps(x)
+#define VPOW2(n) \
+  _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
+#endif
+
+static inline vec exp_neg_v(vec x) { /* exp_neg on a vector (the same operations) */
+  x = VMAXV(x, VSET1(-87.3f));
+  const vec n = VFLOOR(VFMA(x, VSET1(1.44269504088896341f), VSET1(0.5f)));
+  const vec r = VFMA(n, VSET1(2.12194440e-4f), VFMA(n, VSET1(-0.693359375f), x));
+  vec p = VSET1(1.9875691500E-4f);
+  p = VFMA(p, r, VSET1(1.3981999507E-3f));
+  p = VFMA(p, r, VSET1(8.3334519073E-3f));
+  p = VFMA(p, r, VSET1(4.1665795894E-2f));
+  p = VFMA(p, r, VSET1(1.6666665459E-1f));
+  p = VFMA(p, r, VSET1(5.0000001201E-1f));
+  const vec e = VADDV(VFMA(VMULV(p, r), r, r), VSET1(1.0f));
+  return VMULV(e, VPOW2(n));
+}
+
+/* s[0..n) = exp(s - max(s)); returns their sum */
+static float softmax_exp(float *s, int64_t n) {
+  float buf[VW];
+  vec m = VSET1(-INFINITY);
+  int64_t r = 0;
+  for (; r + VW <= n; r += VW) m = VMAXV(m, VLOADX(s + r));
+  VSTORE(buf, m);
+  float mx = -INFINITY;
+  for (int u = 0; u < VW; u++) mx = buf[u] > mx ? buf[u] : mx;
+  for (; r < n; r++) mx = s[r] > mx ? s[r] : mx;
+  const vec mv = VSET1(mx);
+  vec acc = VZERO();
+  for (r = 0; r + VW <= n; r += VW) {
+    const vec e = exp_neg_v(VSUBV(VLOADX(s + r), mv));
+    VSTORE(s + r, e);
+    acc = VADDV(acc, e);
+  }
+  float sum = VSUM(acc);
+  for (; r < n; r++) {
+    s[r] = exp_neg(s[r] - mx);
+    sum += s[r];
+  }
+  return sum;
+}
+
+typedef struct {
+  const float *qkv;
+  float *K, *V, *O, *scratch;
+  int64_t T, D, hd, cap, n_text;
+  float scale;
+} pattn_job;
+
+static void pattn_head(const void *p, int64_t h) {
+  const pattn_job *j = (const pattn_job *)p;
+  const int64_t T = j->T, D = j->D, hd = j->hd, cap = j->cap;
+  float *kt = j->scratch + h * (hd * T + T), *s = kt + hd * T;
+  float *K = j->K + h * cap * hd, *V = j->V + h * cap * hd;
+  for (int64_t t = 0; t < T; t++) {
+    const float *row = j->qkv + t * 3 * D + h * hd;
+    for (int64_t c = 0; c < hd; c++) {
+      K[t * hd + c] = row[D + c];
+      kt[c * T + t] = row[D + c];
+      V[t * hd + c] = row[2 * D + c];
+    }
+  }
+  for (int64_t i = 0; i < T; i++) {
+    const int64_t len = i < j->n_text ? (j->n_text < T ? j->n_text : T) : i + 1;
+    const float *q = j->qkv + i * 3 * D + h * hd;
+    int64_t r = 0;
+    for (; r + VW <= len; r += VW) { /* VW scores at a time, accumulated in a register */
+      vec acc = VZERO();
+      for (int64_t c = 0; c < hd; c++) acc = VFMA(VSET1(q[c]), VLOADX(kt + c * T + r), acc);
+      VSTORE(s + r, VMULV(acc, VSET1(j->scale)));
+    }
+    for (; r < len; r++) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < hd; c++) acc += q[c] * kt[c * T + r];
+      s[r] = acc * j->scale;
+    }
+    const float inv = 1.0f / softmax_exp(s, len);
+    float *o = j->O + i * D + h * hd;
+    if (hd % VW == 0 && hd <= 4 * VW) { /* the output row in registers, two rows of V at a time */
+      const int nv = (int)(hd / VW);
+      vec a[4], b[4];
+      for (int u = 0; u < 4; u++) a[u] = b[u] = VZERO();
+      int64_t r2 = 0;
+      for (; r2 + 2 <= len; r2 += 2) {
+        const vec w0 = VSET1(s[r2] * inv), w1 = VSET1(s[r2 + 1] * inv);
+        for (int u = 0; u < nv; u++) {
+          a[u] = VFMA(w0, VLOADX(V + r2 * hd + u * VW), a[u]);
+          b[u] = VFMA(w1, VLOADX(V + (r2 + 1) * hd + u * VW), b[u]);
+        }
+      }
+      if (r2 < len) {
+        const vec w0 = VSET1(s[r2] * inv);
+        for (int u = 0; u < nv; u++) a[u] = VFMA(w0, VLOADX(V + r2 * hd + u * VW), a[u]);
+      }
+      for (int u = 0; u < nv; u++) VSTORE(o + u * VW, VADDV(a[u], b[u]));
+    } else {
+      for (int64_t c = 0; c < hd; c++) o[c] = 0.0f;
+      for (int64_t r2 = 0; r2 < len; r2++) {
+        const float w = s[r2] * inv;
+        const float *v = V + r2 * hd;
+        for (int64_t c = 0; c < hd; c++) o[c] += w * v[c];
+      }
+    }
+  }
+}
+
+void prefill_attention(const float *qkv, float *K, float *V, float *O, float *scratch, int64_t T, int64_t D, int64_t H,
+                       int64_t cap, int64_t n_text, float scale, int threads) {
+  pattn_job j = {qkv, K, V, O, scratch, T, D, D / H, cap, n_text, scale};
+  parallel(pattn_head, &j, H, T * T * D >= (1 << 18) ? threads : 1);
+}
 """
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c"]
 _AVX512 = ["-mavx512f"]  # where the CPU has it: 16-wide tiles in gemm_f16 (twice the AVX2 rate)
@@ -578,6 +731,8 @@ class _Kernel:
         self.ffn_mt = _fn(lib, "ffn_f16_mt", _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)
         self.gemm_mt = _fn(lib, "gemm_f16", _P, _P, _P, _P, _I64, _I64, _I64, _INT, _INT)
         self.upcast = _fn(lib, "f16_to_f32", _P, _P, _I64)
+        self.prefill_attention = _fn(lib, "prefill_attention", _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64,
+                                     ctypes.c_float, _INT)
         self.decode_layers = _fn(lib, "decode_layers", _P, _I64, _I64, _I64, _P, _P, _I64, _I64, _I64,
                                  ctypes.c_float, ctypes.c_float, _INT)
 

@@ -157,7 +157,17 @@ def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
     return w2 @ hh
 
 
-FUSED_STEP = True  # float16 weights: the decode step's blocks in one kernel call (False: numpy + one call per product)
+def _kernels(dec: _Weights):
+    """The float16 kernel library when every block weight is a ``HalfMatrix``, else None."""
+    from .half_gemv import HalfMatrix
+
+    if dec.layers and all(isinstance(m, HalfMatrix) for layer in dec.layers
+                          for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
+        return dec.layers[0].qkv_w.fn
+    return None
+
+
+FUSED_STEP = True  # float16 weights: the step's blocks and the prefill's attention in the kernel library (False: numpy)
 
 
 def _fused_pointers(dec: _Weights, keys: list[np.ndarray], values: list[np.ndarray]):
@@ -223,16 +233,25 @@ class NumpyDecoder:
         mask = np.where(blocked, np.float32(-np.inf), np.float32(0.0))  # added: the same scores as assigning -inf
         state = NumpyDecodeState(w, model, T + max_new)
         H, hd, D = w.num_heads, w.head_dim, w.dim
+        fn = _kernels(w) if FUSED_STEP else None  # float16 weights: the attention in the kernel library too
+        scratch = np.empty(H * (hd * T + T), dtype=np.float32) if fn is not None else None
         for layer, K, V in zip(w.layers, state.keys, state.values):
             qkv = _linear(x, layer.qkv_w, layer.qkv_b)
-            q = qkv[:, :D].reshape(T, H, hd).transpose(1, 0, 2)
-            K[:, :T] = qkv[:, D : 2 * D].reshape(T, H, hd).transpose(1, 0, 2)
-            V[:, :T] = qkv[:, 2 * D :].reshape(T, H, hd).transpose(1, 0, 2)
-            s = np.matmul(q, K[:, :T].transpose(0, 2, 1)) * w.scale  # (H, T, T)
-            s += mask
-            s = np.exp(s - s.max(axis=-1, keepdims=True))
-            s /= s.sum(axis=-1, keepdims=True)
-            o = np.matmul(s, V[:, :T]).transpose(1, 0, 2).reshape(T, D)
+            if fn is not None:  # one head per chunk on the kernels' threads, BLAS's threads left alone
+                from .half_gemv import threads
+
+                o = np.empty((T, D), dtype=np.float32)
+                fn.prefill_attention(qkv.ctypes.data, K.ctypes.data, V.ctypes.data, o.ctypes.data, scratch.ctypes.data,
+                                     T, D, H, K.shape[1], n_text, float(w.scale), threads())
+            else:
+                q = qkv[:, :D].reshape(T, H, hd).transpose(1, 0, 2)
+                K[:, :T] = qkv[:, D : 2 * D].reshape(T, H, hd).transpose(1, 0, 2)
+                V[:, :T] = qkv[:, 2 * D :].reshape(T, H, hd).transpose(1, 0, 2)
+                s = np.matmul(q, K[:, :T].transpose(0, 2, 1)) * w.scale  # (H, T, T)
+                s += mask
+                s = np.exp(s - s.max(axis=-1, keepdims=True))
+                s /= s.sum(axis=-1, keepdims=True)
+                o = np.matmul(s, V[:, :T]).transpose(1, 0, 2).reshape(T, D)
             x = _layer_norm_rows(x + _linear(o, layer.out_w, layer.out_b), layer.n1_w, layer.n1_b)
             h = _linear(x, layer.fc1_w, layer.fc1_b, relu=True)
             x = _layer_norm_rows(x + _linear(h, layer.fc2_w, layer.fc2_b), layer.n2_w, layer.n2_b)

@@ -229,3 +229,24 @@ def test_fused_decode_step_matches_numpy_step(lib, threads, monkeypatch):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(fused.keys[-1], plain.keys[-1], rtol=1e-5, atol=1e-5)
     print(f"\nfused vs numpy decode step: max |logit diff| {worst:.3g}")
+
+
+def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch):
+    from dora_primespeech_mlx.models import t2s_numpy
+
+    model = _gpt(layers=2)
+    dec = t2s_numpy.NumpyDecoder(model)
+    rng = np.random.default_rng(9)
+    phones = rng.integers(0, 700, (1, 37)).astype(np.int32)  # 37 text rows + 45 audio rows: both mask shapes
+    bert = (0.1 * rng.standard_normal((1, 1024, 37))).astype(np.float32)
+    prompt = rng.integers(0, 1024, (1, 45)).astype(np.int32)
+    monkeypatch.setattr(t2s_numpy, "FUSED_STEP", False)
+    ref, want = dec.prefill(phones, bert, prompt, 4)
+    monkeypatch.setattr(t2s_numpy, "FUSED_STEP", True)
+    for n in (1, 2):
+        threads(n)
+        got_state, got = dec.prefill(phones, bert, prompt, 4)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        for a, b in zip(got_state.keys + got_state.values, ref.keys + ref.values):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        assert got_state.offset == ref.offset == 82
