@@ -67,7 +67,8 @@ static struct {
   const void *ctx;
   int64_t nchunks;
   int active; /* workers allowed in the current job */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0};
+  atomic_int busy; /* a caller owns the pool */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 static int64_t now_ns(void) {
   struct timespec t;
@@ -125,14 +126,21 @@ static void after_fork(void) {
   pool.cv = cv;
   pool.nworkers = 0;
   atomic_store(&pool.sleepers, 0);
+  atomic_store(&pool.busy, 0);
 }
 
 /* run fn(ctx, 0 .. nchunks-1) on up to `threads` threads (the caller included); returns when all are done */
 static void parallel(chunk_fn fn, const void *ctx, int64_t nchunks, int threads) {
+  /* one job at a time: a second Python thread calling in meanwhile (ctypes releases the GIL) runs its own
+     chunks inline */
+  if (threads <= 1 || nchunks <= 1 || atomic_exchange(&pool.busy, 1)) {
+    for (int64_t c = 0; c < nchunks; c++) fn(ctx, c);
+    return;
+  }
   static int atfork = 0;
   if (!atfork) atfork = 1 + pthread_atfork(NULL, NULL, after_fork);
   if (threads > MAX_WORKERS + 1) threads = MAX_WORKERS + 1;
-  while (pool.nworkers < threads - 1) { /* started on first use; the caller is single-threaded (Python + GIL) */
+  while (pool.nworkers < threads - 1) { /* started on first use */
     pthread_t th;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -144,8 +152,9 @@ static void parallel(chunk_fn fn, const void *ctx, int64_t nchunks, int threads)
     pthread_attr_destroy(&attr);
     pool.nworkers++;
   }
-  if (threads <= 1 || nchunks <= 1 || pool.nworkers == 0) {
+  if (pool.nworkers == 0) {
     for (int64_t c = 0; c < nchunks; c++) fn(ctx, c);
+    atomic_store(&pool.busy, 0);
     return;
   }
   /* close the previous generation (no claim can succeed, a late worker cannot mix two jobs' fields), then
@@ -169,6 +178,7 @@ static void parallel(chunk_fn fn, const void *ctx, int64_t nchunks, int threads)
     if (i > 4096) sched_yield(); /* a worker holding a chunk was descheduled */
     else _mm_pause();
   }
+  atomic_store(&pool.busy, 0);
 }
 
 /* ---- gemv: y[i] = sum_j W[i, j] x[j] (+ b[i]); W float16 row-major (n x k), x, b, y float32 ---- */

@@ -250,3 +250,33 @@ def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch):
         for a, b in zip(got_state.keys + got_state.values, ref.keys + ref.values):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
         assert got_state.offset == ref.offset == 82
+
+
+def test_concurrent_callers_get_their_own_results(lib, threads):
+    """Two Python threads in the kernels at once (ctypes releases the GIL; e.g. RoBERTa of the next sentence
+    beside the GPT decode): one owns the pool, the other runs its chunks inline; both results exact."""
+    import threading
+
+    rng = np.random.default_rng(11)
+    threads(2)
+    a = half_gemv.HalfMatrix(_weights(rng, 1024, 512), lib)
+    b = half_gemv.HalfMatrix(_weights(rng, 2048, 256), lib)
+    xa = rng.standard_normal((23, 512)).astype(np.float32)
+    xb = rng.standard_normal(256).astype(np.float32)
+    want_a, want_b = a.matmul_t(xa), b.matvec(xb)
+    errors = []
+
+    def run(fn, want):
+        try:
+            for _ in range(200):
+                np.testing.assert_array_equal(fn(), want)
+        except AssertionError as exc:
+            errors.append(exc)
+
+    ts = [threading.Thread(target=run, args=(lambda: a.matmul_t(xa), want_a)),
+          threading.Thread(target=run, args=(lambda: b.matvec(xb), want_b))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
