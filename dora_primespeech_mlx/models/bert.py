@@ -208,7 +208,7 @@ class BertModel(nn.Module):
         self._fast = None
         fn = self._fast_kernels()
         if half is None:
-            half = fn is not None and self._weights_are_float16()
+            half = fn is not None and self._float16_if_exact(fn)
         if half:
             from .storage import half_storage
 
@@ -238,11 +238,27 @@ class BertModel(nn.Module):
     def _linears(self) -> list[nn.Linear]:
         return [m for _, m in self.named_modules() if isinstance(m, nn.Linear)]
 
-    def _weights_are_float16(self) -> bool:
-        for m in self._linears():
+    def _float16_if_exact(self, fn) -> bool:
+        """Store every Linear weight and the word embedding as float16 when all of them are float16 values
+        (each checked while it is converted, one pass with the kernel); else leave (or put back) float32."""
+        from .half_gemv import to_float16_exact
+
+        done = []
+        for m in self._linears() + [self.embeddings.word_embeddings]:
             w = m.weight
-            if w.dtype == mx.float32 and not mx.array_equal(w.astype(mx.float16).astype(mx.float32), w).item():
+            if w.dtype != mx.float32:
+                continue
+            mx.eval(w)
+            h = to_float16_exact(np.array(w, copy=False), fn)
+            if h is None:  # not float16 values: undo (exact: the converted ones were float16 values)
+                for d in done:
+                    d.weight = d.weight.astype(mx.float32)
+                mx.eval(self.parameters())
                 return False
+            m.weight = mx.array(h)
+            del w, h
+            mx.eval(m.weight)
+            done.append(m)
         return True
 
     @staticmethod

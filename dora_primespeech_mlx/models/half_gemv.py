@@ -251,6 +251,24 @@ void f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
   for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
 
+/* dst[i] = float16(src[i]) (round to nearest); returns 1 when every value converted exactly (src held float16
+   values), checked in the same pass: the loaders' test for "the weights are float16" */
+int f32_to_f16_exact(const float *src, uint16_t *dst, int64_t n) {
+  int exact = 1;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(src + i);
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128((__m128i *)(dst + i), h);
+    exact &= _mm256_movemask_ps(_mm256_cmp_ps(_mm256_cvtph_ps(h), v, _CMP_EQ_OQ)) == 0xff;
+  }
+  for (; i < n; i++) {
+    dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    exact &= _cvtsh_ss(dst[i]) == src[i];
+  }
+  return exact;
+}
+
 /* ---- small-M GEMM: Y[m, n] = act(sum_k X[m, k] W[n, k] + b[n]); W float16 (N x K), X, Y float32 ----
    A tile of NR weight rows (converted in registers, NR x K float16 stays in L1) against MR rows of X at a time;
    float32 accumulation; OpenMP over N. act: 0 none, 1 ReLU, 2 exact GELU (erf: the Eigen/XLA float32 rational
@@ -741,6 +759,8 @@ class _Kernel:
         self.ffn_mt = _fn(lib, "ffn_f16_mt", _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)
         self.gemm_mt = _fn(lib, "gemm_f16", _P, _P, _P, _P, _I64, _I64, _I64, _INT, _INT)
         self.upcast = _fn(lib, "f16_to_f32", _P, _P, _I64)
+        self.downcast_exact = _fn(lib, "f32_to_f16_exact", _P, _P, _I64)
+        self.downcast_exact.restype = _INT
         self.prefill_attention = _fn(lib, "prefill_attention", _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64,
                                      ctypes.c_float, _INT)
         self.decode_layers = _fn(lib, "decode_layers", _P, _I64, _I64, _I64, _P, _P, _I64, _I64, _I64,
@@ -778,6 +798,14 @@ def status() -> dict[str, object]:
     kernel()
     return {"mode": mode(), "kernel": _STATE.get("fn") is not None, "why_not": _STATE.get("why"),
             "threads": threads()}
+
+
+def to_float16_exact(a: np.ndarray, fn) -> np.ndarray | None:
+    """``a`` (float32) as a new float16 array when every value is a float16 value, else None (one pass, the
+    kernel's conversion)."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    out = np.empty(a.shape, dtype=np.float16)
+    return out if fn.downcast_exact(a.ctypes.data, out.ctypes.data, a.size) else None
 
 
 class HalfMatrix:

@@ -280,3 +280,14 @@ def test_concurrent_callers_get_their_own_results(lib, threads):
     for t in ts:
         t.join()
     assert not errors, errors[0]
+
+
+def test_bert_auto_checks_the_word_embedding_too(lib):
+    model = _bert()
+    emb = model.embeddings.word_embeddings
+    emb.weight = emb.weight + 1e-7 * (1 + mx.abs(emb.weight))  # the Linear weights are float16 values, this is not
+    before = np.array(model.layers[0].ffn.up.weight)
+    model.prepare()
+    assert model.fast_path() is None
+    assert emb.weight.dtype == mx.float32 and model.layers[0].ffn.up.weight.dtype == mx.float32  # put back
+    np.testing.assert_array_equal(np.array(model.layers[0].ffn.up.weight), before)
