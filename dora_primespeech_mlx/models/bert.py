@@ -217,6 +217,8 @@ class BertModel(nn.Module):
                 from .bert_numpy import NumpyBert
 
                 self._fast = NumpyBert(self, fn)
+            if hasattr(mx, "clear_cache"):
+                mx.clear_cache()  # hand the float32 buffers back
         return self
 
     def fast_path(self):
