@@ -195,7 +195,8 @@ class GPTSoVITSEngine:
                 with locked(), stage("gpt"):
                     gen = pipeline.token_stream(r.models, r.ref, chunk, cfg, r.seed + s)
                 tokens: list[int] = []
-                next_at = cfg.stream_first_tokens
+                steps = streaming.window_steps(cfg)
+                next_at = next(steps)
                 while True:
                     if cancel is not None and cancel.is_set():
                         cancelled = True
@@ -209,7 +210,7 @@ class GPTSoVITSEngine:
                         n_tokens += 1
                         if len(tokens) < next_at:
                             continue
-                        next_at = len(tokens) + cfg.stream_chunk_tokens
+                        next_at = len(tokens) + next(steps)
                     with locked(), stage("sovits", timer):
                         piece = streaming.next_piece(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done)
                     if piece is not None:

@@ -10,6 +10,10 @@ decode's ``int(2T/speed)+1`` frames differ from that grid by under one frame ove
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import mlx.core as mx
 import numpy as np
 
@@ -72,27 +76,84 @@ class Stitcher:
         return out.astype(np.float32, copy=False)
 
 
-def next_piece(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, stitcher: Stitcher, bank: NoiseBank,
-               tokens: list[int], done: bool) -> np.ndarray | None:
-    """The next piece of a streamed sentence, or None when there is nothing new to emit yet.
+def window_steps(cfg: SynthesisConfig) -> Iterator[int]:
+    """How many new tokens each window waits for: ``stream_first_tokens``, then chunks growing by
+    ``stream_ramp`` per window up to ``stream_chunk_tokens`` (a small first window for early audio; each
+    later window only as large as can be computed while the audio before it plays). ``stream_ramp`` 1: every
+    later window waits for ``stream_chunk_tokens``."""
+    yield cfg.stream_first_tokens
+    step = float(min(cfg.stream_first_tokens, cfg.stream_chunk_tokens))
+    if cfg.stream_ramp <= 1:
+        step = float(cfg.stream_chunk_tokens)
+    while True:
+        step = min(float(cfg.stream_chunk_tokens), step * cfg.stream_ramp)
+        yield max(1, math.ceil(step))
 
-    Decodes tokens[start:] where ``start`` lies ``stream_context_tokens`` before the emitted
-    boundary; emits up to ``stream_lookahead_tokens`` before the newest token (all of it when
-    ``done``), since the last tokens' audio changes once their right context exists."""
+
+@dataclass
+class Window:
+    """One window's latent, ready for the vocoder: ``z`` holds the window's output frames [lo, hi)
+    (relative to the window's first frame, token ``start``); ``frames`` is the window's length. Only the
+    emitted span plus the vocoder's receptive field is kept: the frames outside it never reach the audio."""
+
+    z: mx.array  # (1, C, hi - lo)
+    lo: int
+    frames: int
+    start: int
+    stop: int
+    final: bool
+
+
+def window_latent(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, stitcher: Stitcher, bank: NoiseBank,
+                  tokens: list[int], done: bool) -> Window | None:
+    """The next window of a streamed sentence up to the vocoder, or None when there is nothing new to emit.
+
+    Decodes tokens[start:] where ``start`` lies ``stream_context_tokens`` before the emitted boundary;
+    emits up to ``stream_lookahead_tokens`` before the newest token (all of it when ``done``), since the
+    last tokens' audio changes once their right context exists. The text encoder and flow see the whole
+    window; the vocoder gets the emitted frames and its receptive field on each side (same samples)."""
     stop = len(tokens) if done else len(tokens) - cfg.stream_lookahead_tokens
     if not done and stop <= stitcher.done_tokens:
         return None
-    if not tokens:
-        return np.zeros(0, dtype=np.float32)
     start = max(0, stitcher.done_tokens - cfg.stream_context_tokens)
     window = np.asarray(tokens[start:], dtype=np.int32)
-    audio = decode_window(models, ref, window, chunk.phones, cfg.noise_scale, bank, stitcher, start, done)
-    return stitcher.piece(audio, start, stop, done)
+    z = window_z(models, ref, window, chunk.phones, cfg.noise_scale, bank, stitcher, start, done)
+    frames = z.shape[2]
+    f0 = stitcher.frame(start)
+    margin = models.sovits.dec.receptive_frames
+    lo = max(0, stitcher.frame(stitcher.done_tokens) - f0 - math.ceil(stitcher.crossfade / stitcher.hop) - margin)
+    hi = frames if done else min(frames, stitcher.frame(stop) - f0 + margin)
+    return Window(z[:, :, lo:hi], lo, frames, start, stop, done)
 
 
-def decode_window(models: Models, ref, window: np.ndarray, phones: np.ndarray, noise_scale: float, bank: NoiseBank,
-                  stitcher: Stitcher, start: int, final: bool) -> np.ndarray:
-    """SoVITS decode of the tokens ``window`` (which begin at token ``start``) onto the sentence's
+def place(window: Window, part: np.ndarray, hop: int) -> np.ndarray:
+    """The window's audio: the vocoded ``part`` at its frames, zeros where nothing was vocoded (never read)."""
+    audio = np.zeros(window.frames * hop, dtype=np.float32)
+    part = np.asarray(part, dtype=np.float32).reshape(-1)
+    audio[window.lo * hop : window.lo * hop + len(part)] = part
+    return audio
+
+
+def vocode_window(models: Models, ref, window: Window) -> np.ndarray:
+    """The vocoder on the window's kept frames (MLX or ONNX Runtime, as the model's backend says)."""
+    return np.array(models.sovits.vocode(window.z, ref.ge)).reshape(-1)
+
+
+def next_piece(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, stitcher: Stitcher, bank: NoiseBank,
+               tokens: list[int], done: bool) -> np.ndarray | None:
+    """The next piece of a streamed sentence, or None when there is nothing new to emit yet."""
+    if not tokens:
+        return np.zeros(0, dtype=np.float32) if done else None
+    window = window_latent(models, ref, chunk, cfg, stitcher, bank, tokens, done)
+    if window is None:
+        return None
+    audio = place(window, vocode_window(models, ref, window), models.hop)
+    return stitcher.piece(audio, window.start, window.stop, window.final)
+
+
+def window_z(models: Models, ref, window: np.ndarray, phones: np.ndarray, noise_scale: float, bank: NoiseBank,
+             stitcher: Stitcher, start: int, final: bool) -> mx.array:
+    """SoVITS up to the vocoder for the tokens ``window`` (which begin at token ``start``) on the sentence's
     output-frame grid: frames [frame(start), frame(end)) (to the sentence's end frame when final).
     Same stages as the whole decode; only the speed change uses the fixed grid."""
     sovits = models.sovits
@@ -106,5 +167,6 @@ def decode_window(models: Models, ref, window: np.ndarray, phones: np.ndarray, n
     _, m_p, logs_p, y_mask = sovits.project(feats, 1.0)
     noise = mx.array(bank.take(f0, m_p.shape[2])) if noise_scale > 0 else None
     z_p = sovits.sample_prior(m_p, logs_p, noise_scale, noise=noise)
-    audio = sovits.vocode(sovits.flow_reverse(z_p, y_mask, ref.ge), ref.ge, y_mask)
-    return np.array(audio).reshape(-1).astype(np.float32)
+    z = sovits.flow_reverse(z_p, y_mask, ref.ge)
+    mx.eval(z)
+    return z

@@ -179,3 +179,63 @@ def test_several_sentences_each_end_with_silence(engine):
         last = [c for c in chunks if c.sentence_index == s][-1]
         assert len(last.audio) >= gap and not last.audio[-gap:].any()
     assert chunks[-1].is_final and sum(c.is_final for c in chunks) == 1
+
+
+def test_window_steps_ramp_up_to_the_chunk():
+    from dora_primespeech_mlx.engine import SynthesisConfig
+    from dora_primespeech_mlx.engine.streaming import window_steps
+
+    def first(n, **kw):
+        steps = window_steps(SynthesisConfig(**kw))
+        return [next(steps) for _ in range(n)]
+
+    assert first(6, stream_first_tokens=12, stream_chunk_tokens=40, stream_ramp=1.5) == [12, 18, 27, 40, 40, 40]
+    assert first(4, stream_first_tokens=12, stream_chunk_tokens=40, stream_ramp=1) == [12, 40, 40, 40]
+    assert first(3, stream_first_tokens=30, stream_chunk_tokens=20, stream_ramp=2) == [30, 20, 20]
+
+
+def _stream_audio(engine, **kw) -> np.ndarray:
+    return np.concatenate([c.audio for c in engine.synthesize_stream(TEXT, **SMALL, **kw)])
+
+
+@pytest.mark.parametrize("speed", [1.0, 1.1])
+def test_vocoder_crop_keeps_the_samples(engine, monkeypatch, speed):
+    """Windows are vocoded only over the emitted frames plus the vocoder's receptive field: the audio equals
+    vocoding each whole window (float rounding), while a crop without that margin changes it."""
+    from dora_primespeech_mlx.models.hifigan import Generator
+
+    cropped = _stream_audio(engine, speed_factor=speed)
+    monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 10**6))
+    whole_windows = _stream_audio(engine, speed_factor=speed)
+    assert cropped.shape == whole_windows.shape
+    peak = float(np.abs(whole_windows).max())
+    assert float(np.abs(cropped - whole_windows).max()) <= 1e-5 * peak
+    monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 0))
+    too_tight = _stream_audio(engine, speed_factor=speed)
+    assert float(np.abs(too_tight - whole_windows).max()) > 1e-3 * peak  # the margin is what keeps it exact
+
+
+def test_receptive_frames_is_the_generator_reach(engine):
+    """A crop of the latent with ``receptive_frames`` extra frames on each side vocodes to the same interior
+    samples as the whole latent (the figure is a conservative bound: real v2 weights are exact from 12 of its
+    13 frames on); half of it is not."""
+    import mlx.core as mx
+
+    from dora_primespeech_mlx.engine.stats import Timer
+
+    models = engine.store.models(engine.voice)
+    sovits = models.sovits
+    hop, m = sovits.samples_per_frame, sovits.dec.receptive_frames
+    ge = engine.store.reference(engine.voice, models, engine.voice.prompt_lang, Timer()).ge
+    rng = np.random.default_rng(3)
+    z = mx.array(rng.standard_normal((1, sovits.args.inter_channels, 4 * m + 20)).astype(np.float32))
+    full = np.array(sovits.vocode(z, ge)).reshape(-1)
+    a, b = 2 * m, 2 * m + 20
+
+    def interior(margin):
+        part = np.array(sovits.vocode(z[:, :, a - margin : b + margin], ge)).reshape(-1)
+        return part[margin * hop : (margin + b - a) * hop]
+
+    peak = float(np.abs(full).max())
+    assert np.abs(interior(m) - full[a * hop : b * hop]).max() <= 1e-5 * peak
+    assert np.abs(interior(m // 2) - full[a * hop : b * hop]).max() > 1e-6 * peak
