@@ -265,6 +265,10 @@ VARS: tuple[Var, ...] = (
     Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
         "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
         "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
+    Var("overlap", "PRIMESPEECH_OVERLAP", "auto", _choice(("auto", "1", "0")),
+        "Vocoder beside the GPT: ONNX Runtime decodes one sentence's (or streamed window's) audio on a worker "
+        "thread while the GPT generates the next tokens: auto (when the vocoder runs on ONNX Runtime with >= 2 "
+        "threads) | 1 (whenever it runs on ONNX Runtime) | 0 (never).", ()),
     Var("gpt_half", "PRIMESPEECH_GPT_HALF", "auto",
         _choice(("auto", "1", "0"), synonyms={"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0",
                                               "no": "0"}),
@@ -335,6 +339,7 @@ class Settings(defaults.RequestDefaults):
     t2s_compile: bool | None = None
     bert_half: bool = False
     vocoder: str = "auto"
+    overlap: str = "auto"
     gpt_half: str = "auto"
     g2pw: bool = False
     g2pw_vocab: Path | None = None

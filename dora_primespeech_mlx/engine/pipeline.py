@@ -155,21 +155,30 @@ def generate_tokens(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig,
         tokens.append(int(tok))
 
 
+def sentence_latent(models: Models, ref, tokens: np.ndarray, phones: np.ndarray, speed: float, noise_scale: float,
+                    bank: NoiseBank) -> mx.array:
+    """SoVITS up to the vocoder for one whole sentence (upstream ``decode`` before ``dec``): z (1, C, frames)."""
+    from ..models.sovits import output_frames
+
+    sovits = models.sovits
+    noise = bank.take(0, output_frames(2 * len(tokens), speed)) if noise_scale > 0 else None
+    m_p, logs_p, y_mask = sovits.encode(mx.array(np.asarray(tokens, dtype=np.int32)[None, None]),
+                                        mx.array(phones[None].astype(np.int32)), ref.ge, speed)
+    z_p = sovits.sample_prior(m_p, logs_p, noise_scale, noise=None if noise is None else mx.array(noise))
+    z = sovits.flow_reverse(z_p, y_mask, ref.ge)
+    mx.eval(z)
+    return z
+
+
+def vocode(models: Models, ref, z: mx.array) -> np.ndarray:
+    """The vocoder on a latent (MLX or ONNX Runtime, as the model's backend says), float32 1-D."""
+    return np.array(models.sovits.vocode(z, ref.ge)).reshape(-1).astype(np.float32)
+
+
 def decode_sentence(models: Models, ref, tokens: np.ndarray, phones: np.ndarray, speed: float, noise_scale: float,
                     bank: NoiseBank) -> np.ndarray:
     """SoVITS audio of one whole sentence (upstream ``decode``), float32 1-D."""
-    from ..models.sovits import output_frames
-
-    noise = bank.take(0, output_frames(2 * len(tokens), speed)) if noise_scale > 0 else None
-    out = models.sovits.decode(
-        mx.array(np.asarray(tokens, dtype=np.int32)[None, None]),
-        mx.array(phones[None].astype(np.int32)),
-        noise_scale=noise_scale,
-        speed=speed,
-        noise=None if noise is None else mx.array(noise),
-        ge=ref.ge,
-    )
-    return np.array(out).reshape(-1).astype(np.float32)
+    return vocode(models, ref, sentence_latent(models, ref, tokens, phones, speed, noise_scale, bank))
 
 
 class NoiseBank:

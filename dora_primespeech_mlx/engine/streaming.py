@@ -19,7 +19,7 @@ import numpy as np
 
 from ..models.sovits import FRAMES_PER_TOKEN, grid_frame, grid_positions, interpolate_at, output_frames
 from .config import SynthesisConfig
-from .pipeline import Models, NoiseBank, TextChunk
+from .pipeline import Models, NoiseBank, TextChunk, vocode
 
 
 def fade(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -42,6 +42,7 @@ class Stitcher:
         self.speed = speed
         self.crossfade = crossfade
         self.done_tokens = 0  # audio up to this token boundary was emitted (minus `pending`)
+        self.planned_tokens = 0  # windows were cut up to here (ahead of done_tokens while the vocoder works)
         self.pending = np.zeros(0, dtype=np.float32)  # held-back tail of the previous piece
 
     def frame(self, token: int) -> int:
@@ -73,6 +74,7 @@ class Stitcher:
             self.pending = out[len(out) - keep :].copy()
             out = out[: len(out) - keep]
         self.done_tokens = stop
+        self.planned_tokens = max(self.planned_tokens, stop)
         return out.astype(np.float32, copy=False)
 
 
@@ -113,16 +115,18 @@ def window_latent(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, s
     last tokens' audio changes once their right context exists. The text encoder and flow see the whole
     window; the vocoder gets the emitted frames and its receptive field on each side (same samples)."""
     stop = len(tokens) if done else len(tokens) - cfg.stream_lookahead_tokens
-    if not done and stop <= stitcher.done_tokens:
+    emit_from = stitcher.planned_tokens  # the previous window's stop, stitched or still in the vocoder
+    if not done and stop <= emit_from:
         return None
-    start = max(0, stitcher.done_tokens - cfg.stream_context_tokens)
+    start = max(0, emit_from - cfg.stream_context_tokens)
     window = np.asarray(tokens[start:], dtype=np.int32)
     z = window_z(models, ref, window, chunk.phones, cfg.noise_scale, bank, stitcher, start, done)
     frames = z.shape[2]
     f0 = stitcher.frame(start)
     margin = models.sovits.dec.receptive_frames
-    lo = max(0, stitcher.frame(stitcher.done_tokens) - f0 - math.ceil(stitcher.crossfade / stitcher.hop) - margin)
+    lo = max(0, stitcher.frame(emit_from) - f0 - math.ceil(stitcher.crossfade / stitcher.hop) - margin)
     hi = frames if done else min(frames, stitcher.frame(stop) - f0 + margin)
+    stitcher.planned_tokens = stop
     return Window(z[:, :, lo:hi], lo, frames, start, stop, done)
 
 
@@ -134,21 +138,49 @@ def place(window: Window, part: np.ndarray, hop: int) -> np.ndarray:
     return audio
 
 
-def vocode_window(models: Models, ref, window: Window) -> np.ndarray:
-    """The vocoder on the window's kept frames (MLX or ONNX Runtime, as the model's backend says)."""
-    return np.array(models.sovits.vocode(window.z, ref.ge)).reshape(-1)
+class PendingPiece:
+    """One streamed piece on its way: a window whose vocoder runs now (``audio``) or in the lane (``future``
+    of ``(audio or None, seconds)``), finished in order by :meth:`finish`. ``window`` None: an empty sentence."""
+
+    def __init__(self, stitcher: Stitcher, window: Window | None, audio: np.ndarray | None = None, future=None):
+        self.stitcher, self.window, self.audio, self.future = stitcher, window, audio, future
+
+    def ready(self) -> bool:
+        return self.future is None or self.future.done()
+
+    def finish(self, models: Models, ref) -> tuple[np.ndarray, float]:
+        """The piece's new audio and the lane's vocoder seconds (waits for the lane). When ONNX Runtime
+        failed in the lane, MLX runs the vocoder here, on the caller's thread."""
+        w, seconds = self.window, 0.0
+        if w is None:
+            return np.zeros(0, dtype=np.float32), seconds
+        part = self.audio
+        if self.future is not None:
+            part, seconds = self.future.result()
+            if part is None:
+                part = vocode(models, ref, w.z)
+        return self.stitcher.piece(place(w, part, models.hop), w.start, w.stop, w.final), seconds
+
+
+def next_window(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, stitcher: Stitcher, bank: NoiseBank,
+                tokens: list[int], done: bool, lane=None) -> PendingPiece | None:
+    """The next piece of a streamed sentence as a :class:`PendingPiece` (vocoded now, or handed to ``lane``
+    when given), or None when there is nothing new to emit yet."""
+    if not tokens:
+        return PendingPiece(stitcher, None) if done else None
+    window = window_latent(models, ref, chunk, cfg, stitcher, bank, tokens, done)
+    if window is None:
+        return None
+    if lane is not None:
+        return PendingPiece(stitcher, window, future=lane.submit(models.sovits.vocoder_backend, window.z, ref.ge))
+    return PendingPiece(stitcher, window, audio=vocode(models, ref, window.z))
 
 
 def next_piece(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, stitcher: Stitcher, bank: NoiseBank,
                tokens: list[int], done: bool) -> np.ndarray | None:
     """The next piece of a streamed sentence, or None when there is nothing new to emit yet."""
-    if not tokens:
-        return np.zeros(0, dtype=np.float32) if done else None
-    window = window_latent(models, ref, chunk, cfg, stitcher, bank, tokens, done)
-    if window is None:
-        return None
-    audio = place(window, vocode_window(models, ref, window), models.hop)
-    return stitcher.piece(audio, window.start, window.stop, window.final)
+    pending = next_window(models, ref, chunk, cfg, stitcher, bank, tokens, done)
+    return None if pending is None else pending.finish(models, ref)[0]
 
 
 def window_z(models: Models, ref, window: np.ndarray, phones: np.ndarray, noise_scale: float, bank: NoiseBank,

@@ -239,3 +239,33 @@ def test_receptive_frames_is_the_generator_reach(engine):
     peak = float(np.abs(full).max())
     assert np.abs(interior(m) - full[a * hop : b * hop]).max() <= 1e-5 * peak
     assert np.abs(interior(m // 2) - full[a * hop : b * hop]).max() > 1e-6 * peak
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, monkeypatch, stream):
+    """PRIMESPEECH_OVERLAP: the vocoder on the lane's worker thread (while the GPT goes on) yields the same
+    chunks and samples as running it in turn, for whole and streamed requests of several sentences."""
+    import dataclasses
+
+    from dora_primespeech_mlx.engine import overlap
+
+    sovits = engine.store.models(engine.voice).sovits
+    if getattr(sovits, "vocoder_backend", None) is None or sovits.vocoder_backend.active != "onnxruntime":
+        pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
+    text = "Hello world. This is a small test. And a third one."
+    kw = dict(SMALL, text_split_method="cut5")
+    runs, real_submit = {}, overlap.VocoderLane.submit
+    for mode in ("0", "1"):
+        monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap=mode))
+        submitted = []
+        monkeypatch.setattr(overlap.VocoderLane, "submit",
+                            lambda self, *a: submitted.append(1) or real_submit(self, *a))
+        if stream:
+            chunks = list(engine.synthesize_stream(text, **kw))
+            runs[mode] = ([(c.chunk_index, c.sentence_index, c.is_final) for c in chunks],
+                          np.concatenate([c.audio for c in chunks]), len(submitted))
+        else:
+            runs[mode] = (None, engine.synthesize(text, **kw).audio, len(submitted))
+    assert runs["0"][2] == 0 and runs["1"][2] > 0  # the lane was used only when asked
+    assert runs["0"][0] == runs["1"][0]
+    np.testing.assert_array_equal(runs["0"][1], runs["1"][1])
