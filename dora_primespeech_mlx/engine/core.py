@@ -120,14 +120,14 @@ class GPTSoVITSEngine:
     def _lane_for(self, models: pipeline.Models) -> overlap.VocoderLane | None:
         return self._lane if overlap.wanted(self.settings.overlap, models.sovits) else None
 
-    def _prepare(self, text, voice, config, overrides, timer: Timer, cancel) -> _Request:
+    def _prepare(self, text, voice, config, overrides, timer: Timer, cancel, bert_upto: int | None = None) -> _Request:
         cfg = (config if config is not None else self.config).replace(**overrides)
         spec = self._resolve(voice)
         models = self.store.models(spec)
         ref = self.store.reference(spec, models, cfg.prompt_lang or spec.prompt_lang or spec.language, timer)
         pipeline.check_cancel(cancel)
         chunks = pipeline.text_chunks(text, cfg.text_lang or spec.language, cfg.text_split_method, spec, models,
-                                      timer)
+                                      timer, bert_upto)
         speed = float(cfg.speed_factor if cfg.speed_factor is not None else spec.speed_factor)
         seed = cfg.seed if cfg.seed != -1 else secrets.randbelow(2**31)
         return _Request(cfg, spec, models, ref, chunks, speed, seed)
@@ -187,7 +187,7 @@ class GPTSoVITSEngine:
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             try:
-                r = self._prepare(text, voice, config, overrides, timer, cancel)
+                r = self._prepare(text, voice, config, overrides, timer, cancel, bert_upto=1)
             except SynthesisCancelled:
                 self._stats.count("cancelled")
                 return iter(())  # cancelled before the first chunk: an empty stream
@@ -226,6 +226,8 @@ class GPTSoVITSEngine:
             for s, chunk in enumerate(r.chunks):
                 stitcher = streaming.Stitcher(r.models.hop, r.speed, round(cfg.stream_crossfade_ms * sr / 1000))
                 bank = self.noise_bank((r.seed, s), r.models.prior_channels)
+                with locked():  # the first sentence's BERT came with the request, the others' come now
+                    pipeline.fill_bert(r.chunks, s, r.spec, r.models, timer)
                 with locked(), stage("gpt"):
                     gen = pipeline.token_stream(r.models, r.ref, chunk, cfg, r.seed + s)
                 tokens: list[int] = []

@@ -55,8 +55,9 @@ class Models:
 @dataclass
 class TextChunk:
     phones: np.ndarray  # (n,) int32 target phones
-    bert: np.ndarray  # (1024, n) float32
+    bert: np.ndarray | None  # (1024, n) float32; None until :func:`fill_bert` (streams compute it sentence-wise)
     norm_text: str
+    result: Any = None  # the front end's result (what the BERT features are computed from)
 
 
 def check_cancel(cancel: threading.Event | None) -> None:
@@ -64,8 +65,11 @@ def check_cancel(cancel: threading.Event | None) -> None:
         raise SynthesisCancelled("synthesis cancelled")
 
 
-def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Models, timer: Timer) -> list[TextChunk]:
-    """The text's sentences as phone ids and BERT features (NothingToSpeakError when there are none)."""
+def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Models, timer: Timer,
+                bert_upto: int | None = None) -> list[TextChunk]:
+    """The text's sentences as phone ids and BERT features (NothingToSpeakError when there are none). With
+    ``bert_upto`` only the first ``bert_upto`` sentences get their BERT features now (:func:`fill_bert` adds
+    the others): a stream's first audio then waits for one sentence's BERT, not the whole text's."""
     from .. import text as text_mod
 
     if not isinstance(text, str):
@@ -76,12 +80,25 @@ def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Mode
     if not text_mod.has_speakable(text):
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r} (no letters or digits)")
     with stage("text", timer):
-        chunks = text_mod.preprocess(text, lang, method, models.symbol_version)
-    if not chunks:
+        results = text_mod.preprocess(text, lang, method, models.symbol_version)
+    if not results:
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r}")
+    chunks = [TextChunk(np.asarray(c.phone_ids, dtype=np.int32), None, c.norm_text, c) for c in results]
+    fill_bert(chunks, 0, spec, models, timer, upto=bert_upto)
+    return chunks
+
+
+def fill_bert(chunks: list[TextChunk], start: int, spec: VoiceSpec, models: Models, timer: Timer | None,
+              upto: int | None = None) -> None:
+    """Compute the missing BERT features of ``chunks[start:start + upto]`` (all from ``start`` when ``upto`` is
+    None) in one batch."""
+    todo = [c for c in chunks[start : None if upto is None else start + upto] if c.bert is None]
+    if not todo:
+        return
     with stage("bert", timer):
-        berts = bert_features(chunks, spec, models.encoders)
-    return [TextChunk(np.asarray(c.phone_ids, dtype=np.int32), b, c.norm_text) for c, b in zip(chunks, berts)]
+        berts = bert_features([c.result for c in todo], spec, models.encoders)
+    for c, b in zip(todo, berts):
+        c.bert = b
 
 
 def bert_features(results: list, spec: VoiceSpec, encoders) -> list[np.ndarray]:

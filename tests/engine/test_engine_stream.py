@@ -259,7 +259,7 @@ def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, monkeypatch, stream
         monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap=mode))
         submitted = []
         monkeypatch.setattr(overlap.VocoderLane, "submit",
-                            lambda self, *a: submitted.append(1) or real_submit(self, *a))
+                            lambda self, *a, _seen=submitted: _seen.append(1) or real_submit(self, *a))
         if stream:
             chunks = list(engine.synthesize_stream(text, **kw))
             runs[mode] = ([(c.chunk_index, c.sentence_index, c.is_final) for c in chunks],
@@ -269,3 +269,24 @@ def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, monkeypatch, stream
     assert runs["0"][2] == 0 and runs["1"][2] > 0  # the lane was used only when asked
     assert runs["0"][0] == runs["1"][0]
     np.testing.assert_array_equal(runs["0"][1], runs["1"][1])
+
+
+def test_stream_first_audio_waits_for_one_sentences_bert(engine, monkeypatch):
+    """A stream computes the first sentence's BERT with the request and the others' after its first audio (one
+    batch); a whole request batches all sentences at once."""
+    from dora_primespeech_mlx.engine import pipeline
+
+    calls, real = [], pipeline.bert_features
+    monkeypatch.setattr(pipeline, "bert_features", lambda results, *a: calls.append(len(results)) or real(results, *a))
+    text = "Hello world. This is a small test. And a third one."  # (the fixture BERT may not fit Chinese)
+    kw = dict(SMALL, text_split_method="cut5")
+    stream = engine.synthesize_stream(text, **kw)
+    assert calls == [1]
+    first = next(stream)
+    assert calls == [1] and first.sentence_index == 0
+    rest = list(stream)
+    sentences = 1 + max(c.sentence_index for c in rest)
+    assert sentences >= 3 and calls == [1, sentences - 1]
+    calls.clear()
+    engine.synthesize(text, **kw)
+    assert calls == [sentences]
