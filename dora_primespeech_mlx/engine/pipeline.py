@@ -90,11 +90,11 @@ def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Mode
 
 def fill_bert(chunks: list[TextChunk], start: int, spec: VoiceSpec, models: Models, timer: Timer | None,
               upto: int | None = None) -> None:
-    """Compute the missing BERT features of ``chunks[start:start + upto]`` (all from ``start`` when ``upto`` is
-    None) in one batch."""
-    todo = [c for c in chunks[start : None if upto is None else start + upto] if c.bert is None]
-    if not todo:
+    """Give ``chunks[start]`` its BERT features, with those of ``chunks[start:start + upto]`` (all from ``start``
+    when ``upto`` is None) that lack them, in one batch; nothing when ``chunks[start]`` has them."""
+    if start >= len(chunks) or chunks[start].bert is not None:
         return
+    todo = [c for c in chunks[start : None if upto is None else start + upto] if c.bert is None]
     with stage("bert", timer):
         berts = bert_features([c.result for c in todo], spec, models.encoders)
     for c, b in zip(todo, berts):
