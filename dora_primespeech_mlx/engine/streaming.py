@@ -43,6 +43,7 @@ class Stitcher:
         self.crossfade = crossfade
         self.done_tokens = 0  # audio up to this token boundary was emitted (minus `pending`)
         self.planned_tokens = 0  # windows were cut up to here (ahead of done_tokens while the vocoder works)
+        self.text_features = None  # the sentence's phone stream through enc_p (computed by the first window)
         self.pending = np.zeros(0, dtype=np.float32)  # held-back tail of the previous piece
 
     def frame(self, token: int) -> int:
@@ -189,7 +190,10 @@ def window_z(models: Models, ref, window: np.ndarray, phones: np.ndarray, noise_
     output-frame grid: frames [frame(start), frame(end)) (to the sentence's end frame when final).
     Same stages as the whole decode; only the speed change uses the fixed grid."""
     sovits = models.sovits
-    feats = sovits.encode_features(mx.array(window[None, None]), mx.array(phones[None]), ref.ge)  # (1, C, 2n)
+    if stitcher.text_features is None:  # the phone stream is the same for every window of the sentence
+        stitcher.text_features = sovits.enc_p.text_features(mx.array(phones[None].astype(np.int32)))
+    feats = sovits.encode_features(mx.array(window[None, None]), mx.array(phones[None]), ref.ge,
+                                   stitcher.text_features)  # (1, C, 2n)
     n = start + len(window)
     f0 = stitcher.frame(start)
     f1 = stitcher.end_frame(n) if final else stitcher.frame(n)
