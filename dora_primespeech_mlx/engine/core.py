@@ -157,12 +157,13 @@ class GPTSoVITSEngine:
                     all_tokens.append(tokens)
                 pieces = []
                 for z, audio in latents:
-                    with stage("sovits", timer):
-                        if not isinstance(audio, np.ndarray):
+                    if not isinstance(audio, np.ndarray):
+                        with stage("sovits"):  # (the lane's own seconds are what the stage took)
                             audio, seconds = audio.result()
-                            timer.add("sovits", seconds)
-                            if audio is None:  # ONNX Runtime failed in the lane: MLX, on this thread
-                                audio = pipeline.vocode(r.models, r.ref, z)
+                        timer.add("sovits", seconds)
+                    if audio is None:  # ONNX Runtime failed in the lane: MLX runs it, on this thread
+                        with stage("sovits", timer):
+                            audio = pipeline.vocode(r.models, r.ref, z)
                     pieces.append(pipeline.postprocess(audio, sr, r.cfg.fragment_interval))
             except SynthesisCancelled:
                 self._stats.count("cancelled")
@@ -211,7 +212,9 @@ class GPTSoVITSEngine:
             """Yield the finished pieces in order (all of them when ``block``, else those ready now)."""
             while pending and (block or pending[0][2].ready()):
                 s, final, p = pending.popleft()
-                with locked(), stage("sovits", timer):
+                with stage("sovits"):
+                    p.wait()  # the lane's vocoder run, outside the engine lock
+                with locked(), stage("sovits"):
                     piece, seconds = p.finish(r.models, r.ref)
                 timer.add("sovits", seconds)
                 if final:

@@ -11,6 +11,7 @@ decode's ``int(2T/speed)+1`` frames differ from that grid by under one frame ove
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -149,6 +150,11 @@ class PendingPiece:
     def ready(self) -> bool:
         return self.future is None or self.future.done()
 
+    def wait(self) -> None:
+        """Until the lane's vocoder run is over (raises its error, if any)."""
+        if self.future is not None:
+            self.future.result()
+
     def finish(self, models: Models, ref) -> tuple[np.ndarray, float]:
         """The piece's new audio and the lane's vocoder seconds (waits for the lane). When ONNX Runtime
         failed in the lane, MLX runs the vocoder here, on the caller's thread."""
@@ -158,8 +164,10 @@ class PendingPiece:
         part = self.audio
         if self.future is not None:
             part, seconds = self.future.result()
-            if part is None:
+            if part is None:  # ONNX Runtime failed in the lane
+                t0 = time.perf_counter()
                 part = vocode(models, ref, w.z)
+                seconds += time.perf_counter() - t0
         return self.stitcher.piece(place(w, part, models.hop), w.start, w.stop, w.final), seconds
 
 

@@ -290,3 +290,55 @@ def test_stream_first_audio_waits_for_one_sentences_bert(engine, monkeypatch):
     calls.clear()
     engine.synthesize(text, **kw)
     assert calls == [sentences]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, monkeypatch, stream):
+    """ONNX Runtime failing inside the lane: one warning, MLX runs that vocoder on the caller's thread and
+    from then on; the request completes with the same audio as MLX alone (within float rounding)."""
+    import dataclasses
+
+    sovits = engine.store.models(engine.voice).sovits
+    backend = getattr(sovits, "vocoder_backend", None)
+    if backend is None or backend.active != "onnxruntime":
+        pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
+    text = "Hello world. This is a small test."
+    kw = dict(SMALL, text_split_method="cut5")
+
+    def run():
+        if stream:
+            return np.concatenate([c.audio for c in engine.synthesize_stream(text, **kw)])
+        return engine.synthesize(text, **kw).audio
+
+    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
+    generator = backend.generator
+    monkeypatch.setattr(backend, "error", backend.error)  # restored after the test, like the generator
+    monkeypatch.setattr(backend, "generator", None)  # MLX alone, for the reference audio
+    mlx_audio = run()
+    threads = []
+
+    def broken(z, ge):
+        import threading
+
+        threads.append(threading.current_thread().name)
+        raise RuntimeError("injected onnxruntime failure")
+
+    monkeypatch.setattr(backend, "generator", _Callable(broken, generator))
+    audio = run()
+    assert threads and threads[0].startswith("primespeech-vocoder")  # it failed in the lane
+    assert backend.generator is None and "injected" in (backend.error or "")
+    assert audio.shape == mlx_audio.shape
+    assert np.abs(audio - mlx_audio).max() <= 1e-4 * max(1.0, float(np.abs(mlx_audio).max()))
+
+
+class _Callable:
+    """Stands in for the ONNX Runtime generator: calls ``fn``; describes itself like the real one."""
+
+    def __init__(self, fn, real):
+        self.fn, self.real, self.threads = fn, real, getattr(real, "threads", 1)
+
+    def __call__(self, z, ge):
+        return self.fn(z, ge)
+
+    def describe(self):
+        return self.real.describe()

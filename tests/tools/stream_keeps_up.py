@@ -13,7 +13,8 @@ worst (smallest) margin is printed per run, with every margin and the arrival ti
 Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each variant in turn within every round
 (alternating, so they share the machine's state); keys are SynthesisConfig settings (``stream_first_tokens=20``,
 ``stream_ramp=1``) plus ``overlap=0|1|auto`` (PRIMESPEECH_OVERLAP) and ``crop=0`` (vocode whole windows, as
-before the receptive-field crop). Prints one ``KEEPSUP`` line per variant.
+before the receptive-field crop). Prints one ``KEEPSUP`` line per variant; ``--whole`` also times a whole
+(non-streaming) request after each streamed one.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ ap.add_argument("--text", default="今天的天气特别好，我们一起去公
 ap.add_argument("--split", default="cut0")
 ap.add_argument("--models", default=None)
 ap.add_argument("--variant", action="append", default=[])
+ap.add_argument("--whole", action="store_true", help="with --variant: also time whole (non-streaming) requests")
 A = ap.parse_args()
 os.environ["PRIMESPEECH_THREADS"] = str(A.threads)
 
@@ -101,7 +103,12 @@ if A.variant:
         one_run(apply_variant(opts))
     for _ in range(A.runs):
         for name, opts in variants:
-            results[name].append(one_run(apply_variant(opts)))
+            extra = apply_variant(opts)
+            results[name].append(one_run(extra))
+            if A.whole:
+                t0 = time.perf_counter()
+                eng.synthesize(A.text, **kw, **extra)
+                results[name][-1]["whole_s"] = time.perf_counter() - t0
     for name, opts in variants:
         runs = results[name]
         worst = [r["worst_margin_s"] for r in runs if r["worst_margin_s"] is not None]
@@ -109,6 +116,7 @@ if A.variant:
             "variant": name, "options": opts, "threads": A.threads, "split": A.split, "loadavg": os.getloadavg()[0],
             "first_s_median": statistics.median(r["first_s"] for r in runs),
             "total_s_median": statistics.median(r["total_s"] for r in runs),
+            "whole_s_median": statistics.median(r["whole_s"] for r in runs) if A.whole else None,
             "worst_margin_s_min": min(worst) if worst else None,
             "worst_margin_s_median": statistics.median(worst) if worst else None,
             "runs": runs}, ensure_ascii=False, default=str))
