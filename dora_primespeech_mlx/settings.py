@@ -204,8 +204,9 @@ VARS: tuple[Var, ...] = (
         "Send audio in chunks while the GPT still generates (else one `audio` message per text).",
         ("RETURN_FRAGMENT", "GPTSVITS_STREAMING")),
     Var("stream_chunk_tokens", "STREAM_CHUNK_TOKENS", None, _limits("stream_chunk_tokens"),
-        "Streaming: semantic tokens (50 per second of audio) per audio chunk after the first "
-        "(unset: the engine's default). GPTSVITS_CHUNK_SIZE gives it in samples (640 per token).",
+        "Streaming: the most semantic tokens (50 per second of audio) per audio chunk; the chunks after the first "
+        "grow by stream_ramp (1.5x per chunk) up to it (unset: the engine's default, 40). GPTSVITS_CHUNK_SIZE gives "
+        "it in samples (640 per token).",
         ("GPTSVITS_CHUNK_SIZE",), (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),)),
     Var("max_text_chars", "MAX_TEXT_CHARS", 5000, _ranged(_int, 1),
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
