@@ -80,6 +80,7 @@ class GPTSoVITSEngine:
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
         self._lane = overlap.VocoderLane()  # the vocoder beside the GPT (engine/overlap.py)
+        self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
 
     # ---- voices and models -------------------------------------------------------------------------
     def _on_device(self):
@@ -188,7 +189,7 @@ class GPTSoVITSEngine:
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             try:
-                r = self._prepare(text, voice, config, overrides, timer, cancel, bert_upto=1)
+                r = self._prepare(text, voice, config, overrides, timer, cancel, bert_upto=self._stream_bert_upto)
             except SynthesisCancelled:
                 self._stats.count("cancelled")
                 return iter(())  # cancelled before the first chunk: an empty stream

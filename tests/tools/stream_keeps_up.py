@@ -13,7 +13,8 @@ worst (smallest) margin is printed per run, with every margin and the arrival ti
 Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each variant in turn within every round
 (alternating, so they share the machine's state); keys are SynthesisConfig settings (``stream_first_tokens=20``,
 ``stream_ramp=1``) plus ``overlap=0|1|auto`` (PRIMESPEECH_OVERLAP) and ``crop=0`` (vocode whole windows, as
-before the receptive-field crop). Prints one ``KEEPSUP`` line per variant; ``--whole`` also times a whole
+before the receptive-field crop) and ``bert_all=1`` (a stream computes every sentence's BERT before its first
+audio, as before). Prints one ``KEEPSUP`` line per variant; ``--whole`` also times a whole
 (non-streaming) request after each streamed one.
 """
 
@@ -72,6 +73,7 @@ def apply_variant(opts: dict) -> dict:
     opts = dict(opts)
     eng.settings = dataclasses.replace(eng.settings, overlap=opts.pop("overlap", base_overlap))
     crop = opts.pop("crop", "1") != "0"
+    eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
     return {k: (float(v) if "." in v else int(v)) for k, v in opts.items()}
 
