@@ -425,23 +425,23 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
         target = mx.array(phones[:, -N_TARGET_PHONES:])
         # the SoVITS decode per vocoder backend, alternated in one run (models/vocoder.py); "sovits" is
         # the backend the engine picks here
-        chosen = vocoder.attach(sovits, cache_dir=root / "sovits").vocoder_backend
+        chosen = vocoder.attach(sovits, cache_dir=root / "sovits", parts=read_setting("vocoder_parts")).vocoder_backend
         onnx_gen = chosen.generator
         backends = {"mlx": None}
         if onnx_gen is None and chosen.error is None:  # not chosen on this device: measured all the same
             vocoder.attach(sovits, cache_dir=root / "sovits", mode="onnx")
             onnx_gen = sovits.vocoder_backend.generator
         if onnx_gen is not None:
-            backends["onnxruntime"] = onnx_gen
+            backends.update(_onnx_variants(sovits, onnx_gen))
         per_backend: dict[str, list[float]] = {name: [] for name in backends}
         info = {}
-        for name, gen in backends.items():
-            sovits.vocoder_backend = vocoder.VocoderBackend("onnx" if gen else "mlx", gen)
+        for name, backend in backends.items():
+            sovits.vocoder_backend = backend or vocoder.VocoderBackend("mlx")
             out = sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)  # warm-up
             info[name] = (out.shape[-1] / sovits.sampling_rate, bool(mx.all(mx.isfinite(out)).item()))
         for _ in range(repeat):
-            for name, gen in backends.items():
-                sovits.vocoder_backend = vocoder.VocoderBackend("onnx" if gen else "mlx", gen)
+            for name, backend in backends.items():
+                sovits.vocoder_backend = backend or vocoder.VocoderBackend("mlx")
                 per_backend[name] += timed(
                     lambda: mx.eval(sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)), 1, warmup=0
                 )
@@ -452,12 +452,30 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
                 [s / seconds for s in samples], "s/s audio", what=f"{N_TOKENS} tokens -> {seconds:.2f} s",
                 finite=finite, backend=name,
             )
-        results["sovits"] = dict(results[f"sovits_{chosen.active}"], status=vocoder.status(sovits))
+        active = "mlx" if chosen.active == "mlx" else ("onnxruntime_split" if chosen.split else "onnxruntime")
+        results["sovits"] = dict(results[f"sovits_{active}"], status=vocoder.status(sovits))
         results["ref_embedding"] = _summary(
             [s * 1e3 for s in timed(lambda: mx.eval(sovits.ref_embedding(mx.array(spec))), repeat)], "ms"
         )
     memory["rss_after_stages_mb"] = rss_mb()
     return results, memory
+
+
+def _onnx_variants(sovits, gen) -> dict[str, Any]:
+    """The ONNX Runtime vocoder as one run with the configured intra-op threads, and (2+ threads) cut into one
+    single-threaded run per thread (models/vocoder_split.py), each as a backend for the SoVITS stage."""
+    from .models import vocoder, vocoder_onnx
+    from .models.vocoder_split import SplitRunner
+
+    n = vocoder_onnx.resolve_threads(None)
+    source = gen.path if gen.path is not None else vocoder_onnx.build_generator_model(sovits.dec).SerializeToString()
+    whole = gen if gen.threads == n else vocoder_onnx.OnnxGenerator(source, n)
+    out = {"onnxruntime": vocoder.VocoderBackend("onnx", whole)}
+    if n > 1:
+        single = gen if gen.threads == 1 else vocoder_onnx.OnnxGenerator(source, 1)
+        split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame)
+        out["onnxruntime_split"] = vocoder.VocoderBackend("onnx", single, split=split)
+    return out
 
 
 def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
@@ -589,7 +607,11 @@ def table(report: dict[str, Any]) -> str:
          _fmt(st.get("sovits"), digits=3), round(UPSTREAM_MS["sovits_s_per_audio_s"], 3),
          TARGETS["sovits_s_per_audio_s"]),
         *[(f"  SoVITS with the {name} vocoder", "s per s audio", _fmt(st.get(f"sovits_{name}"), digits=3), None,
-           None) for name in ("mlx", "onnxruntime") if f"sovits_{name}" in st],
+           None) for name in ("mlx", "onnxruntime", "onnxruntime_split") if f"sovits_{name}" in st],
+        *[("  SoVITS onnxruntime cut per thread / whole (same run)", "ratio",
+           f"{st['sovits_onnxruntime_split']['min'] / st['sovits_onnxruntime']['min']:.2f} / "
+           f"{st['sovits_onnxruntime_split']['median'] / st['sovits_onnxruntime']['median']:.2f}", None, None)
+          for _ in [0] if "sovits_onnxruntime_split" in st and "sovits_onnxruntime" in st],
         *[("  SoVITS onnxruntime / mlx (same run)", "ratio",
            f"{st['sovits_onnxruntime']['min'] / st['sovits_mlx']['min']:.2f} / "
            f"{st['sovits_onnxruntime']['median'] / st['sovits_mlx']['median']:.2f}", None, None)

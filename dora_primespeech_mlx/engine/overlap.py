@@ -23,7 +23,9 @@ def wanted(mode: str, sovits) -> bool:
     backend = getattr(sovits, "vocoder_backend", None)
     if mode == "0" or backend is None or backend.active != "onnxruntime":
         return False
-    return mode == "1" or int(getattr(backend.generator, "threads", 1)) >= 2
+    split = getattr(backend, "split", None)
+    cores = split.parts if split is not None else int(getattr(backend.generator, "threads", 1))
+    return mode == "1" or cores >= 2
 
 
 class VocoderLane:

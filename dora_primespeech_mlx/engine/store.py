@@ -47,7 +47,8 @@ class VoiceStore:
                 if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (models/vocoder.py)
                     from ..models import vocoder
 
-                    vocoder.attach(model, cache_dir=load.onnx_cache_dir(path, self.model_dir), mode=s.vocoder)
+                    vocoder.attach(model, cache_dir=load.onnx_cache_dir(path, self.model_dir), mode=s.vocoder,
+                                   parts=s.vocoder_parts)
                 return model
 
         return self.cache.get(self.key(kind, file_identity(path)), voice, create)

@@ -36,11 +36,12 @@ def _on_cpu() -> bool:
 class VocoderBackend:
     """The generator backend attached to one SoVITS model (see the module docstring)."""
 
-    def __init__(self, mode: str, generator=None, reason: str = "", error: str | None = None):
+    def __init__(self, mode: str, generator=None, reason: str = "", error: str | None = None, split=None):
         self.mode = mode
         self.generator = generator
         self.reason = reason
         self.error = error
+        self.split = split  # a vocoder_split.SplitRunner over the generator (several cores), or None
         self.calls = {"onnx": 0, "mlx": 0}
 
     def wants_onnx(self) -> bool:
@@ -55,7 +56,8 @@ class VocoderBackend:
             self.calls["mlx"] += 1
             return None
         try:
-            audio = self.generator(np.asarray(z, dtype=np.float32), np.asarray(ge, dtype=np.float32))
+            run = self.split if self.split is not None else self.generator
+            audio = run(np.asarray(z, dtype=np.float32), np.asarray(ge, dtype=np.float32))
         except Exception as exc:
             self.fail(f"onnxruntime run failed: {type(exc).__name__}: {exc}")
             self.calls["mlx"] += 1
@@ -65,7 +67,7 @@ class VocoderBackend:
 
     def fail(self, error: str) -> None:
         log.warning("SoVITS vocoder: %s; using MLX from now on", error)
-        self.generator = None
+        self.generator = self.split = None
         self.error = error
 
     @property
@@ -80,12 +82,17 @@ class VocoderBackend:
             out["error"] = self.error
         if self.generator is not None:
             out.update(self.generator.describe())
+        if self.split is not None:
+            out["split"] = self.split.describe()
         return out
 
 
-def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None):
+def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None,
+           parts: str | int = "1"):
     """Give ``sovits`` its generator backend (see the module docstring); returns ``sovits``.
-    ``cache_dir``: where the ONNX graph is cached (None: built in memory)."""
+    ``cache_dir``: where the ONNX graph is cached (None: built in memory). ``parts``: ONNX Runtime runs the
+    generator over this many time stretches at once, one single-threaded run per core (``models/vocoder_split``;
+    ``auto``: the thread count; ``1``: whole, with ``threads`` intra-op threads)."""
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
     if mode == "mlx":
@@ -96,8 +103,13 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
         try:
             from . import vocoder_onnx
 
-            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads)
+            n = vocoder_onnx.resolve_threads(threads) if str(parts) == "auto" else int(parts)
+            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1 if n > 1 else threads)
             backend = VocoderBackend(mode, generator, reason="CPU" if mode == "auto" else f"{ENV}=onnx")
+            if n > 1:
+                from .vocoder_split import SplitRunner
+
+                backend.split = SplitRunner(generator, n, sovits.dec.receptive_frames, sovits.samples_per_frame)
         except Exception as exc:  # ImportError, a build or load error: MLX it is
             backend = VocoderBackend(mode, reason="fallback")
             backend.fail(f"ONNX Runtime backend unavailable: {type(exc).__name__}: {exc}")

@@ -36,6 +36,10 @@ def _collect(stream, events=None) -> list[AudioChunk]:
 
 
 def test_first_audio_before_generation_ends(engine, monkeypatch):
+    import dataclasses
+
+    # the vocoder in turn with the GPT (with PRIMESPEECH_OVERLAP the chunk comes when the lane is done)
+    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="0"))
     spy = GenerateSpy(monkeypatch)
     chunks = _collect(engine.synthesize_stream(TEXT, **SMALL), spy.events)
     events = spy.events
@@ -313,6 +317,7 @@ def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, monkeypatch, str
     monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
     generator = backend.generator
     monkeypatch.setattr(backend, "error", backend.error)  # restored after the test, like the generator
+    monkeypatch.setattr(backend, "split", backend.split)
     monkeypatch.setattr(backend, "generator", None)  # MLX alone, for the reference audio
     mlx_audio = run()
     threads = []
@@ -323,6 +328,7 @@ def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, monkeypatch, str
         threads.append(threading.current_thread().name)
         raise RuntimeError("injected onnxruntime failure")
 
+    monkeypatch.setattr(backend, "split", None)  # (the stretches would call the real session)
     monkeypatch.setattr(backend, "generator", _Callable(broken, generator))
     audio = run()
     assert threads and threads[0].startswith("primespeech-vocoder")  # it failed in the lane

@@ -247,3 +247,29 @@ def test_layouts_agree(mlx_model):
     np.testing.assert_allclose(two(z, ge), ref, atol=1e-4)
     with pytest.raises(ValueError, match="layout"):
         vocoder_onnx.build_generator_model(mlx_model.dec, layout="3d")
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_split_vocoder_gives_the_same_samples(mlx_model, parts):
+    """PRIMESPEECH_VOCODER_PARTS: the latent cut into stretches with the generator's receptive field as margin,
+    run at once on one single-threaded session, gives the whole run's samples; without the margin it does not."""
+    from dora_primespeech_mlx.models.vocoder_split import MIN_FRAMES_PER_MARGIN, SplitRunner
+
+    sovits = mlx_model
+    gen = vocoder_onnx.OnnxGenerator(vocoder_onnx.build_generator_model(sovits.dec).SerializeToString(), threads=1)
+    margin, hop = sovits.dec.receptive_frames, sovits.samples_per_frame
+    frames = parts * MIN_FRAMES_PER_MARGIN * margin + 7
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((1, sovits.args.inter_channels, frames)).astype(np.float32)
+    ge = rng.standard_normal((1, sovits.dec.cond.weight.shape[2], 1)).astype(np.float32)
+    whole = gen(z, ge)
+    runner = SplitRunner(gen, parts, margin, hop)
+    assert runner.parts_for(frames) == parts
+    split = runner(z, ge)
+    assert split.shape == whole.shape
+    np.testing.assert_allclose(split, whole, rtol=0, atol=1e-6)
+    no_margin = SplitRunner(gen, parts, 0, hop)
+    no_margin.parts_for = lambda n: parts
+    assert np.abs(no_margin(z, ge) - whole).max() > 1e-3
+    short = frames // (parts + 1)
+    assert runner.parts_for(short) < parts  # short latents are cut less (margins would dominate)
