@@ -14,8 +14,9 @@ Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each var
 (alternating, so they share the machine's state); keys are SynthesisConfig settings (``stream_first_tokens=20``,
 ``stream_ramp=1``) plus ``overlap=0|1|auto`` (PRIMESPEECH_OVERLAP) and ``crop=0`` (vocode whole windows, as
 before the receptive-field crop) and ``bert_all=1`` (a stream computes every sentence's BERT before its first
-audio, as before). Prints one ``KEEPSUP`` line per variant; ``--whole`` also times a whole
-(non-streaming) request after each streamed one.
+audio, as before) and ``parts=1|2`` (the ONNX Runtime vocoder as one run with ``--threads`` intra-op threads, or
+cut into that many single-threaded runs at once). Prints one ``KEEPSUP`` line per variant; ``--whole`` also times
+a whole (non-streaming) request after each streamed one.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def apply_variant(opts: dict) -> dict:
 
     opts = dict(opts)
     eng.settings = dataclasses.replace(eng.settings, overlap=opts.pop("overlap", base_overlap))
+    parts = opts.pop("parts", None)
+    if parts is not None:  # the ONNX Runtime vocoder whole (intra-op threads) or cut per thread
+        backend = eng.store.models(eng.voice).sovits.vocoder_backend
+        backend.generator, backend.split = vocoders[parts]
     crop = opts.pop("crop", "1") != "0"
     eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
@@ -100,6 +105,17 @@ if A.variant:
 
     base_overlap, base_reach = eng.settings.overlap, Generator.receptive_frames
     variants = [parse_variant(v) for v in A.variant]
+    vocoders = {}
+    if any("parts" in opts for _, opts in variants):
+        from dora_primespeech_mlx.models.vocoder_onnx import OnnxGenerator
+        from dora_primespeech_mlx.models.vocoder_split import SplitRunner
+
+        sovits = eng.store.models(eng.voice).sovits
+        path, margin = sovits.vocoder_backend.generator.path, sovits.dec.receptive_frames
+        for value in {opts["parts"] for _, opts in variants if "parts" in opts}:
+            n = int(value)
+            gen = OnnxGenerator(path, 1 if n > 1 else A.threads)
+            vocoders[value] = (gen, SplitRunner(gen, n, margin, sovits.samples_per_frame) if n > 1 else None)
     results = {name: [] for name, _ in variants}
     for _name, opts in variants:  # warm-up of each
         one_run(apply_variant(opts))
