@@ -9,6 +9,7 @@ ONNX Runtime runs it, ``0`` never."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +26,8 @@ def wanted(mode: str, sovits) -> bool:
         return False
     split = getattr(backend, "split", None)
     cores = split.parts if split is not None else int(getattr(backend.generator, "threads", 1))
+    if cores == 0:  # ONNX Runtime's default: every core
+        cores = os.cpu_count() or 1
     return mode == "1" or cores >= 2
 
 
