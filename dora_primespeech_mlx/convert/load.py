@@ -283,7 +283,9 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
         raise CheckpointError(converted, f"holds a {meta.get('kind')} model, expected {kind}")
     args_cls, _ = _model_classes(kind)
     args = args_cls.from_dict(meta["args"]) if hasattr(args_cls, "from_dict") else args_cls(**meta["args"])
-    return _build(kind, args, _read_converted(converted / "model.safetensors"), converted, options)
+    model = _build(kind, args, _read_converted(converted / "model.safetensors"), converted, options)
+    model.weights_file = converted / "model.safetensors"  # where weights dropped later can be read back
+    return model
 
 
 def load_gpt(path, *, decode: str = "auto", compile_step: bool | None = None, **kw):
