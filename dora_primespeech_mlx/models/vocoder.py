@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 ENV = "PRIMESPEECH_VOCODER"
 MODES = ("auto", "onnx", "mlx")
+RELEASE_MLX = True  # attach's default: drop the MLX generator weights while ONNX Runtime serves (the bench flips it)
 
 
 def _on_cpu() -> bool:
@@ -171,10 +172,11 @@ class MLXWeights:
 
 
 def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None,
-           release_mlx: bool = True):
+           release_mlx: bool | None = None):
     """Give ``sovits`` its generator backend (see the module docstring); returns ``sovits``.
     ``cache_dir``: where the ONNX graph is cached (None: built in memory). ``release_mlx``: drop the MLX
-    generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``)."""
+    generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``);
+    None: ``RELEASE_MLX``."""
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
     previous = getattr(sovits, "vocoder_backend", None)
@@ -190,7 +192,7 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
 
             generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads)
             backend = VocoderBackend(mode, generator, reason="CPU" if mode == "auto" else f"{ENV}=onnx")
-            if release_mlx:
+            if RELEASE_MLX if release_mlx is None else release_mlx:
                 _release_mlx(sovits, backend)
         except Exception as exc:  # ImportError, a build or load error: MLX it is
             backend = VocoderBackend(mode, reason="fallback")

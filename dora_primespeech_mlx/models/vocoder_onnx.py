@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 BUILDER_VERSION = 2  # bump when the graph changes: the cache name changes with it
 OPSET = 17
+ARENA = False  # ONNX Runtime's CPU memory arena (OnnxGenerator's default; the bench flips it to measure it)
 LRELU_SLOPE = 0.1
 POST_SLOPE = 0.01
 
@@ -230,7 +231,7 @@ class OnnxGenerator:
     """The generator as an ONNX Runtime session. ``__call__(z, ge)`` with numpy float32 arrays."""
 
     def __init__(self, model: str | os.PathLike | bytes, threads: int | None = None, path: Path | None = None,
-                 arena: bool = False):
+                 arena: bool | None = None):
         import onnxruntime as ort
 
         self.threads = resolve_threads(threads)
@@ -246,8 +247,8 @@ class OnnxGenerator:
         # No CPU memory arena: the arena keeps every activation buffer of the largest decode so far (RSS +~100 MB
         # with the v2 generator after 4 s of audio); plain allocations go back to the heap/OS. Measured in one
         # run, alternating: 0-1.4 % slower per decode (README, "Memory").
-        opts.enable_cpu_mem_arena = arena
-        self.arena = arena
+        self.arena = ARENA if arena is None else bool(arena)
+        opts.enable_cpu_mem_arena = self.arena
         source = model if isinstance(model, bytes) else str(model)
         self.session = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
         self.path = path if path is not None else (None if isinstance(model, bytes) else Path(model))
