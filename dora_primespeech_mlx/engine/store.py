@@ -102,6 +102,7 @@ class VoiceStore:
             self.say(f"computing the reference features of voice {spec.name!r}")
             ref = self.references.build(spec, models, prompt_lang, timer)
             self.stats.count("reference_computations")
+            trim_after_request()  # CNHubert's temporaries (once per voice): ~200 MB of free heap otherwise
             return ref
 
         ref = self.cache.get(key, voice_id(spec), create)
