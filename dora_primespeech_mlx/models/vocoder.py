@@ -192,11 +192,11 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
 
             generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads)
             backend = VocoderBackend(mode, generator, reason="CPU" if mode == "auto" else f"{ENV}=onnx")
-            if RELEASE_MLX if release_mlx is None else release_mlx:
-                _release_mlx(sovits, backend)
         except Exception as exc:  # ImportError, a build or load error: MLX it is
             backend = VocoderBackend(mode, reason="fallback")
             backend.fail(f"ONNX Runtime backend unavailable: {type(exc).__name__}: {exc}")
+        if backend.generator is not None and (RELEASE_MLX if release_mlx is None else release_mlx):
+            _release_mlx(sovits, backend)
     sovits.vocoder_backend = backend
     return sovits
 
