@@ -337,16 +337,18 @@ def memory_breakdown(engine=None) -> dict[str, Any]:
     return out
 
 
-def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, arena: bool = False) -> dict[str, Any]:
+def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, arena: bool = False,
+                        trim_reference: bool = True) -> dict[str, Any]:
     """The engine alone in this process (run fresh by :func:`memory_engine`): RSS with the voice loaded, after
     ``repeat`` whole requests and one streamed one, and after ``store.trim_after_request`` (called at the end
     of each request by the engine), with the breakdown of :func:`memory_breakdown` and the trim's cost.
-    ``release_mlx`` / ``arena``: the vocoder's memory levers (``vocoder.RELEASE_MLX``, ``vocoder_onnx.ARENA``)."""
-    from .engine import GPTSoVITSEngine
+    ``release_mlx`` / ``arena`` / ``trim_reference``: the memory levers (``vocoder.RELEASE_MLX``,
+    ``vocoder_onnx.ARENA``, ``store.TRIM_AFTER_REFERENCE``)."""
+    from .engine import GPTSoVITSEngine, store
     from .engine.store import trim_after_request
     from .models import vocoder, vocoder_onnx
 
-    vocoder.RELEASE_MLX, vocoder_onnx.ARENA = release_mlx, arena
+    vocoder.RELEASE_MLX, vocoder_onnx.ARENA, store.TRIM_AFTER_REFERENCE = release_mlx, arena, trim_reference
 
     spec = bench_voice(root)
     engine = GPTSoVITSEngine(model_dir=root)
@@ -368,32 +370,35 @@ def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, a
     return out
 
 
-def memory_engine(root: Path, release_mlx: bool = True, arena: bool = False) -> dict[str, Any]:
+def memory_engine(root: Path, release_mlx: bool = True, arena: bool = False, trim_reference: bool = True
+                  ) -> dict[str, Any]:
     """:func:`memory_engine_probe` in a fresh process."""
     code = (
         "import sys, json, pathlib; import dora_primespeech_mlx.bench as b; b._preload_blas(); "
         "print(json.dumps(b.memory_engine_probe(pathlib.Path(sys.argv[1]), release_mlx=sys.argv[2] == '1', "
-        "arena=sys.argv[3] == '1'), default=str))"
+        "arena=sys.argv[3] == '1', trim_reference=sys.argv[4] == '1'), default=str))"
     )
-    args = [sys.executable, "-c", code, str(root), str(int(release_mlx)), str(int(arena))]
+    args = [sys.executable, "-c", code, str(root), *(str(int(x)) for x in (release_mlx, arena, trim_reference))]
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-MEMORY_LEVERS = (  # (label, release_mlx, arena): before, each lever alone, both
-    ("before (MLX generator kept, ORT arena)", False, True),
-    ("MLX generator weights dropped", True, True),
-    ("ORT arena off", False, False),
-    ("both (default)", True, False),
+MEMORY_LEVERS = (  # (label, release_mlx, arena, trim_reference): before, each lever alone, all
+    ("before (MLX generator kept, ORT arena, no trims)", False, True, False),
+    ("trim after the reference", False, True, True),
+    ("trim + MLX generator weights dropped", True, True, True),
+    ("trim + ORT arena off", False, False, True),
+    ("all (default)", True, False, True),
 )
 
 
 def memory_levers(root: Path) -> str:
     """``bench --memory-levers``: the engine's RSS in a fresh process per lever setting, one after the other in
-    this run (and "before" again at the end): voice loaded, after 3 requests, after the end-of-request trim."""
+    this run (and "before" again at the end): voice loaded, after 3 requests, after the end-of-request trim
+    (the last lever: its column)."""
     rows = []
-    for label, release_mlx, arena in (*MEMORY_LEVERS, MEMORY_LEVERS[0]):
-        m = memory_engine(root, release_mlx, arena)
+    for label, *levers in (*MEMORY_LEVERS, MEMORY_LEVERS[0]):
+        m = memory_engine(root, *levers)
         rows.append(f"| {label} | {m['loaded']['rss_mb']:.0f} | {m['after_requests']['rss_mb']:.0f} | "
                     f"{m['after_trim']['rss_mb']:.0f} ({m['trim_ms']:.0f} ms) | {m['peak_rss_mb']:.0f} | "
                     f"{m['after_trim']['mlx_active_mb']:.0f} | {m['after_trim']['other_mb']:.0f} | {loadavg()} |")

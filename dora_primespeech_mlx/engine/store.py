@@ -20,6 +20,8 @@ from .cache import VoiceCache, encoders_key, file_identity
 from .reference import Reference, ReferenceBuilder
 from .stats import EngineStats, Timer, stage
 
+TRIM_AFTER_REFERENCE = True  # hand the heap back after a voice's reference features (the bench flips it)
+
 
 class VoiceStore:
     """A voice's models and reference features, cached per voice (see the module docstring)."""
@@ -102,7 +104,8 @@ class VoiceStore:
             self.say(f"computing the reference features of voice {spec.name!r}")
             ref = self.references.build(spec, models, prompt_lang, timer)
             self.stats.count("reference_computations")
-            trim_after_request()  # CNHubert's temporaries (once per voice): ~200 MB of free heap otherwise
+            if TRIM_AFTER_REFERENCE:  # CNHubert's temporaries, once per voice (README, "Memory")
+                trim_after_request()
             return ref
 
         ref = self.cache.get(key, voice_id(spec), create)
