@@ -338,17 +338,19 @@ def memory_breakdown(engine=None) -> dict[str, Any]:
 
 
 def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, arena: bool = False,
-                        trim_reference: bool = True) -> dict[str, Any]:
+                        trim_reference: bool = True, decoder_at_load: bool = True) -> dict[str, Any]:
     """The engine alone in this process (run fresh by :func:`memory_engine`): RSS with the voice loaded, after
     ``repeat`` whole requests and one streamed one, and after ``store.trim_after_request`` (called at the end
     of each request by the engine), with the breakdown of :func:`memory_breakdown` and the trim's cost.
-    ``release_mlx`` / ``arena`` / ``trim_reference``: the memory levers (``vocoder.RELEASE_MLX``,
-    ``vocoder_onnx.ARENA``, ``store.TRIM_AFTER_REFERENCE``)."""
+    ``release_mlx`` / ``arena`` / ``trim_reference`` / ``decoder_at_load``: the memory levers
+    (``vocoder.RELEASE_MLX``, ``vocoder_onnx.ARENA``, ``store.TRIM_AFTER_REFERENCE``, ``load.DECODER_AT_LOAD``)."""
+    from .convert import load
     from .engine import GPTSoVITSEngine, store
     from .engine.store import trim_after_request
     from .models import vocoder, vocoder_onnx
 
     vocoder.RELEASE_MLX, vocoder_onnx.ARENA, store.TRIM_AFTER_REFERENCE = release_mlx, arena, trim_reference
+    load.DECODER_AT_LOAD = decoder_at_load
 
     spec = bench_voice(root)
     engine = GPTSoVITSEngine(model_dir=root)
@@ -370,25 +372,27 @@ def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, a
     return out
 
 
-def memory_engine(root: Path, release_mlx: bool = True, arena: bool = False, trim_reference: bool = True
-                  ) -> dict[str, Any]:
+def memory_engine(root: Path, release_mlx: bool = True, arena: bool = False, trim_reference: bool = True,
+                  decoder_at_load: bool = True) -> dict[str, Any]:
     """:func:`memory_engine_probe` in a fresh process."""
     code = (
         "import sys, json, pathlib; import dora_primespeech_mlx.bench as b; b._preload_blas(); "
         "print(json.dumps(b.memory_engine_probe(pathlib.Path(sys.argv[1]), release_mlx=sys.argv[2] == '1', "
-        "arena=sys.argv[3] == '1', trim_reference=sys.argv[4] == '1'), default=str))"
+        "arena=sys.argv[3] == '1', trim_reference=sys.argv[4] == '1', decoder_at_load=sys.argv[5] == '1'), "
+        "default=str))"
     )
-    args = [sys.executable, "-c", code, str(root), *(str(int(x)) for x in (release_mlx, arena, trim_reference))]
+    levers = (release_mlx, arena, trim_reference, decoder_at_load)
+    args = [sys.executable, "-c", code, str(root), *(str(int(x)) for x in levers)]
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-MEMORY_LEVERS = (  # (label, release_mlx, arena, trim_reference): before, each lever alone, all
-    ("before (MLX generator kept, ORT arena, no trims)", False, True, False),
-    ("trim after the reference", False, True, True),
-    ("trim + MLX generator weights dropped", True, True, True),
-    ("trim + ORT arena off", False, False, True),
-    ("all (default)", True, False, True),
+MEMORY_LEVERS = (  # (label, release_mlx, arena, trim_reference, decoder_at_load): one lever added per row
+    ("before", False, True, False, False),
+    ("+ trim after the reference", False, True, True, False),
+    ("+ GPT decode weights built at load", False, True, True, True),
+    ("+ MLX generator weights dropped", True, True, True, True),
+    ("+ ONNX Runtime arena off (all: default)", True, False, True, True),
 )
 
 
