@@ -409,7 +409,7 @@ def memory_levers(root: Path) -> str:
         print(rows[-1], file=sys.stderr, flush=True)
     bert = "float16" if read_setting("bert_half") else "float32"
     head = (f"engine RSS (MB), bench voice, RoBERTa {bert}, fresh process per row\n"
-            "| vocoder levers | voice loaded | after 3 requests | after end-of-request trim | peak | MLX buffers "
+            "| levers | voice loaded | after 3 requests | after end-of-request trim | peak | MLX buffers "
             "| rest | loadavg |\n|---|---|---|---|---|---|---|---|")
     return "\n".join([head, *rows])
 
