@@ -299,8 +299,8 @@ def memory_probe(root: Path, bert_half: bool = False) -> dict[str, float]:
     fresh process by :func:`memory_lean` (``bert_half`` picks the RoBERTa storage)."""
     from .convert import load
 
-    options = {"bert": {"half": bert_half}}
-    models = [load.load(root / kind, kind, **options.get(kind, {})) for kind in ("gpt", "sovits", "hubert", "bert")]
+    models = [load.load_gpt(root / "gpt"), load.load_sovits(root / "sovits"), load.load_hubert(root / "hubert"),
+              load.load_bert(root / "bert", half=bert_half)]
     out = {"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
     del models
     return out
@@ -714,13 +714,13 @@ def table(report: dict[str, Any]) -> str:
     fresh = mem.get("engine_fresh_process", {})
     if "after_requests" in fresh:
         for label, key in (("voice loaded", "loaded"), ("after 3 requests", "after_requests"),
-                           (f"after end-of-request trim ({fresh['trim_ms']:.0f} ms)", "after_trim")):
+                           (f"after trim ({fresh['trim_ms']:.0f} ms)", "after_trim")):
             m = fresh[key]
             rows.append((f"  engine alone, {label}: RSS", "MB", f"{m['rss_mb']:.0f}", None, TARGETS["peak_rss_mb"]))
         m = fresh["after_trim"]
         parts = " ".join(f"{k[7:-3]} {v:.0f}" for k, v in m.items() if k.startswith("params_"))
         rows.append(("    MLX buffers (all models)", "MB", f"{m['mlx_active_mb']:.0f}", None, None))
-        rows.append((f"      {parts}", "MB", "", None, None))
+        rows.append((f"      {parts}", "", "", None, None))
         rows.append(("    MLX cache / rest (numpy, ORT, libs)", "MB", f"{m['mlx_cache_mb']:.0f} / {m['other_mb']:.0f}",
                      None, None))
         rows.append(("  engine alone, peak RSS", "MB", f"{fresh['peak_rss_mb']:.0f}", None, None))
