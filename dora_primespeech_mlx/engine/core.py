@@ -39,7 +39,7 @@ from . import overlap, pipeline, streaming
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference
 from .stats import EngineStats, Timer, stage
-from .store import VoiceStore, release_memory, voice_id
+from .store import VoiceStore, release_memory, trim_after_request, voice_id
 
 ENCODER_MODES = ("auto", "coreml", "mlx")
 MODEL_KINDS = ("gpt", "sovits", "hubert", "bert", "sv")
@@ -176,6 +176,7 @@ class GPTSoVITSEngine:
             tokens = np.concatenate(all_tokens).astype(np.int32)
             timer.add("total", time.perf_counter() - t_start)
             self._stats.record(timer, len(audio) / sr, len(tokens), len(r.chunks), stream=False)
+            trim_after_request()  # the request's freed temporaries back to the OS (engine/store.py)
         return SynthesisResult(audio, sr, len(audio) / sr, tokens, timer.timings, r.spec.name)
 
     def synthesize_stream(self, text: str, voice: str | VoiceSpec | None = None,
@@ -273,6 +274,8 @@ class GPTSoVITSEngine:
             self._stats.record(timer, out["audio"] / sr, n_tokens, n_chunks, stream=True)
             if cancelled:
                 self._stats.count("cancelled")
+            with self._lock:
+                trim_after_request()
 
     # ---- service -----------------------------------------------------------------------------------
     def stats(self) -> dict:

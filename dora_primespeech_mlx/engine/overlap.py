@@ -55,5 +55,5 @@ class VocoderLane:
 
 def _run(backend, z: np.ndarray, ge: np.ndarray):
     t0 = time.perf_counter()
-    audio = backend.run(z, ge)
+    audio = backend.run_onnx(z, ge)
     return (None if audio is None else np.asarray(audio, dtype=np.float32).reshape(-1)), time.perf_counter() - t0

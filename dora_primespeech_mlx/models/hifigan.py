@@ -61,6 +61,7 @@ class Generator(nn.Module):
             for kr, dil in zip(resblock_kernel_sizes, resblock_dilation_sizes):
                 self.resblocks.append(ResBlock1(ch, kr, dil))
         self.conv_post = Conv1d(ch, 1, 7, padding=3, bias=False)
+        self._receptive_frames = self._reach(7, 7)
 
     @property
     def hop_length(self) -> int:
@@ -73,14 +74,18 @@ class Generator(nn.Module):
     def receptive_frames(self) -> int:
         """How many input frames on each side can change an output sample (rounded up, conservative): a
         crop of the input with this many extra frames on each side gives the same samples in its interior
-        (every layer is a convolution: conv_pre, per stage a transposed conv and the resblocks, conv_post)."""
-        reach = (self.conv_pre.weight.shape[1] - 1) / 2  # (out, k, in) weights
+        (every layer is a convolution: conv_pre, per stage a transposed conv and the resblocks, conv_post).
+        From the layer shapes at construction (the weights may be dropped while ONNX Runtime serves)."""
+        return self._receptive_frames
+
+    def _reach(self, pre_kernel: int, post_kernel: int) -> int:
+        reach = (pre_kernel - 1) / 2
         rate, n = 1, self.num_kernels
         for i, up in enumerate(self.ups):
             reach += math.ceil((up.kernel_size - 1) / up.stride) / rate
             rate *= up.stride
             reach += max(block.reach for block in self.resblocks[i * n : (i + 1) * n]) / rate
-        reach += (self.conv_post.weight.shape[1] - 1) / 2 / rate
+        reach += (post_kernel - 1) / 2 / rate
         return math.ceil(reach)
 
     def prepare(self) -> None:

@@ -42,7 +42,7 @@ def test_lane_runs_in_order_on_its_thread():
     seen = []
 
     class Backend:
-        def run(self, z, ge):
+        def run_onnx(self, z, ge):
             seen.append(threading.current_thread().name)
             return z[0, 0] * 2 + ge[0, 0, 0]
 
@@ -60,7 +60,7 @@ def test_lane_runs_in_order_on_its_thread():
 
 def test_lane_reports_a_failed_run_as_none():
     class Failed:
-        def run(self, z, ge):
+        def run_onnx(self, z, ge):
             return None  # the backend's "ONNX Runtime failed: let MLX run it"
 
     lane = overlap.VocoderLane()
