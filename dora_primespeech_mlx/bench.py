@@ -299,8 +299,8 @@ def memory_probe(root: Path, bert_half: bool = False) -> dict[str, float]:
     fresh process by :func:`memory_lean` (``bert_half`` picks the RoBERTa storage)."""
     from .convert import load
 
-    options = {"bert": {"half": bert_half}}
-    models = [load.load(root / kind, kind, **options.get(kind, {})) for kind in ("gpt", "sovits", "hubert", "bert")]
+    models = [load.load_gpt(root / "gpt"), load.load_sovits(root / "sovits"), load.load_hubert(root / "hubert"),
+              load.load_bert(root / "bert", half=bert_half)]
     out = {"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
     del models
     return out
@@ -314,6 +314,104 @@ def memory_lean(root: Path, bert_half: bool) -> dict[str, float]:
     args = [sys.executable, "-c", code, str(root), "1" if bert_half else "0"]
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def memory_breakdown(engine=None) -> dict[str, Any]:
+    """Where the RSS goes (MB): MLX buffers in use and cached (``mx.get_active_memory`` /
+    ``get_cache_memory``), each loaded model's MLX parameters, the rest (numpy arrays such as the GPT's
+    float16 decode weights, the ONNX Runtime session, Python, libraries, free heap not yet returned)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    mb = 2**20
+    out: dict[str, Any] = {"rss_mb": round(rss_mb(), 1), "mlx_active_mb": round(mx.get_active_memory() / mb, 1),
+                           "mlx_cache_mb": round(mx.get_cache_memory() / mb, 1)}
+    if engine is not None:
+        for key in engine.cache.keys():
+            value = engine.cache.peek(key)
+            model = value[0] if isinstance(value, tuple) else value
+            if hasattr(model, "parameters"):
+                nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+                out[f"params_{key[0]}_mb"] = round(nbytes / mb, 1)
+    out["other_mb"] = round(out["rss_mb"] - out["mlx_active_mb"] - out["mlx_cache_mb"], 1)
+    return out
+
+
+def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, arena: bool = False,
+                        trim_reference: bool = True, decoder_at_load: bool = True) -> dict[str, Any]:
+    """The engine alone in this process (run fresh by :func:`memory_engine`): RSS with the voice loaded, after
+    ``repeat`` whole requests and one streamed one, and after ``store.trim_after_request`` (called at the end
+    of each request by the engine), with the breakdown of :func:`memory_breakdown` and the trim's cost.
+    ``release_mlx`` / ``arena`` / ``trim_reference`` / ``decoder_at_load``: the memory levers
+    (``vocoder.RELEASE_MLX``, ``vocoder_onnx.ARENA``, ``store.TRIM_AFTER_REFERENCE``, ``load.DECODER_AT_LOAD``)."""
+    from .convert import load
+    from .engine import GPTSoVITSEngine, store
+    from .engine.store import trim_after_request
+    from .models import vocoder, vocoder_onnx
+
+    vocoder.RELEASE_MLX, vocoder_onnx.ARENA, store.TRIM_AFTER_REFERENCE = release_mlx, arena, trim_reference
+    load.DECODER_AT_LOAD = decoder_at_load
+
+    spec = bench_voice(root)
+    engine = GPTSoVITSEngine(model_dir=root)
+    engine.load_voice(spec)
+    out: dict[str, Any] = {"loaded": memory_breakdown(engine)}
+    opts = {"text_split_method": "cut0", "top_k": 15, "seed": 1}
+    for _ in range(repeat):
+        engine.synthesize(TARGET_TEXT, voice=spec, **opts)
+    for _chunk in engine.synthesize_stream(TARGET_TEXT, voice=spec, **opts):
+        pass
+    out["after_requests"] = memory_breakdown(engine)
+    t = time.perf_counter()
+    trim_after_request()
+    out["trim_ms"] = round((time.perf_counter() - t) * 1e3, 1)
+    out["after_trim"] = memory_breakdown(engine)
+    out["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    (sovits,) = [engine.cache.peek(k) for k in engine.cache.keys("sovits")]
+    out["vocoder"] = {k: v for k, v in vocoder.status(sovits).items() if k in ("backend", "arena", "mlx_weights")}
+    return out
+
+
+def memory_engine(root: Path, release_mlx: bool = True, arena: bool = False, trim_reference: bool = True,
+                  decoder_at_load: bool = True) -> dict[str, Any]:
+    """:func:`memory_engine_probe` in a fresh process."""
+    code = (
+        "import sys, json, pathlib; import dora_primespeech_mlx.bench as b; b._preload_blas(); "
+        "print(json.dumps(b.memory_engine_probe(pathlib.Path(sys.argv[1]), release_mlx=sys.argv[2] == '1', "
+        "arena=sys.argv[3] == '1', trim_reference=sys.argv[4] == '1', decoder_at_load=sys.argv[5] == '1'), "
+        "default=str))"
+    )
+    levers = (release_mlx, arena, trim_reference, decoder_at_load)
+    args = [sys.executable, "-c", code, str(root), *(str(int(x)) for x in levers)]
+    out = subprocess.run(args, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+MEMORY_LEVERS = (  # (label, release_mlx, arena, trim_reference, decoder_at_load): one lever added per row
+    ("before", False, True, False, False),
+    ("+ trim after the reference", False, True, True, False),
+    ("+ GPT decode weights built at load", False, True, True, True),
+    ("+ MLX generator weights dropped", True, True, True, True),
+    ("+ ONNX Runtime arena off (all: default)", True, False, True, True),
+)
+
+
+def memory_levers(root: Path) -> str:
+    """``bench --memory-levers``: the engine's RSS in a fresh process per lever setting, one after the other in
+    this run (and "before" again at the end): voice loaded, after 3 requests, after the end-of-request trim
+    (the last lever: its column)."""
+    rows = []
+    for label, *levers in (*MEMORY_LEVERS, MEMORY_LEVERS[0]):
+        m = memory_engine(root, *levers)
+        rows.append(f"| {label} | {m['loaded']['rss_mb']:.0f} | {m['after_requests']['rss_mb']:.0f} | "
+                    f"{m['after_trim']['rss_mb']:.0f} ({m['trim_ms']:.0f} ms) | {m['peak_rss_mb']:.0f} | "
+                    f"{m['after_trim']['mlx_active_mb']:.0f} | {m['after_trim']['other_mb']:.0f} | {loadavg()} |")
+        print(rows[-1], file=sys.stderr, flush=True)
+    bert = "float16" if read_setting("bert_half") else "float32"
+    head = (f"engine RSS (MB), bench voice, RoBERTa {bert}, fresh process per row\n"
+            "| levers | voice loaded | after 3 requests | after end-of-request trim | peak | MLX buffers "
+            "| rest | loadavg |\n|---|---|---|---|---|---|---|---|")
+    return "\n".join([head, *rows])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -425,23 +523,24 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
         target = mx.array(phones[:, -N_TARGET_PHONES:])
         # the SoVITS decode per vocoder backend, alternated in one run (models/vocoder.py); "sovits" is
         # the backend the engine picks here
-        chosen = vocoder.attach(sovits, cache_dir=root / "sovits").vocoder_backend
+        chosen = vocoder.attach(sovits, cache_dir=root / "sovits", release_mlx=False,
+                                parts=read_setting("vocoder_parts")).vocoder_backend
         onnx_gen = chosen.generator
         backends = {"mlx": None}
         if onnx_gen is None and chosen.error is None:  # not chosen on this device: measured all the same
-            vocoder.attach(sovits, cache_dir=root / "sovits", mode="onnx")
+            vocoder.attach(sovits, cache_dir=root / "sovits", mode="onnx", release_mlx=False)
             onnx_gen = sovits.vocoder_backend.generator
         if onnx_gen is not None:
-            backends["onnxruntime"] = onnx_gen
+            backends.update(_onnx_variants(sovits, onnx_gen))
         per_backend: dict[str, list[float]] = {name: [] for name in backends}
         info = {}
-        for name, gen in backends.items():
-            sovits.vocoder_backend = vocoder.VocoderBackend("onnx" if gen else "mlx", gen)
+        for name, backend in backends.items():
+            sovits.vocoder_backend = backend or vocoder.VocoderBackend("mlx")
             out = sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)  # warm-up
             info[name] = (out.shape[-1] / sovits.sampling_rate, bool(mx.all(mx.isfinite(out)).item()))
         for _ in range(repeat):
-            for name, gen in backends.items():
-                sovits.vocoder_backend = vocoder.VocoderBackend("onnx" if gen else "mlx", gen)
+            for name, backend in backends.items():
+                sovits.vocoder_backend = backend or vocoder.VocoderBackend("mlx")
                 per_backend[name] += timed(
                     lambda: mx.eval(sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)), 1, warmup=0
                 )
@@ -452,12 +551,32 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
                 [s / seconds for s in samples], "s/s audio", what=f"{N_TOKENS} tokens -> {seconds:.2f} s",
                 finite=finite, backend=name,
             )
-        results["sovits"] = dict(results[f"sovits_{chosen.active}"], status=vocoder.status(sovits))
+        active = "mlx" if chosen.active == "mlx" else ("onnxruntime_split" if chosen.split else "onnxruntime")
+        results["sovits"] = dict(results[f"sovits_{active}"], status=vocoder.status(sovits))
         results["ref_embedding"] = _summary(
             [s * 1e3 for s in timed(lambda: mx.eval(sovits.ref_embedding(mx.array(spec))), repeat)], "ms"
         )
     memory["rss_after_stages_mb"] = rss_mb()
     return results, memory
+
+
+def _onnx_variants(sovits, gen) -> dict[str, Any]:
+    """The ONNX Runtime vocoder as one run with the configured intra-op threads, and (2+ threads) cut into one
+    single-threaded run per thread (models/vocoder_split.py), each as a backend for the SoVITS stage."""
+    from .models import vocoder, vocoder_onnx
+    from .models.vocoder_split import SplitRunner
+
+    n = vocoder_onnx.resolve_threads(None)
+    source = gen.path if gen.path is not None else vocoder_onnx.build_generator_model(sovits.dec).SerializeToString()
+    whole = gen if gen.threads == n else vocoder_onnx.OnnxGenerator(source, n)
+    out = {"onnxruntime": vocoder.VocoderBackend("onnx", whole)}
+    if gen.path is not None:  # the same graph with ONNX Runtime's CPU memory arena (off by default)
+        out["onnxruntime_arena"] = vocoder.VocoderBackend("onnx", vocoder_onnx.OnnxGenerator(gen.path, n, arena=True))
+    if n > 1:
+        single = gen if gen.threads == 1 else vocoder_onnx.OnnxGenerator(source, 1)
+        split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame)
+        out["onnxruntime_split"] = vocoder.VocoderBackend("onnx", single, split=split)
+    return out
 
 
 def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
@@ -535,6 +654,7 @@ def bench_engine(root: Path, repeat: int, stream: bool = True) -> dict[str, Any]
         out["time_to_first_audio"] = _summary([s * 1e3 for s in ttfa], "ms", what="streaming, first chunk")
         out["stream_total"] = _summary([s * 1e3 for s in totals], "ms")
     out["rss_after_engine_mb"] = rss_mb()
+    out["memory_after_engine"] = memory_breakdown(engine)
     return out
 
 
@@ -589,7 +709,16 @@ def table(report: dict[str, Any]) -> str:
          _fmt(st.get("sovits"), digits=3), round(UPSTREAM_MS["sovits_s_per_audio_s"], 3),
          TARGETS["sovits_s_per_audio_s"]),
         *[(f"  SoVITS with the {name} vocoder", "s per s audio", _fmt(st.get(f"sovits_{name}"), digits=3), None,
-           None) for name in ("mlx", "onnxruntime") if f"sovits_{name}" in st],
+           None) for name in ("mlx", "onnxruntime", "onnxruntime_split", "onnxruntime_arena")
+           if f"sovits_{name}" in st],
+        *[("  SoVITS onnxruntime cut per thread / whole (same run)", "ratio",
+           f"{st['sovits_onnxruntime_split']['min'] / st['sovits_onnxruntime']['min']:.2f} / "
+           f"{st['sovits_onnxruntime_split']['median'] / st['sovits_onnxruntime']['median']:.2f}", None, None)
+          for _ in [0] if "sovits_onnxruntime_split" in st and "sovits_onnxruntime" in st],
+        *[("  SoVITS onnxruntime no arena / arena", "ratio",
+           f"{st['sovits_onnxruntime']['min'] / st['sovits_onnxruntime_arena']['min']:.3f} / "
+           f"{st['sovits_onnxruntime']['median'] / st['sovits_onnxruntime_arena']['median']:.3f}", None, None)
+          for _ in [0] if "sovits_onnxruntime" in st and "sovits_onnxruntime_arena" in st],
         *[("  SoVITS onnxruntime / mlx (same run)", "ratio",
            f"{st['sovits_onnxruntime']['min'] / st['sovits_mlx']['min']:.2f} / "
            f"{st['sovits_onnxruntime']['median'] / st['sovits_mlx']['median']:.2f}", None, None)
@@ -601,6 +730,22 @@ def table(report: dict[str, Any]) -> str:
         ("Peak RSS (process)", "MB", f"{mem['peak_rss_mb']:.0f}", None, TARGETS["peak_rss_mb"]),
         ("RSS, all four models loaded", "MB", f"{mem['rss_models_loaded_mb']:.0f}", None, TARGETS["peak_rss_mb"]),
     ]
+    if "rss_after_engine_mb" in en:
+        rows.append(("RSS after the engine run (this process)", "MB", f"{en['rss_after_engine_mb']:.0f}", None,
+                     TARGETS["peak_rss_mb"]))
+    fresh = mem.get("engine_fresh_process", {})
+    if "after_requests" in fresh:
+        for label, key in (("voice loaded", "loaded"), ("after 3 requests", "after_requests"),
+                           (f"after trim ({fresh['trim_ms']:.0f} ms)", "after_trim")):
+            m = fresh[key]
+            rows.append((f"  engine alone, {label}: RSS", "MB", f"{m['rss_mb']:.0f}", None, TARGETS["peak_rss_mb"]))
+        m = fresh["after_trim"]
+        parts = " ".join(f"{k[7:-3]} {v:.0f}" for k, v in m.items() if k.startswith("params_"))
+        rows.append(("    MLX buffers (all models)", "MB", f"{m['mlx_active_mb']:.0f}", None, None))
+        rows.append((f"      {parts}", "", "", None, None))
+        rows.append(("    MLX cache / rest (numpy, ORT, libs)", "MB", f"{m['mlx_cache_mb']:.0f} / {m['other_mb']:.0f}",
+                     None, None))
+        rows.append(("  engine alone, peak RSS", "MB", f"{fresh['peak_rss_mb']:.0f}", None, None))
     for half in (0, 1):
         probe = mem.get(f"lean_load_bert_half_{half}")
         if probe and "rss_mb" in probe:
@@ -640,6 +785,10 @@ def run(args) -> int:
         return run_compare(args)
     _preload_blas()
     root = Path(args.models_dir).expanduser() if args.models_dir else default_models_dir()
+    if args.memory_levers:
+        ensure_models(root)
+        print(memory_levers(root))
+        return 0
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}
     unknown = stages - {"hubert", "bert", "gpt", "sovits", "e2e"}
     if unknown:
@@ -653,7 +802,9 @@ def run(args) -> int:
     report: dict[str, Any] = {"repeat": args.repeat, "loadavg_start": loadavg()}
     report["environment"] = environment()
     report["stages"], report["memory"] = bench_stages(root, args.repeat, stages)
-    gc.collect()  # the stage models are gone; the engine loads its own
+    from .engine.store import release_memory
+
+    release_memory()  # the stage models are gone (MLX cache and heap handed back); the engine loads its own
     if "e2e" in stages:
         try:
             report["engine"] = bench_engine(root, args.repeat, stream=not args.no_stream)
@@ -661,6 +812,10 @@ def run(args) -> int:
             report["engine"] = {"error": f"{type(exc).__name__}: {exc}"}
     report["memory"]["peak_rss_mb"] = peak_rss_mb()
     if not args.no_memory_probe:
+        try:
+            report["memory"]["engine_fresh_process"] = memory_engine(root)
+        except (subprocess.SubprocessError, ValueError) as exc:
+            report["memory"]["engine_fresh_process"] = {"error": str(exc)}
         for half in (False, True):
             try:
                 report["memory"][f"lean_load_bert_half_{int(half)}"] = memory_lean(root, half)
@@ -686,6 +841,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
     p.add_argument("--no-stream", action="store_true", help="skip the streaming time-to-first-audio run")
     p.add_argument("--no-memory-probe", action="store_true", help="skip the lean-loading RSS probes")
+    p.add_argument("--memory-levers", action="store_true",
+                   help="only the engine's RSS with each vocoder memory lever on/off (fresh process each)")
     p.add_argument("--models-dir", help="where the random-weight models are written (default: user cache)")
     from .bench_compare import add_arguments
 

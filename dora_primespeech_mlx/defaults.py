@@ -65,4 +65,5 @@ RANGES: dict[str, Range] = {
     "stream_context_tokens": Range(0, MAX_TOKENS, integer=True),
     "stream_lookahead_tokens": Range(0, MAX_TOKENS, integer=True),
     "stream_crossfade_ms": Range(0, 40, unit="milliseconds"),
+    "stream_ramp": Range(1, 4),
 }

@@ -204,8 +204,9 @@ VARS: tuple[Var, ...] = (
         "Send audio in chunks while the GPT still generates (else one `audio` message per text).",
         ("RETURN_FRAGMENT", "GPTSVITS_STREAMING")),
     Var("stream_chunk_tokens", "STREAM_CHUNK_TOKENS", None, _limits("stream_chunk_tokens"),
-        "Streaming: semantic tokens (50 per second of audio) per audio chunk after the first "
-        "(unset: the engine's default). GPTSVITS_CHUNK_SIZE gives it in samples (640 per token).",
+        "Streaming: the most semantic tokens (50 per second of audio) per audio chunk; the chunks after the first "
+        "grow by stream_ramp (1.5x per chunk) up to it (unset: the engine's default, 40). GPTSVITS_CHUNK_SIZE gives "
+        "it in samples (640 per token).",
         ("GPTSVITS_CHUNK_SIZE",), (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),)),
     Var("max_text_chars", "MAX_TEXT_CHARS", 5000, _ranged(_int, 1),
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
@@ -266,6 +267,14 @@ VARS: tuple[Var, ...] = (
     Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
         "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
         "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
+    Var("vocoder_parts", "PRIMESPEECH_VOCODER_PARTS", "auto", _choice(("auto", "1", "2", "3", "4", "6", "8")),
+        "ONNX Runtime vocoder over several cores: a sentence's latent is cut into this many stretches (each with the "
+        "generator's receptive field as margin, so the samples are the same) run at once, one single-threaded run "
+        "per core: auto (PRIMESPEECH_THREADS) | 1 (one run with ONNX Runtime's own intra-op threads) | N.", ()),
+    Var("overlap", "PRIMESPEECH_OVERLAP", "auto", _choice(("auto", "1", "0")),
+        "Vocoder beside the GPT: ONNX Runtime decodes one sentence's (or streamed window's) audio on a worker "
+        "thread while the GPT generates the next tokens: auto (when the vocoder runs on ONNX Runtime with >= 2 "
+        "threads) | 1 (whenever it runs on ONNX Runtime) | 0 (never).", ()),
     Var("gpt_half", "PRIMESPEECH_GPT_HALF", "auto",
         _choice(("auto", "1", "0"), synonyms={"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0",
                                               "no": "0"}),
@@ -336,6 +345,8 @@ class Settings(defaults.RequestDefaults):
     t2s_compile: bool | None = None
     bert_half: bool | None = None
     vocoder: str = "auto"
+    overlap: str = "auto"
+    vocoder_parts: str = "auto"
     gpt_half: str = "auto"
     g2pw: bool = False
     g2pw_vocab: Path | None = None

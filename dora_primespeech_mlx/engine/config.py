@@ -29,6 +29,7 @@ class SynthesisConfig(defaults.RequestDefaults):
     # 1.51 s at 8, where the first piece (0.15 s) differs most from the whole decode (rel. L2 0.26 vs 0.18)
     stream_first_tokens: int = 12
     stream_chunk_tokens: int = 40
+    stream_ramp: float = 1.5  # later windows grow by this factor from stream_first_tokens to stream_chunk_tokens
     stream_context_tokens: int = 16
     stream_lookahead_tokens: int = 4
     stream_crossfade_ms: float = 15.0

@@ -18,6 +18,7 @@ safely), and the counters (:class:`EngineStats`). The recipe lives in ``pipeline
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import secrets
@@ -34,11 +35,11 @@ from ..errors import ConfigError, SynthesisCancelled
 from ..paths import model_dir as default_model_dir
 from ..settings import Settings
 from ..voices import VoiceSpec
-from . import pipeline, streaming
+from . import overlap, pipeline, streaming
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference
 from .stats import EngineStats, Timer, stage
-from .store import VoiceStore, release_memory, voice_id
+from .store import VoiceStore, release_memory, trim_after_request, voice_id
 
 ENCODER_MODES = ("auto", "coreml", "mlx")
 MODEL_KINDS = ("gpt", "sovits", "hubert", "bert", "sv")
@@ -78,6 +79,8 @@ class GPTSoVITSEngine:
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
+        self._lane = overlap.VocoderLane()  # the vocoder beside the GPT (engine/overlap.py)
+        self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
 
     # ---- voices and models -------------------------------------------------------------------------
     def _on_device(self):
@@ -115,14 +118,17 @@ class GPTSoVITSEngine:
         return spec
 
     # ---- requests ----------------------------------------------------------------------------------
-    def _prepare(self, text, voice, config, overrides, timer: Timer, cancel) -> _Request:
+    def _lane_for(self, models: pipeline.Models) -> overlap.VocoderLane | None:
+        return self._lane if overlap.wanted(self.settings.overlap, models.sovits) else None
+
+    def _prepare(self, text, voice, config, overrides, timer: Timer, cancel, bert_upto: int | None = None) -> _Request:
         cfg = (config if config is not None else self.config).replace(**overrides)
         spec = self._resolve(voice)
         models = self.store.models(spec)
         ref = self.store.reference(spec, models, cfg.prompt_lang or spec.prompt_lang or spec.language, timer)
         pipeline.check_cancel(cancel)
         chunks = pipeline.text_chunks(text, cfg.text_lang or spec.language, cfg.text_split_method, spec, models,
-                                      timer)
+                                      timer, bert_upto)
         speed = float(cfg.speed_factor if cfg.speed_factor is not None else spec.speed_factor)
         seed = cfg.seed if cfg.seed != -1 else secrets.randbelow(2**31)
         return _Request(cfg, spec, models, ref, chunks, speed, seed)
@@ -136,17 +142,30 @@ class GPTSoVITSEngine:
         with self._lock, self._on_device():
             try:
                 r = self._prepare(text, voice, config, overrides, timer, cancel)
-                sr = r.models.sample_rate
-                pieces, all_tokens = [], []
+                sr, lane = r.models.sample_rate, self._lane_for(r.models)
+                latents, all_tokens = [], []  # per sentence: audio, or a future of the lane's vocoder run
                 for i, chunk in enumerate(r.chunks):
                     tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel)
                     pipeline.check_cancel(cancel)
                     with stage("sovits", timer):
                         bank = self.noise_bank((r.seed, i), r.models.prior_channels)
-                        audio = pipeline.decode_sentence(r.models, r.ref, tokens, chunk.phones, r.speed,
-                                                         r.cfg.noise_scale, bank)
-                    pieces.append(pipeline.postprocess(audio, sr, r.cfg.fragment_interval))
+                        z = pipeline.sentence_latent(r.models, r.ref, tokens, chunk.phones, r.speed,
+                                                     r.cfg.noise_scale, bank)
+                        if lane is not None:  # the GPT goes on with the next sentence meanwhile
+                            latents.append((z, lane.submit(r.models.sovits.vocoder_backend, z, r.ref.ge)))
+                        else:
+                            latents.append((z, pipeline.vocode(r.models, r.ref, z)))
                     all_tokens.append(tokens)
+                pieces = []
+                for z, audio in latents:
+                    if not isinstance(audio, np.ndarray):
+                        with stage("sovits"):  # (the lane's own seconds are what the stage took)
+                            audio, seconds = audio.result()
+                        timer.add("sovits", seconds)
+                    if audio is None:  # ONNX Runtime failed in the lane: MLX runs it, on this thread
+                        with stage("sovits", timer):
+                            audio = pipeline.vocode(r.models, r.ref, z)
+                    pieces.append(pipeline.postprocess(audio, sr, r.cfg.fragment_interval))
             except SynthesisCancelled:
                 self._stats.count("cancelled")
                 raise
@@ -157,6 +176,7 @@ class GPTSoVITSEngine:
             tokens = np.concatenate(all_tokens).astype(np.int32)
             timer.add("total", time.perf_counter() - t_start)
             self._stats.record(timer, len(audio) / sr, len(tokens), len(r.chunks), stream=False)
+            trim_after_request()  # the request's freed temporaries back to the OS (engine/store.py)
         return SynthesisResult(audio, sr, len(audio) / sr, tokens, timer.timings, r.spec.name)
 
     def synthesize_stream(self, text: str, voice: str | VoiceSpec | None = None,
@@ -170,7 +190,7 @@ class GPTSoVITSEngine:
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             try:
-                r = self._prepare(text, voice, config, overrides, timer, cancel)
+                r = self._prepare(text, voice, config, overrides, timer, cancel, bert_upto=self._stream_bert_upto)
             except SynthesisCancelled:
                 self._stats.count("cancelled")
                 return iter(())  # cancelled before the first chunk: an empty stream
@@ -180,22 +200,44 @@ class GPTSoVITSEngine:
         return self._stream(r, timer, t_start, cancel)
 
     def _stream(self, r: _Request, timer: Timer, t_start: float, cancel) -> Iterator[AudioChunk]:
-        cfg, sr = r.cfg, r.models.sample_rate
-        index = n_audio = n_tokens = n_chunks = 0
-        first_audio = None
+        cfg, sr, last = r.cfg, r.models.sample_rate, len(r.chunks) - 1
+        lane = self._lane_for(r.models)
+        pending: collections.deque = collections.deque()  # (sentence, final, PendingPiece), in order
+        out = {"index": 0, "audio": 0, "first": None}
+        n_tokens = n_chunks = 0
         cancelled = False
 
         def locked():
             return _Locked(self._lock, self._on_device())
 
+        def emit(block: bool) -> Iterator[AudioChunk]:
+            """Yield the finished pieces in order (all of them when ``block``, else those ready now)."""
+            while pending and (block or pending[0][2].ready()):
+                s, final, p = pending.popleft()
+                with stage("sovits"):
+                    p.wait()  # the lane's vocoder run, outside the engine lock
+                with locked(), stage("sovits"):
+                    piece, seconds = p.finish(r.models, r.ref)
+                timer.add("sovits", seconds)
+                if final:
+                    piece = pipeline.postprocess(piece, sr, cfg.fragment_interval, normalise=False)
+                if out["first"] is None:
+                    out["first"] = time.perf_counter() - t_start
+                yield AudioChunk(piece, sr, out["index"], final and s == last, s, len(piece) / sr)
+                out["index"] += 1
+                out["audio"] += len(piece)
+
         try:
             for s, chunk in enumerate(r.chunks):
                 stitcher = streaming.Stitcher(r.models.hop, r.speed, round(cfg.stream_crossfade_ms * sr / 1000))
                 bank = self.noise_bank((r.seed, s), r.models.prior_channels)
+                with locked():  # the first sentence's BERT came with the request, the others' come now
+                    pipeline.fill_bert(r.chunks, s, r.spec, r.models, timer)
                 with locked(), stage("gpt"):
                     gen = pipeline.token_stream(r.models, r.ref, chunk, cfg, r.seed + s)
                 tokens: list[int] = []
-                next_at = cfg.stream_first_tokens
+                steps = streaming.window_steps(cfg)
+                next_at = next(steps)
                 while True:
                     if cancel is not None and cancel.is_set():
                         cancelled = True
@@ -208,18 +250,14 @@ class GPTSoVITSEngine:
                         tokens.append(int(tok))
                         n_tokens += 1
                         if len(tokens) < next_at:
+                            yield from emit(False)
                             continue
-                        next_at = len(tokens) + cfg.stream_chunk_tokens
+                        next_at = len(tokens) + next(steps)
                     with locked(), stage("sovits", timer):
-                        piece = streaming.next_piece(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done)
-                    if piece is not None:
-                        if done:
-                            piece = pipeline.postprocess(piece, sr, cfg.fragment_interval, normalise=False)
-                        if first_audio is None:
-                            first_audio = time.perf_counter() - t_start
-                        yield AudioChunk(piece, sr, index, done and s == len(r.chunks) - 1, s, len(piece) / sr)
-                        index += 1
-                        n_audio += len(piece)
+                        p = streaming.next_window(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done, lane)
+                    if p is not None:
+                        pending.append((s, done, p))
+                    yield from emit(lane is None or (done and s == last))
                     if done:
                         break
                 n_chunks += 1
@@ -230,12 +268,14 @@ class GPTSoVITSEngine:
             self._stats.failure(exc)
             raise
         finally:
-            if first_audio is not None:
-                timer.add("time_to_first_audio", first_audio)
+            if out["first"] is not None:
+                timer.add("time_to_first_audio", out["first"])
             timer.add("total", time.perf_counter() - t_start)
-            self._stats.record(timer, n_audio / sr, n_tokens, n_chunks, stream=True)
+            self._stats.record(timer, out["audio"] / sr, n_tokens, n_chunks, stream=True)
             if cancelled:
                 self._stats.count("cancelled")
+            with self._lock:
+                trim_after_request()
 
     # ---- service -----------------------------------------------------------------------------------
     def stats(self) -> dict:

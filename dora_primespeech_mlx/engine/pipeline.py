@@ -55,8 +55,9 @@ class Models:
 @dataclass
 class TextChunk:
     phones: np.ndarray  # (n,) int32 target phones
-    bert: np.ndarray  # (1024, n) float32
+    bert: np.ndarray | None  # (1024, n) float32; None until :func:`fill_bert` (streams compute it sentence-wise)
     norm_text: str
+    result: Any = None  # the front end's result (what the BERT features are computed from)
 
 
 def check_cancel(cancel: threading.Event | None) -> None:
@@ -64,8 +65,11 @@ def check_cancel(cancel: threading.Event | None) -> None:
         raise SynthesisCancelled("synthesis cancelled")
 
 
-def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Models, timer: Timer) -> list[TextChunk]:
-    """The text's sentences as phone ids and BERT features (NothingToSpeakError when there are none)."""
+def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Models, timer: Timer,
+                bert_upto: int | None = None) -> list[TextChunk]:
+    """The text's sentences as phone ids and BERT features (NothingToSpeakError when there are none). With
+    ``bert_upto`` only the first ``bert_upto`` sentences get their BERT features now (:func:`fill_bert` adds
+    the others): a stream's first audio then waits for one sentence's BERT, not the whole text's."""
     from .. import text as text_mod
 
     if not isinstance(text, str):
@@ -76,12 +80,25 @@ def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Mode
     if not text_mod.has_speakable(text):
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r} (no letters or digits)")
     with stage("text", timer):
-        chunks = text_mod.preprocess(text, lang, method, models.symbol_version)
-    if not chunks:
+        results = text_mod.preprocess(text, lang, method, models.symbol_version)
+    if not results:
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r}")
+    chunks = [TextChunk(np.asarray(c.phone_ids, dtype=np.int32), None, c.norm_text, c) for c in results]
+    fill_bert(chunks, 0, spec, models, timer, upto=bert_upto)
+    return chunks
+
+
+def fill_bert(chunks: list[TextChunk], start: int, spec: VoiceSpec, models: Models, timer: Timer | None,
+              upto: int | None = None) -> None:
+    """Give ``chunks[start]`` its BERT features, with those of ``chunks[start:start + upto]`` (all from ``start``
+    when ``upto`` is None) that lack them, in one batch; nothing when ``chunks[start]`` has them."""
+    if start >= len(chunks) or chunks[start].bert is not None:
+        return
+    todo = [c for c in chunks[start : None if upto is None else start + upto] if c.bert is None]
     with stage("bert", timer):
-        berts = bert_features(chunks, spec, models.encoders)
-    return [TextChunk(np.asarray(c.phone_ids, dtype=np.int32), b, c.norm_text) for c, b in zip(chunks, berts)]
+        berts = bert_features([c.result for c in todo], spec, models.encoders)
+    for c, b in zip(todo, berts):
+        c.bert = b
 
 
 def bert_features(results: list, spec: VoiceSpec, encoders) -> list[np.ndarray]:
@@ -155,21 +172,30 @@ def generate_tokens(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig,
         tokens.append(int(tok))
 
 
+def sentence_latent(models: Models, ref, tokens: np.ndarray, phones: np.ndarray, speed: float, noise_scale: float,
+                    bank: NoiseBank) -> mx.array:
+    """SoVITS up to the vocoder for one whole sentence (upstream ``decode`` before ``dec``): z (1, C, frames)."""
+    from ..models.sovits import output_frames
+
+    sovits = models.sovits
+    noise = bank.take(0, output_frames(2 * len(tokens), speed)) if noise_scale > 0 else None
+    m_p, logs_p, y_mask = sovits.encode(mx.array(np.asarray(tokens, dtype=np.int32)[None, None]),
+                                        mx.array(phones[None].astype(np.int32)), ref.ge, speed)
+    z_p = sovits.sample_prior(m_p, logs_p, noise_scale, noise=None if noise is None else mx.array(noise))
+    z = sovits.flow_reverse(z_p, y_mask, ref.ge)
+    mx.eval(z)
+    return z
+
+
+def vocode(models: Models, ref, z: mx.array) -> np.ndarray:
+    """The vocoder on a latent (MLX or ONNX Runtime, as the model's backend says), float32 1-D."""
+    return np.array(models.sovits.vocode(z, ref.ge)).reshape(-1).astype(np.float32)
+
+
 def decode_sentence(models: Models, ref, tokens: np.ndarray, phones: np.ndarray, speed: float, noise_scale: float,
                     bank: NoiseBank) -> np.ndarray:
     """SoVITS audio of one whole sentence (upstream ``decode``), float32 1-D."""
-    from ..models.sovits import output_frames
-
-    noise = bank.take(0, output_frames(2 * len(tokens), speed)) if noise_scale > 0 else None
-    out = models.sovits.decode(
-        mx.array(np.asarray(tokens, dtype=np.int32)[None, None]),
-        mx.array(phones[None].astype(np.int32)),
-        noise_scale=noise_scale,
-        speed=speed,
-        noise=None if noise is None else mx.array(noise),
-        ge=ref.ge,
-    )
-    return np.array(out).reshape(-1).astype(np.float32)
+    return vocode(models, ref, sentence_latent(models, ref, tokens, phones, speed, noise_scale, bank))
 
 
 class NoiseBank:

@@ -20,6 +20,8 @@ from .cache import VoiceCache, encoders_key, file_identity
 from .reference import Reference, ReferenceBuilder
 from .stats import EngineStats, Timer, stage
 
+TRIM_AFTER_REFERENCE = True  # hand the heap back after a voice's reference features (the bench flips it)
+
 
 class VoiceStore:
     """A voice's models and reference features, cached per voice (see the module docstring)."""
@@ -47,7 +49,8 @@ class VoiceStore:
                 if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (models/vocoder.py)
                     from ..models import vocoder
 
-                    vocoder.attach(model, cache_dir=load.onnx_cache_dir(path, self.model_dir), mode=s.vocoder)
+                    vocoder.attach(model, cache_dir=load.onnx_cache_dir(path, self.model_dir), mode=s.vocoder,
+                                   parts=s.vocoder_parts)
                 return model
 
         return self.cache.get(self.key(kind, file_identity(path)), voice, create)
@@ -102,6 +105,8 @@ class VoiceStore:
             self.say(f"computing the reference features of voice {spec.name!r}")
             ref = self.references.build(spec, models, prompt_lang, timer)
             self.stats.count("reference_computations")
+            if TRIM_AFTER_REFERENCE:  # CNHubert's temporaries, once per voice (README, "Memory")
+                trim_after_request()
             return ref
 
         ref = self.cache.get(key, voice_id(spec), create)
@@ -116,6 +121,18 @@ def release_memory() -> None:
     from ..models.storage import trim_heap
 
     gc.collect()
+    mx.clear_cache()
+    trim_heap()
+
+
+def trim_after_request() -> None:
+    """At the end of a request: MLX's cached buffers and the heap's free pages back to the OS.
+
+    A synthesis frees its temporaries (numpy, ONNX Runtime, MLX) inside the heap, where glibc keeps them: after a
+    request the v2 bench set held ~220 MB more than after this call (README, "Memory"), which costs ~10-15 ms
+    (``malloc_trim`` walks the heap) once the audio has been delivered."""
+    from ..models.storage import trim_heap
+
     mx.clear_cache()
     trim_heap()
 

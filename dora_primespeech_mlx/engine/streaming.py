@@ -10,12 +10,17 @@ decode's ``int(2T/speed)+1`` frames differ from that grid by under one frame ove
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import mlx.core as mx
 import numpy as np
 
 from ..models.sovits import FRAMES_PER_TOKEN, grid_frame, grid_positions, interpolate_at, output_frames
 from .config import SynthesisConfig
-from .pipeline import Models, NoiseBank, TextChunk
+from .pipeline import Models, NoiseBank, TextChunk, vocode
 
 
 def fade(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -38,6 +43,8 @@ class Stitcher:
         self.speed = speed
         self.crossfade = crossfade
         self.done_tokens = 0  # audio up to this token boundary was emitted (minus `pending`)
+        self.planned_tokens = 0  # windows were cut up to here (ahead of done_tokens while the vocoder works)
+        self.text_features = None  # the sentence's phone stream through enc_p (computed by the first window)
         self.pending = np.zeros(0, dtype=np.float32)  # held-back tail of the previous piece
 
     def frame(self, token: int) -> int:
@@ -69,34 +76,132 @@ class Stitcher:
             self.pending = out[len(out) - keep :].copy()
             out = out[: len(out) - keep]
         self.done_tokens = stop
+        self.planned_tokens = max(self.planned_tokens, stop)
         return out.astype(np.float32, copy=False)
+
+
+def window_steps(cfg: SynthesisConfig) -> Iterator[int]:
+    """How many new tokens each window waits for: ``stream_first_tokens``, then chunks growing by
+    ``stream_ramp`` per window up to ``stream_chunk_tokens`` (a small first window for early audio; each
+    later window only as large as can be computed while the audio before it plays). ``stream_ramp`` 1: every
+    later window waits for ``stream_chunk_tokens``."""
+    yield cfg.stream_first_tokens
+    step = float(min(cfg.stream_first_tokens, cfg.stream_chunk_tokens))
+    if cfg.stream_ramp <= 1:
+        step = float(cfg.stream_chunk_tokens)
+    while True:
+        step = min(float(cfg.stream_chunk_tokens), step * cfg.stream_ramp)
+        yield max(1, math.ceil(step))
+
+
+@dataclass
+class Window:
+    """One window's latent, ready for the vocoder: ``z`` holds the window's output frames [lo, hi)
+    (relative to the window's first frame, token ``start``); ``frames`` is the window's length. Only the
+    emitted span plus the vocoder's receptive field is kept: the frames outside it never reach the audio."""
+
+    z: mx.array  # (1, C, hi - lo)
+    lo: int
+    frames: int
+    start: int
+    stop: int
+    final: bool
+
+
+def window_latent(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, stitcher: Stitcher, bank: NoiseBank,
+                  tokens: list[int], done: bool) -> Window | None:
+    """The next window of a streamed sentence up to the vocoder, or None when there is nothing new to emit.
+
+    Decodes tokens[start:] where ``start`` lies ``stream_context_tokens`` before the emitted boundary;
+    emits up to ``stream_lookahead_tokens`` before the newest token (all of it when ``done``), since the
+    last tokens' audio changes once their right context exists. The text encoder and flow see the whole
+    window; the vocoder gets the emitted frames and its receptive field on each side (same samples)."""
+    stop = len(tokens) if done else len(tokens) - cfg.stream_lookahead_tokens
+    emit_from = stitcher.planned_tokens  # the previous window's stop, stitched or still in the vocoder
+    if not done and stop <= emit_from:
+        return None
+    start = max(0, emit_from - cfg.stream_context_tokens)
+    window = np.asarray(tokens[start:], dtype=np.int32)
+    z = window_z(models, ref, window, chunk.phones, cfg.noise_scale, bank, stitcher, start, done)
+    frames = z.shape[2]
+    f0 = stitcher.frame(start)
+    margin = models.sovits.dec.receptive_frames
+    lo = max(0, stitcher.frame(emit_from) - f0 - math.ceil(stitcher.crossfade / stitcher.hop) - margin)
+    hi = frames if done else min(frames, stitcher.frame(stop) - f0 + margin)
+    stitcher.planned_tokens = stop
+    return Window(z[:, :, lo:hi], lo, frames, start, stop, done)
+
+
+def place(window: Window, part: np.ndarray, hop: int) -> np.ndarray:
+    """The window's audio: the vocoded ``part`` at its frames, zeros where nothing was vocoded (never read)."""
+    audio = np.zeros(window.frames * hop, dtype=np.float32)
+    part = np.asarray(part, dtype=np.float32).reshape(-1)
+    audio[window.lo * hop : window.lo * hop + len(part)] = part
+    return audio
+
+
+class PendingPiece:
+    """One streamed piece on its way: a window whose vocoder runs now (``audio``) or in the lane (``future``
+    of ``(audio or None, seconds)``), finished in order by :meth:`finish`. ``window`` None: an empty sentence."""
+
+    def __init__(self, stitcher: Stitcher, window: Window | None, audio: np.ndarray | None = None, future=None):
+        self.stitcher, self.window, self.audio, self.future = stitcher, window, audio, future
+
+    def ready(self) -> bool:
+        return self.future is None or self.future.done()
+
+    def wait(self) -> None:
+        """Until the lane's vocoder run is over (raises its error, if any)."""
+        if self.future is not None:
+            self.future.result()
+
+    def finish(self, models: Models, ref) -> tuple[np.ndarray, float]:
+        """The piece's new audio and the lane's vocoder seconds (waits for the lane). When ONNX Runtime
+        failed in the lane, MLX runs the vocoder here, on the caller's thread."""
+        w, seconds = self.window, 0.0
+        if w is None:
+            return np.zeros(0, dtype=np.float32), seconds
+        part = self.audio
+        if self.future is not None:
+            part, seconds = self.future.result()
+            if part is None:  # ONNX Runtime failed in the lane
+                t0 = time.perf_counter()
+                part = vocode(models, ref, w.z)
+                seconds += time.perf_counter() - t0
+        return self.stitcher.piece(place(w, part, models.hop), w.start, w.stop, w.final), seconds
+
+
+def next_window(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, stitcher: Stitcher, bank: NoiseBank,
+                tokens: list[int], done: bool, lane=None) -> PendingPiece | None:
+    """The next piece of a streamed sentence as a :class:`PendingPiece` (vocoded now, or handed to ``lane``
+    when given), or None when there is nothing new to emit yet."""
+    if not tokens:
+        return PendingPiece(stitcher, None) if done else None
+    window = window_latent(models, ref, chunk, cfg, stitcher, bank, tokens, done)
+    if window is None:
+        return None
+    if lane is not None:
+        return PendingPiece(stitcher, window, future=lane.submit(models.sovits.vocoder_backend, window.z, ref.ge))
+    return PendingPiece(stitcher, window, audio=vocode(models, ref, window.z))
 
 
 def next_piece(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, stitcher: Stitcher, bank: NoiseBank,
                tokens: list[int], done: bool) -> np.ndarray | None:
-    """The next piece of a streamed sentence, or None when there is nothing new to emit yet.
-
-    Decodes tokens[start:] where ``start`` lies ``stream_context_tokens`` before the emitted
-    boundary; emits up to ``stream_lookahead_tokens`` before the newest token (all of it when
-    ``done``), since the last tokens' audio changes once their right context exists."""
-    stop = len(tokens) if done else len(tokens) - cfg.stream_lookahead_tokens
-    if not done and stop <= stitcher.done_tokens:
-        return None
-    if not tokens:
-        return np.zeros(0, dtype=np.float32)
-    start = max(0, stitcher.done_tokens - cfg.stream_context_tokens)
-    window = np.asarray(tokens[start:], dtype=np.int32)
-    audio = decode_window(models, ref, window, chunk.phones, cfg.noise_scale, bank, stitcher, start, done)
-    return stitcher.piece(audio, start, stop, done)
+    """The next piece of a streamed sentence, or None when there is nothing new to emit yet."""
+    pending = next_window(models, ref, chunk, cfg, stitcher, bank, tokens, done)
+    return None if pending is None else pending.finish(models, ref)[0]
 
 
-def decode_window(models: Models, ref, window: np.ndarray, phones: np.ndarray, noise_scale: float, bank: NoiseBank,
-                  stitcher: Stitcher, start: int, final: bool) -> np.ndarray:
-    """SoVITS decode of the tokens ``window`` (which begin at token ``start``) onto the sentence's
+def window_z(models: Models, ref, window: np.ndarray, phones: np.ndarray, noise_scale: float, bank: NoiseBank,
+             stitcher: Stitcher, start: int, final: bool) -> mx.array:
+    """SoVITS up to the vocoder for the tokens ``window`` (which begin at token ``start``) on the sentence's
     output-frame grid: frames [frame(start), frame(end)) (to the sentence's end frame when final).
     Same stages as the whole decode; only the speed change uses the fixed grid."""
     sovits = models.sovits
-    feats = sovits.encode_features(mx.array(window[None, None]), mx.array(phones[None]), ref.ge)  # (1, C, 2n)
+    if stitcher.text_features is None:  # the phone stream is the same for every window of the sentence
+        stitcher.text_features = sovits.enc_p.text_features(mx.array(phones[None].astype(np.int32)))
+    feats = sovits.encode_features(mx.array(window[None, None]), mx.array(phones[None]), ref.ge,
+                                   stitcher.text_features)  # (1, C, 2n)
     n = start + len(window)
     f0 = stitcher.frame(start)
     f1 = stitcher.end_frame(n) if final else stitcher.frame(n)
@@ -106,5 +211,6 @@ def decode_window(models: Models, ref, window: np.ndarray, phones: np.ndarray, n
     _, m_p, logs_p, y_mask = sovits.project(feats, 1.0)
     noise = mx.array(bank.take(f0, m_p.shape[2])) if noise_scale > 0 else None
     z_p = sovits.sample_prior(m_p, logs_p, noise_scale, noise=noise)
-    audio = sovits.vocode(sovits.flow_reverse(z_p, y_mask, ref.ge), ref.ge, y_mask)
-    return np.array(audio).reshape(-1).astype(np.float32)
+    z = sovits.flow_reverse(z_p, y_mask, ref.ge)
+    mx.eval(z)
+    return z

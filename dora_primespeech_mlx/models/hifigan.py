@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -23,6 +25,8 @@ class ResBlock1(nn.Module):
             Conv1d(channels, channels, kernel_size, padding=d * (kernel_size - 1) // 2, dilation=d) for d in dilations
         ]
         self.convs2 = [Conv1d(channels, channels, kernel_size, padding=(kernel_size - 1) // 2) for _ in dilations]
+        self.reach = sum((kernel_size - 1) // 2 * (d + 1) for d in dilations)  # samples each side
+
 
     def __call__(self, x: mx.array) -> mx.array:
         for c1, c2 in zip(self.convs1, self.convs2):
@@ -57,6 +61,7 @@ class Generator(nn.Module):
             for kr, dil in zip(resblock_kernel_sizes, resblock_dilation_sizes):
                 self.resblocks.append(ResBlock1(ch, kr, dil))
         self.conv_post = Conv1d(ch, 1, 7, padding=3, bias=False)
+        self._receptive_frames = self._reach(7, 7)
 
     @property
     def hop_length(self) -> int:
@@ -64,6 +69,24 @@ class Generator(nn.Module):
         for up in self.ups:
             hop *= up.stride
         return hop
+
+    @property
+    def receptive_frames(self) -> int:
+        """How many input frames on each side can change an output sample (rounded up, conservative): a
+        crop of the input with this many extra frames on each side gives the same samples in its interior
+        (every layer is a convolution: conv_pre, per stage a transposed conv and the resblocks, conv_post).
+        From the layer shapes at construction (the weights may be dropped while ONNX Runtime serves)."""
+        return self._receptive_frames
+
+    def _reach(self, pre_kernel: int, post_kernel: int) -> int:
+        reach = (pre_kernel - 1) / 2
+        rate, n = 1, self.num_kernels
+        for i, up in enumerate(self.ups):
+            reach += math.ceil((up.kernel_size - 1) / up.stride) / rate
+            rate *= up.stride
+            reach += max(block.reach for block in self.resblocks[i * n : (i + 1) * n]) / rate
+        reach += (post_kernel - 1) / 2 / rate
+        return math.ceil(reach)
 
     def prepare(self) -> None:
         for up in self.ups:

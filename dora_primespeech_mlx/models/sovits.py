@@ -229,10 +229,16 @@ class TextEncoder(nn.Module):
         self.encoder2 = Encoder(h, f, heads, n // 2, k)
         self.proj = Conv1d(h, 2 * args.inter_channels, 1)
 
-    def features(self, ssl: mx.array, phones: mx.array, ge: mx.array) -> mx.array:
-        """ssl (B, T, 768), phones (B, Tp) int, ge (B, 1, gin) -> (B, T, hidden)."""
+    def text_features(self, phones: mx.array) -> mx.array:
+        """The phone stream alone: phones (B, Tp) int -> (B, Tp, hidden); depends on nothing else."""
+        return self.encoder_text(self.text_embedding(phones))
+
+    def features(self, ssl: mx.array, phones: mx.array, ge: mx.array, text: mx.array | None = None) -> mx.array:
+        """ssl (B, T, 768), phones (B, Tp) int, ge (B, 1, gin) -> (B, T, hidden). ``text``: the phones'
+        :meth:`text_features` when already computed (streamed windows of one sentence share them)."""
         y = self.encoder_ssl(self.ssl_proj(ssl))
-        text = self.encoder_text(self.text_embedding(phones))
+        if text is None:
+            text = self.text_features(phones)
         return self.encoder2(self.mrte(y, text, ge))
 
     def project(self, y: mx.array, speed: float = 1.0) -> tuple[mx.array, mx.array, mx.array]:
@@ -450,16 +456,17 @@ class SoVITSModel(nn.Module):
             q = mx.repeat(q, 2, axis=1)
         return q
 
-    def encode_features(self, codes, phones, ge) -> mx.array:
-        """``enc_p`` up to ``encoder2`` (before the speed change): -> (B, hidden, 2T)."""
-        return _bct(self._features(self.quantized_50hz(codes), phones, ge))
+    def encode_features(self, codes, phones, ge, text: mx.array | None = None) -> mx.array:
+        """``enc_p`` up to ``encoder2`` (before the speed change): -> (B, hidden, 2T). ``text``: the phones'
+        ``enc_p.text_features`` when already computed."""
+        return _bct(self._features(self.quantized_50hz(codes), phones, ge, text))
 
-    def _features(self, quantized: mx.array, phones, ge) -> mx.array:
+    def _features(self, quantized: mx.array, phones, ge, text: mx.array | None = None) -> mx.array:
         phones = _as_mx(phones, mx.int32)
         if phones.ndim == 1:
             phones = phones[None]
         ge_btc = _bct(self.mrte_ge(ge))
-        return self.enc_p.features(quantized, phones, ge_btc)
+        return self.enc_p.features(quantized, phones, ge_btc, text)
 
     def project(self, y, speed: float = 1.0) -> tuple[mx.array, mx.array, mx.array, mx.array]:
         """Features (B, hidden, T) -> (x, m_p, logs_p, y_mask) after the speed change (T' frames)."""

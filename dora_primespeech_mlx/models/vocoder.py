@@ -11,12 +11,19 @@
 or ``onnx`` missing, a graph that does not build or load, an error while running — logs **one** warning
 and falls back to MLX for good; :func:`status` (the engine's ``stats()["backends"]["sovits"]``) says
 which backend runs and why.
+
+Memory: while ONNX Runtime serves the generator, the MLX generator's weights (a second copy of them, plus the
+GEMM layout of its transposed convolutions) are not kept resident when the model came from a converted file
+(``weights_file``, set by ``convert.load``): :class:`MLXWeights` drops them after the session is built and
+reads them back from that file the first time MLX must run the generator (a failure, or MLX chosen later),
+checking that they are the weights the ONNX graph was built from. A model built in memory keeps them.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +32,7 @@ log = logging.getLogger(__name__)
 
 ENV = "PRIMESPEECH_VOCODER"
 MODES = ("auto", "onnx", "mlx")
+RELEASE_MLX = True  # attach's default: drop the MLX generator weights while ONNX Runtime serves (the bench flips it)
 
 
 def _on_cpu() -> bool:
@@ -36,12 +44,14 @@ def _on_cpu() -> bool:
 class VocoderBackend:
     """The generator backend attached to one SoVITS model (see the module docstring)."""
 
-    def __init__(self, mode: str, generator=None, reason: str = "", error: str | None = None):
+    def __init__(self, mode: str, generator=None, reason: str = "", error: str | None = None, split=None):
         self.mode = mode
         self.generator = generator
         self.reason = reason
         self.error = error
+        self.split = split  # a vocoder_split.SplitRunner over the generator (several cores), or None
         self.calls = {"onnx": 0, "mlx": 0}
+        self.mlx_weights: MLXWeights | None = None  # set when the MLX generator's weights were dropped
 
     def wants_onnx(self) -> bool:
         if self.generator is None:
@@ -52,20 +62,42 @@ class VocoderBackend:
         """The generator on ONNX Runtime (numpy in, numpy out), or None when MLX must run it (not chosen
         on this device, or failed: then disabled for good after one warning)."""
         if not self.wants_onnx():
-            self.calls["mlx"] += 1
+            self._to_mlx()
             return None
         try:
-            audio = self.generator(np.asarray(z, dtype=np.float32), np.asarray(ge, dtype=np.float32))
+            run = self.split if self.split is not None else self.generator
+            audio = run(np.asarray(z, dtype=np.float32), np.asarray(ge, dtype=np.float32))
         except Exception as exc:
             self.fail(f"onnxruntime run failed: {type(exc).__name__}: {exc}")
-            self.calls["mlx"] += 1
+            self._to_mlx()
             return None
         self.calls["onnx"] += 1
         return audio
 
+    def run_onnx(self, z, ge) -> np.ndarray | None:
+        """ONNX Runtime only, touching no MLX state (for a worker thread): the audio, or None when MLX must run
+        it (no generator, or this run failed: then disabled for good after one warning). The caller runs MLX
+        on its own thread (``SoVITSModel.vocode``), which reads dropped weights back first."""
+        if self.generator is None:
+            return None
+        try:
+            run = self.split if self.split is not None else self.generator
+            audio = run(np.asarray(z, dtype=np.float32), np.asarray(ge, dtype=np.float32))
+        except Exception as exc:
+            self.fail(f"onnxruntime run failed: {type(exc).__name__}: {exc}")
+            return None
+        self.calls["onnx"] += 1
+        return audio
+
+    def _to_mlx(self) -> None:
+        """MLX runs this call (``run`` returns None): its generator weights are read back first if dropped."""
+        if self.mlx_weights is not None and self.mlx_weights.dropped:
+            self.mlx_weights.restore()
+        self.calls["mlx"] += 1
+
     def fail(self, error: str) -> None:
         log.warning("SoVITS vocoder: %s; using MLX from now on", error)
-        self.generator = None
+        self.generator = self.split = None
         self.error = error
 
     @property
@@ -80,14 +112,97 @@ class VocoderBackend:
             out["error"] = self.error
         if self.generator is not None:
             out.update(self.generator.describe())
+        if self.split is not None:
+            out["split"] = self.split.describe()
+        if self.mlx_weights is not None:
+            out["mlx_weights"] = self.mlx_weights.state()
         return out
 
 
-def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None):
+class MLXWeights:
+    """The MLX generator's weights of one SoVITS model, dropped while ONNX Runtime serves the generator and
+    read back from the model's converted ``weights_file`` when MLX must run it (module docstring)."""
+
+    PREFIX = "dec."
+
+    def __init__(self, sovits, weights_file: str | os.PathLike, digest: str, layout: str):
+        self.sovits, self.weights_file, self.digest, self.layout = sovits, Path(weights_file), digest, layout
+        self.shapes: dict[str, tuple] = {}
+        self.dropped = False
+        self.nbytes = 0
+        self.restores = 0
+
+    def drop(self) -> int:
+        """Replace every generator weight by an empty array and forget the derived GEMM weights; returns the
+        bytes released (handed back to the OS by the caller's ``trim_heap``)."""
+        import mlx.core as mx
+        from mlx.utils import tree_flatten, tree_unflatten
+
+        from .conv import _WeightCache
+
+        dec = self.sovits.dec
+        params = tree_flatten(dec.parameters())
+        self.shapes = {k: (tuple(v.shape), v.dtype) for k, v in params}
+        self.nbytes = sum(v.nbytes for _, v in params)
+        for module in dec.modules():
+            cache = getattr(module, "_cache", None)
+            if isinstance(cache, _WeightCache):
+                if cache.value is not None:
+                    self.nbytes += cache.value.nbytes
+                module._cache = _WeightCache()
+        empty = mx.zeros((0,), dtype=mx.float32)
+        del params
+        dec.update(tree_unflatten([(k, empty) for k in self.shapes]))
+        self.dropped = True
+        return self.nbytes
+
+    def restore(self) -> None:
+        """Read the generator weights back from ``weights_file``; raises RuntimeError when the file is gone or
+        no longer holds the weights the ONNX graph was built from."""
+        import mlx.core as mx
+        from mlx.utils import tree_unflatten
+
+        from . import vocoder_onnx
+
+        try:
+            stored = mx.load(str(self.weights_file), format="safetensors")
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise RuntimeError(f"cannot read the generator weights back from {self.weights_file}: {exc}") from exc
+        items = [(k[len(self.PREFIX):], v) for k, v in stored.items() if k.startswith(self.PREFIX)]
+        del stored
+        found = {k: (tuple(v.shape), v.dtype) for k, v in items}
+        if found != self.shapes:
+            raise RuntimeError(f"{self.weights_file} no longer holds this model's generator weights")
+        dec = self.sovits.dec
+        dec.update(tree_unflatten(items))
+        mx.eval(dec.parameters())
+        del items
+        digest = vocoder_onnx.weights_digest(vocoder_onnx.generator_weights(dec), self.layout)
+        if digest != self.digest:
+            raise RuntimeError(f"{self.weights_file} changed since the model was loaded (generator weights differ)")
+        dec.prepare()
+        self.dropped = False
+        self.restores += 1
+        log.info("SoVITS vocoder: MLX generator weights read back from %s", self.weights_file)
+
+    def state(self) -> dict[str, Any]:
+        return {"dropped": self.dropped, "bytes": self.nbytes, "restores": self.restores,
+                "file": str(self.weights_file)}
+
+
+def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None,
+           release_mlx: bool | None = None, parts: str | int = "1"):
     """Give ``sovits`` its generator backend (see the module docstring); returns ``sovits``.
-    ``cache_dir``: where the ONNX graph is cached (None: built in memory)."""
+    ``cache_dir``: where the ONNX graph is cached (None: built in memory). ``release_mlx``: drop the MLX
+    generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``);
+    None: ``RELEASE_MLX``. ``parts``: ONNX Runtime runs the generator over this many time stretches at once, one
+    single-threaded run per core (``models/vocoder_split``; ``auto``: the thread count; ``1``: whole, with
+    ``threads`` intra-op threads)."""
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
+    previous = getattr(sovits, "vocoder_backend", None)
+    if previous is not None and previous.mlx_weights is not None and previous.mlx_weights.dropped:
+        previous.mlx_weights.restore()  # attached again: the graph is built from the MLX weights
     if mode == "mlx":
         backend = VocoderBackend(mode, reason=f"{ENV}=mlx")
     elif mode == "auto" and not _on_cpu():
@@ -96,13 +211,33 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
         try:
             from . import vocoder_onnx
 
-            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads)
+            n = vocoder_onnx.resolve_threads(threads) if str(parts) == "auto" else int(parts)
+            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1 if n > 1 else threads)
             backend = VocoderBackend(mode, generator, reason="CPU" if mode == "auto" else f"{ENV}=onnx")
+            if n > 1:
+                from .vocoder_split import SplitRunner
+
+                backend.split = SplitRunner(generator, n, sovits.dec.receptive_frames, sovits.samples_per_frame)
         except Exception as exc:  # ImportError, a build or load error: MLX it is
             backend = VocoderBackend(mode, reason="fallback")
             backend.fail(f"ONNX Runtime backend unavailable: {type(exc).__name__}: {exc}")
+        if backend.generator is not None and (RELEASE_MLX if release_mlx is None else release_mlx):
+            _release_mlx(sovits, backend)
     sovits.vocoder_backend = backend
     return sovits
+
+
+def _release_mlx(sovits, backend: VocoderBackend) -> None:
+    """Drop the MLX generator weights of ``sovits`` when its converted file can give them back."""
+    weights_file = getattr(sovits, "weights_file", None)
+    if weights_file is None or not Path(weights_file).is_file() or not backend.wants_onnx():
+        return
+    from .storage import trim_heap
+
+    gen = backend.generator
+    backend.mlx_weights = MLXWeights(sovits, weights_file, gen.digest, gen.layout)
+    backend.mlx_weights.drop()
+    trim_heap()
 
 
 def status(sovits) -> dict[str, Any]:

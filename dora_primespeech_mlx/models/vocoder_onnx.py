@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 BUILDER_VERSION = 2  # bump when the graph changes: the cache name changes with it
 OPSET = 17
+ARENA = False  # ONNX Runtime's CPU memory arena (OnnxGenerator's default; the bench flips it to measure it)
 LRELU_SLOPE = 0.1
 POST_SLOPE = 0.01
 
@@ -229,7 +230,8 @@ def resolve_threads(threads: int | None = None) -> int:
 class OnnxGenerator:
     """The generator as an ONNX Runtime session. ``__call__(z, ge)`` with numpy float32 arrays."""
 
-    def __init__(self, model: str | os.PathLike | bytes, threads: int | None = None, path: Path | None = None):
+    def __init__(self, model: str | os.PathLike | bytes, threads: int | None = None, path: Path | None = None,
+                 arena: bool | None = None):
         import onnxruntime as ort
 
         self.threads = resolve_threads(threads)
@@ -242,10 +244,17 @@ class OnnxGenerator:
         # Spinning worker threads collapse when a neighbour process takes a core (measured, 2 threads at
         # loadavg 4.6: 2.63 s min spinning vs 1.94 s not, per 4 s of audio); they only wait when idle.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # No CPU memory arena: the arena keeps every activation buffer of the largest decode so far (RSS +~100 MB
+        # with the v2 generator after 4 s of audio); plain allocations go back to the heap/OS. Measured in one
+        # run, alternating: 0-1.4 % slower per decode (README, "Memory").
+        self.arena = ARENA if arena is None else bool(arena)
+        opts.enable_cpu_mem_arena = self.arena
         source = model if isinstance(model, bytes) else str(model)
         self.session = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
         self.path = path if path is not None else (None if isinstance(model, bytes) else Path(model))
         self.onnxruntime_version = ort.__version__
+        self.digest: str | None = None  # set by load_or_build
+        self.layout = "2d"
 
     def __call__(self, z: np.ndarray, ge: np.ndarray) -> np.ndarray:
         z = np.ascontiguousarray(z, dtype=np.float32)
@@ -258,7 +267,7 @@ class OnnxGenerator:
         return audio
 
     def describe(self) -> dict[str, Any]:
-        return {"threads": self.threads, "onnxruntime": self.onnxruntime_version,
+        return {"threads": self.threads, "onnxruntime": self.onnxruntime_version, "arena": self.arena,
                 "path": None if self.path is None else str(self.path)}
 
 
@@ -274,6 +283,12 @@ def load_or_build(
     built in memory."""
     weights = generator_weights(dec)
     digest = weights_digest(weights, layout)
+    gen = _load_or_build(dec, weights, digest, cache_dir, threads, layout)
+    gen.digest, gen.layout = digest, layout  # what the graph was built from (vocoder.MLXWeights checks it)
+    return gen
+
+
+def _load_or_build(dec, weights, digest: str, cache_dir, threads: int | None, layout: str) -> OnnxGenerator:
     path = cache_file(Path(cache_dir), digest) if cache_dir is not None else None
     if path is not None and path.is_file():
         try:
@@ -281,6 +296,7 @@ def load_or_build(
         except Exception as exc:  # a damaged cache file: rebuild it
             log.warning("cached vocoder graph %s unusable (%s); rebuilding", path, exc)
     data = build_generator_model(dec, weights, layout).SerializeToString()
+    del weights
     if path is not None:
         try:
             _write_atomic(path, data)

@@ -36,6 +36,10 @@ def _collect(stream, events=None) -> list[AudioChunk]:
 
 
 def test_first_audio_before_generation_ends(engine, monkeypatch):
+    import dataclasses
+
+    # the vocoder in turn with the GPT (with PRIMESPEECH_OVERLAP the chunk comes when the lane is done)
+    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="0"))
     spy = GenerateSpy(monkeypatch)
     chunks = _collect(engine.synthesize_stream(TEXT, **SMALL), spy.events)
     events = spy.events
@@ -179,3 +183,168 @@ def test_several_sentences_each_end_with_silence(engine):
         last = [c for c in chunks if c.sentence_index == s][-1]
         assert len(last.audio) >= gap and not last.audio[-gap:].any()
     assert chunks[-1].is_final and sum(c.is_final for c in chunks) == 1
+
+
+def test_window_steps_ramp_up_to_the_chunk():
+    from dora_primespeech_mlx.engine import SynthesisConfig
+    from dora_primespeech_mlx.engine.streaming import window_steps
+
+    def first(n, **kw):
+        steps = window_steps(SynthesisConfig(**kw))
+        return [next(steps) for _ in range(n)]
+
+    assert first(6, stream_first_tokens=12, stream_chunk_tokens=40, stream_ramp=1.5) == [12, 18, 27, 40, 40, 40]
+    assert first(4, stream_first_tokens=12, stream_chunk_tokens=40, stream_ramp=1) == [12, 40, 40, 40]
+    assert first(3, stream_first_tokens=30, stream_chunk_tokens=20, stream_ramp=2) == [30, 20, 20]
+
+
+def _stream_audio(engine, **kw) -> np.ndarray:
+    return np.concatenate([c.audio for c in engine.synthesize_stream(TEXT, **SMALL, **kw)])
+
+
+@pytest.mark.parametrize("speed", [1.0, 1.1])
+def test_vocoder_crop_keeps_the_samples(engine, monkeypatch, speed):
+    """Windows are vocoded only over the emitted frames plus the vocoder's receptive field: the audio equals
+    vocoding each whole window (float rounding), while a crop without that margin changes it."""
+    from dora_primespeech_mlx.models.hifigan import Generator
+
+    cropped = _stream_audio(engine, speed_factor=speed)
+    monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 10**6))
+    whole_windows = _stream_audio(engine, speed_factor=speed)
+    assert cropped.shape == whole_windows.shape
+    peak = float(np.abs(whole_windows).max())
+    assert float(np.abs(cropped - whole_windows).max()) <= 1e-5 * peak
+    monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 0))
+    too_tight = _stream_audio(engine, speed_factor=speed)
+    assert float(np.abs(too_tight - whole_windows).max()) > 1e-3 * peak  # the margin is what keeps it exact
+
+
+def test_receptive_frames_is_the_generator_reach(engine):
+    """A crop of the latent with ``receptive_frames`` extra frames on each side vocodes to the same interior
+    samples as the whole latent (the figure is a conservative bound: real v2 weights are exact from 12 of its
+    13 frames on); half of it is not."""
+    import mlx.core as mx
+
+    from dora_primespeech_mlx.engine.stats import Timer
+
+    models = engine.store.models(engine.voice)
+    sovits = models.sovits
+    hop, m = sovits.samples_per_frame, sovits.dec.receptive_frames
+    ge = engine.store.reference(engine.voice, models, engine.voice.prompt_lang, Timer()).ge
+    rng = np.random.default_rng(3)
+    z = mx.array(rng.standard_normal((1, sovits.args.inter_channels, 4 * m + 20)).astype(np.float32))
+    full = np.array(sovits.vocode(z, ge)).reshape(-1)
+    a, b = 2 * m, 2 * m + 20
+
+    def interior(margin):
+        part = np.array(sovits.vocode(z[:, :, a - margin : b + margin], ge)).reshape(-1)
+        return part[margin * hop : (margin + b - a) * hop]
+
+    peak = float(np.abs(full).max())
+    assert np.abs(interior(m) - full[a * hop : b * hop]).max() <= 1e-5 * peak
+    assert np.abs(interior(m // 2) - full[a * hop : b * hop]).max() > 1e-6 * peak
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, monkeypatch, stream):
+    """PRIMESPEECH_OVERLAP: the vocoder on the lane's worker thread (while the GPT goes on) yields the same
+    chunks and samples as running it in turn, for whole and streamed requests of several sentences."""
+    import dataclasses
+
+    from dora_primespeech_mlx.engine import overlap
+
+    sovits = engine.store.models(engine.voice).sovits
+    if getattr(sovits, "vocoder_backend", None) is None or sovits.vocoder_backend.active != "onnxruntime":
+        pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
+    text = "Hello world. This is a small test. And a third one."
+    kw = dict(SMALL, text_split_method="cut5")
+    runs, real_submit = {}, overlap.VocoderLane.submit
+    for mode in ("0", "1"):
+        monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap=mode))
+        submitted = []
+        monkeypatch.setattr(overlap.VocoderLane, "submit",
+                            lambda self, *a, _seen=submitted: _seen.append(1) or real_submit(self, *a))
+        if stream:
+            chunks = list(engine.synthesize_stream(text, **kw))
+            runs[mode] = ([(c.chunk_index, c.sentence_index, c.is_final) for c in chunks],
+                          np.concatenate([c.audio for c in chunks]), len(submitted))
+        else:
+            runs[mode] = (None, engine.synthesize(text, **kw).audio, len(submitted))
+    assert runs["0"][2] == 0 and runs["1"][2] > 0  # the lane was used only when asked
+    assert runs["0"][0] == runs["1"][0]
+    np.testing.assert_array_equal(runs["0"][1], runs["1"][1])
+
+
+def test_stream_first_audio_waits_for_one_sentences_bert(engine, monkeypatch):
+    """A stream computes the first sentence's BERT with the request and the others' after its first audio (one
+    batch); a whole request batches all sentences at once."""
+    from dora_primespeech_mlx.engine import pipeline
+
+    calls, real = [], pipeline.bert_features
+    monkeypatch.setattr(pipeline, "bert_features", lambda results, *a: calls.append(len(results)) or real(results, *a))
+    text = "Hello world. This is a small test. And a third one."  # (the fixture BERT may not fit Chinese)
+    kw = dict(SMALL, text_split_method="cut5")
+    stream = engine.synthesize_stream(text, **kw)
+    assert calls == [1]
+    first = next(stream)
+    assert calls == [1] and first.sentence_index == 0
+    rest = list(stream)
+    sentences = 1 + max(c.sentence_index for c in rest)
+    assert sentences >= 3 and calls == [1, sentences - 1]
+    calls.clear()
+    engine.synthesize(text, **kw)
+    assert calls == [sentences]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, monkeypatch, stream):
+    """ONNX Runtime failing inside the lane: one warning, MLX runs that vocoder on the caller's thread and
+    from then on; the request completes with the same audio as MLX alone (within float rounding)."""
+    import dataclasses
+
+    sovits = engine.store.models(engine.voice).sovits
+    backend = getattr(sovits, "vocoder_backend", None)
+    if backend is None or backend.active != "onnxruntime":
+        pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
+    text = "Hello world. This is a small test."
+    kw = dict(SMALL, text_split_method="cut5")
+
+    def run():
+        if stream:
+            return np.concatenate([c.audio for c in engine.synthesize_stream(text, **kw)])
+        return engine.synthesize(text, **kw).audio
+
+    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
+    generator = backend.generator
+    monkeypatch.setattr(backend, "error", backend.error)  # restored after the test, like the generator
+    monkeypatch.setattr(backend, "split", backend.split)
+    monkeypatch.setattr(backend, "generator", None)  # MLX alone, for the reference audio
+    mlx_audio = run()
+    threads = []
+
+    def broken(z, ge):
+        import threading
+
+        threads.append(threading.current_thread().name)
+        raise RuntimeError("injected onnxruntime failure")
+
+    monkeypatch.setattr(backend, "split", None)  # (the stretches would call the real session)
+    monkeypatch.setattr(backend, "generator", _Callable(broken, generator))
+    audio = run()
+    assert threads and threads[0].startswith("primespeech-vocoder")  # it failed in the lane
+    assert backend.generator is None and "injected" in (backend.error or "")
+    assert audio.shape == mlx_audio.shape
+    assert np.abs(audio - mlx_audio).max() <= 1e-4 * max(1.0, float(np.abs(mlx_audio).max()))
+
+
+class _Callable:
+    """Stands in for the ONNX Runtime generator: calls ``fn``; describes itself like the real one."""
+
+    def __init__(self, fn, real):
+        self.fn, self.real, self.threads = fn, real, getattr(real, "threads", 1)
+
+    def __call__(self, z, ge):
+        return self.fn(z, ge)
+
+    def describe(self):
+        return self.real.describe()

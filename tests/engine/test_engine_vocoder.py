@@ -3,7 +3,8 @@
 On MLX's CPU device the default (``PRIMESPEECH_VOCODER=auto``) is ONNX Runtime, with its graph cached next
 to the converted SoVITS model; ``PRIMESPEECH_VOCODER=mlx`` keeps MLX. Both give the same audio within the
 e2e case's SoVITS tolerance. Parity with the goldens: tests/models/test_vocoder_onnx.py and the engine's
-e2e golden test (which runs with the default backend).
+e2e golden test (which runs with the default backend). With ONNX Runtime serving, the MLX generator weights are
+not resident; an ONNX Runtime failure forced at the first run reads them back and MLX gives the MLX run's audio.
 """
 
 from __future__ import annotations
@@ -39,12 +40,21 @@ def _voice(case: dict) -> VoiceSpec:
     )
 
 
-def _run(case, model_dir, monkeypatch, mode: str):
+def _run(case, model_dir, monkeypatch, mode: str, break_onnx: bool = False):
     monkeypatch.setenv("PRIMESPEECH_VOCODER", mode)
     eng = GPTSoVITSEngine(model_dir=model_dir, config=SynthesisConfig(text_split_method="cut0"))
     voice = _voice(case)
     eng.load_voice(voice)
     inp = case["inputs"]
+    if break_onnx:  # ONNX Runtime fails at the first run: MLX takes over (weights read back from the file)
+        (sovits,) = [eng.cache.peek(k) for k in eng.cache.keys("sovits")]
+
+        def broken(z, ge):
+            raise RuntimeError("simulated onnxruntime failure")
+
+        assert sovits.vocoder_backend.generator is not None
+        sovits.vocoder_backend.generator = broken
+        sovits.vocoder_backend.split = None  # (with PRIMESPEECH_VOCODER_PARTS > 1 the stretches call the session)
     res = eng.synthesize(inp["text"], text_lang=inp["text_lang"], top_k=1, seed=1)
     return res, eng.stats()["backends"]["sovits"]
 
@@ -56,6 +66,7 @@ def test_engine_vocoder_backends(case, tmp_path, monkeypatch):
         pytest.skip("the automatic ONNX Runtime choice is for MLX on the CPU")
     onnx_res, onnx_st = _run(case, tmp_path, monkeypatch, "auto")
     assert onnx_st["backend"] == "onnxruntime" and onnx_st["calls"]["onnx"] >= 1, onnx_st
+    assert onnx_st["mlx_weights"]["dropped"], "the MLX generator weights stayed resident next to ONNX Runtime's"
     assert onnx_st["path"] and str(tmp_path) in onnx_st["path"], "graph not cached next to the converted model"
     cached = list(tmp_path.rglob("sovits-generator-*.onnx"))
     assert len(cached) == 1
@@ -66,3 +77,9 @@ def test_engine_vocoder_backends(case, tmp_path, monkeypatch):
     assert np.array_equal(onnx_res.semantic_tokens, mlx_res.semantic_tokens)
     diff = float(np.max(np.abs(np.asarray(onnx_res.audio) - np.asarray(mlx_res.audio))))
     assert diff <= atol, f"ONNX Runtime vs MLX vocoder in the engine: max|diff| {diff} > {atol}"
+    # ONNX Runtime failing after the MLX generator weights were dropped: MLX answers, with the same audio
+    fb_res, fb_st = _run(case, tmp_path, monkeypatch, "auto", break_onnx=True)
+    assert fb_st["backend"] == "mlx" and "simulated" in fb_st["error"] and fb_st["calls"]["onnx"] == 0, fb_st
+    assert fb_st["mlx_weights"]["restores"] == 1 and not fb_st["mlx_weights"]["dropped"], fb_st
+    assert np.array_equal(fb_res.semantic_tokens, mlx_res.semantic_tokens)
+    np.testing.assert_array_equal(np.asarray(fb_res.audio), np.asarray(mlx_res.audio))

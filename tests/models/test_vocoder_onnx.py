@@ -247,3 +247,137 @@ def test_layouts_agree(mlx_model):
     np.testing.assert_allclose(two(z, ge), ref, atol=1e-4)
     with pytest.raises(ValueError, match="layout"):
         vocoder_onnx.build_generator_model(mlx_model.dec, layout="3d")
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_split_vocoder_gives_the_same_samples(mlx_model, parts):
+    """PRIMESPEECH_VOCODER_PARTS: the latent cut into stretches with the generator's receptive field as margin,
+    run at once on one single-threaded session, gives the whole run's samples; without the margin it does not."""
+    from dora_primespeech_mlx.models.vocoder_split import MIN_FRAMES_PER_MARGIN, SplitRunner
+
+    sovits = mlx_model
+    gen = vocoder_onnx.OnnxGenerator(vocoder_onnx.build_generator_model(sovits.dec).SerializeToString(), threads=1)
+    margin, hop = sovits.dec.receptive_frames, sovits.samples_per_frame
+    frames = parts * MIN_FRAMES_PER_MARGIN * margin + 7
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((1, sovits.args.inter_channels, frames)).astype(np.float32)
+    ge = rng.standard_normal((1, sovits.dec.cond.weight.shape[2], 1)).astype(np.float32)
+    whole = gen(z, ge)
+    runner = SplitRunner(gen, parts, margin, hop)
+    assert runner.parts_for(frames) == parts
+    split = runner(z, ge)
+    assert split.shape == whole.shape
+    np.testing.assert_allclose(split, whole, rtol=0, atol=1e-6)
+    no_margin = SplitRunner(gen, parts, 0, hop)
+    no_margin.parts_for = lambda n: parts
+    assert np.abs(no_margin(z, ge) - whole).max() > 1e-3
+    short = frames // (parts + 1)
+    assert runner.parts_for(short) < parts  # short latents are cut less (margins would dominate)
+
+
+# -- memory: the MLX generator weights are not kept while ONNX Runtime serves the generator ---------------------
+
+
+@pytest.fixture()
+def converted_sovits(tmp_path):
+    """The fixture SoVITS as a converted folder (what the engine loads), so its weights can be read back."""
+    from dora_primespeech_mlx.convert import load
+
+    cases = load_cases_json()
+    if not cases:
+        require_fixture("models/cases.json")
+    src = require_fixture("models/" + cases["checkpoints"]["sovits"])
+    return load.convert(src, tmp_path / "sovits-converted", "sovits")
+
+
+def _dec_bytes(model) -> int:
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(model.dec.parameters()))
+
+
+def _inputs(model, frames: int = 3, seed: int = 4):
+    rng = np.random.default_rng(seed)
+    z = mx.array(rng.standard_normal((1, model.args.inter_channels, frames)).astype(np.float32))
+    ge = mx.array((rng.standard_normal((1, model.args.gin_channels, 1)) * 0.3).astype(np.float32))
+    return z, ge
+
+
+def test_mlx_weights_dropped_while_onnx_serves(converted_sovits, mlx_model, tmp_path):
+    from dora_primespeech_mlx.convert import load
+
+    model = load.load_sovits(converted_sovits)
+    full = _dec_bytes(model)
+    assert full > 0 and model.weights_file == converted_sovits / "model.safetensors"
+    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")
+    st = vocoder.status(model)
+    assert st["backend"] == "onnxruntime" and st["mlx_weights"]["dropped"], st
+    assert _dec_bytes(model) == 0 and st["mlx_weights"]["bytes"] >= full
+    session = model.vocoder_backend.generator.session
+    assert st["arena"] is False and not session.get_session_options().enable_cpu_mem_arena
+    z, ge = _inputs(model)
+    np.testing.assert_allclose(np.asarray(model.vocode(z, ge)), np.asarray(mlx_model.vocode(z, ge)), atol=1e-4)
+    assert vocoder.status(model)["mlx_weights"]["dropped"], "an ONNX Runtime run must not read the weights back"
+
+
+def test_fallback_after_the_weights_were_dropped(converted_sovits, mlx_model, tmp_path, caplog):
+    """A forced ONNX Runtime failure: the MLX generator weights are read back from the converted file (once)
+    and the call and every later one are answered by MLX exactly as by a model that never dropped them."""
+    from dora_primespeech_mlx.convert import load
+
+    model = load.load_sovits(converted_sovits)
+    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")
+    assert _dec_bytes(model) == 0
+
+    def broken(z, ge):
+        raise RuntimeError("simulated onnxruntime failure")
+
+    model.vocoder_backend.generator = broken
+    z, ge = _inputs(model, frames=5)
+    with caplog.at_level(logging.WARNING, logger=vocoder.__name__):
+        a = model.vocode(z, ge)
+        b = model.vocode(z, ge)
+    expected = np.asarray(mlx_model.vocode(z, ge))
+    np.testing.assert_array_equal(np.asarray(a), expected)
+    np.testing.assert_array_equal(np.asarray(b), expected)
+    st = vocoder.status(model)
+    assert st["backend"] == "mlx" and "simulated" in st["error"] and st["calls"]["mlx"] == 2, st
+    assert st["mlx_weights"] == dict(st["mlx_weights"], dropped=False, restores=1), st
+    assert _dec_bytes(model) == _dec_bytes(mlx_model)
+    assert sum("simulated onnxruntime failure" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_reattach_reads_the_weights_back(converted_sovits, mlx_model, tmp_path):
+    from dora_primespeech_mlx.convert import load
+
+    model = load.load_sovits(converted_sovits)
+    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")
+    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")  # the graph is built from the real weights
+    assert len(list((tmp_path / "onnx").glob("sovits-generator-*.onnx"))) == 1
+    vocoder.attach(model, mode="mlx")
+    assert vocoder.status(model)["backend"] == "mlx" and _dec_bytes(model) == _dec_bytes(mlx_model)
+    z, ge = _inputs(model)
+    np.testing.assert_array_equal(np.asarray(model.vocode(z, ge)), np.asarray(mlx_model.vocode(z, ge)))
+
+
+def test_changed_file_is_not_read_back(converted_sovits, tmp_path):
+    """Weights read back must be the ones the ONNX graph was built from: a converted file rewritten with other
+    generator weights is refused (an error, not different audio)."""
+    from safetensors.numpy import load_file, save_file
+
+    from dora_primespeech_mlx.convert import load
+
+    model = load.load_sovits(converted_sovits)
+    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")
+    path = converted_sovits / "model.safetensors"
+    weights = load_file(str(path))
+    weights["dec.conv_post.weight"] = weights["dec.conv_post.weight"] * 2
+    save_file(weights, str(path))
+    model.vocoder_backend.fail("forced")
+    with pytest.raises(RuntimeError, match="changed"):
+        model.vocode(*_inputs(model))
+
+
+def test_models_built_in_memory_keep_their_weights(onnx_model):
+    """No converted file to read them back from (``from_checkpoint``): the MLX weights stay."""
+    assert onnx_model.vocoder_backend.mlx_weights is None and _dec_bytes(onnx_model) > 0

@@ -9,6 +9,14 @@ playing; the margin of chunk i (i >= 1) is the time the previous chunk finishes 
 arrival (negative = an audible gap of that length, after which playback goes on from the late chunk). The
 worst (smallest) margin is printed per run, with every margin and the arrival times. One warm-up run, then
 ``--runs`` timed runs; prints one ``KEEPSUP {json}`` line. Not a test.
+
+Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each variant in turn within every round
+(alternating, so they share the machine's state); keys are SynthesisConfig settings (``stream_first_tokens=20``,
+``stream_ramp=1``) plus ``overlap=0|1|auto`` (PRIMESPEECH_OVERLAP) and ``crop=0`` (vocode whole windows, as
+before the receptive-field crop) and ``bert_all=1`` (a stream computes every sentence's BERT before its first
+audio, as before) and ``parts=1|2`` (the ONNX Runtime vocoder as one run with ``--threads`` intra-op threads, or
+cut into that many single-threaded runs at once). Prints one ``KEEPSUP`` line per variant; ``--whole`` also times
+a whole (non-streaming) request after each streamed one.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ ap.add_argument("--runs", type=int, default=3)
 ap.add_argument("--text", default="今天的天气特别好，我们一起去公园里散步聊天吧。")
 ap.add_argument("--split", default="cut0")
 ap.add_argument("--models", default=None)
+ap.add_argument("--variant", action="append", default=[])
+ap.add_argument("--whole", action="store_true", help="with --variant: also time whole (non-streaming) requests")
 A = ap.parse_args()
 os.environ["PRIMESPEECH_THREADS"] = str(A.threads)
 
@@ -49,10 +59,34 @@ eng.load_voice("Big")
 kw = dict(voice="Big", text_lang="all_zh", text_split_method=A.split, top_k=15, seed=1, speed_factor=1.0)
 
 
-def one_run():
+def parse_variant(spec: str):
+    name, _, rest = spec.partition(":")
+    opts = dict(item.split("=", 1) for item in rest.split(",") if item)
+    return name, opts
+
+
+def apply_variant(opts: dict) -> dict:
+    """Set the engine-level switches of a variant; returns its request settings."""
+    import dataclasses
+
+    from dora_primespeech_mlx.models.hifigan import Generator
+
+    opts = dict(opts)
+    eng.settings = dataclasses.replace(eng.settings, overlap=opts.pop("overlap", base_overlap))
+    parts = opts.pop("parts", None)
+    if parts is not None:  # the ONNX Runtime vocoder whole (intra-op threads) or cut per thread
+        backend = eng.store.models(eng.voice).sovits.vocoder_backend
+        backend.generator, backend.split = vocoders[parts]
+    crop = opts.pop("crop", "1") != "0"
+    eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
+    Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
+    return {k: (float(v) if "." in v else int(v)) for k, v in opts.items()}
+
+
+def one_run(extra=None):
     t0 = time.perf_counter()
     arrivals, durations = [], []
-    for chunk in eng.synthesize_stream(A.text, **kw):
+    for chunk in eng.synthesize_stream(A.text, **kw, **(extra or {})):
         arrivals.append(time.perf_counter() - t0)
         durations.append(chunk.duration)
     margins, played_until = [], arrivals[0] + durations[0]
@@ -63,8 +97,48 @@ def one_run():
             "worst_margin_s": min(margins) if margins else None,
             "worst_chunk": 1 + margins.index(min(margins)) if margins else None,
             "margins_s": [round(m, 3) for m in margins], "arrivals_s": [round(a, 3) for a in arrivals],
-            "durations_s": [round(d, 3) for d in durations]}
+            "durations_s": [round(d, 3) for d in durations], "total_s": time.perf_counter() - t0}
 
+
+if A.variant:
+    from dora_primespeech_mlx.models.hifigan import Generator
+
+    base_overlap, base_reach = eng.settings.overlap, Generator.receptive_frames
+    variants = [parse_variant(v) for v in A.variant]
+    vocoders = {}
+    if any("parts" in opts for _, opts in variants):
+        from dora_primespeech_mlx.models.vocoder_onnx import OnnxGenerator
+        from dora_primespeech_mlx.models.vocoder_split import SplitRunner
+
+        sovits = eng.store.models(eng.voice).sovits
+        path, margin = sovits.vocoder_backend.generator.path, sovits.dec.receptive_frames
+        for value in {opts["parts"] for _, opts in variants if "parts" in opts}:
+            n = int(value)
+            gen = OnnxGenerator(path, 1 if n > 1 else A.threads)
+            vocoders[value] = (gen, SplitRunner(gen, n, margin, sovits.samples_per_frame) if n > 1 else None)
+    results = {name: [] for name, _ in variants}
+    for _name, opts in variants:  # warm-up of each
+        one_run(apply_variant(opts))
+    for _ in range(A.runs):
+        for name, opts in variants:
+            extra = apply_variant(opts)
+            results[name].append(one_run(extra))
+            if A.whole:
+                t0 = time.perf_counter()
+                eng.synthesize(A.text, **kw, **extra)
+                results[name][-1]["whole_s"] = time.perf_counter() - t0
+    for name, opts in variants:
+        runs = results[name]
+        worst = [r["worst_margin_s"] for r in runs if r["worst_margin_s"] is not None]
+        print("KEEPSUP " + json.dumps({
+            "variant": name, "options": opts, "threads": A.threads, "split": A.split, "loadavg": os.getloadavg()[0],
+            "first_s_median": statistics.median(r["first_s"] for r in runs),
+            "total_s_median": statistics.median(r["total_s"] for r in runs),
+            "whole_s_median": statistics.median(r["whole_s"] for r in runs) if A.whole else None,
+            "worst_margin_s_min": min(worst) if worst else None,
+            "worst_margin_s_median": statistics.median(worst) if worst else None,
+            "runs": runs}, ensure_ascii=False, default=str))
+    raise SystemExit(0)
 
 one_run()  # warm-up
 runs = [one_run() for _ in range(A.runs)]

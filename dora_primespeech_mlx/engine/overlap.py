@@ -1,0 +1,59 @@
+"""The vocoder beside the GPT: on a CPU with two or more threads, ONNX Runtime decodes one sentence's (or one
+streamed window's) audio on a worker thread while the caller's thread goes on generating the next tokens.
+
+Only the vocoder moves (ONNX Runtime releases the GIL and touches no MLX state); the text encoder and the flow
+stay on the caller's thread (MLX), as does the MLX fallback when ONNX Runtime fails. One worker, first in first
+out, so pieces come back in order. ``PRIMESPEECH_OVERLAP``: ``auto`` (default) overlaps when the vocoder runs on
+ONNX Runtime with two or more threads — with one thread it would only take turns on the same core — ``1`` whenever
+ONNX Runtime runs it, ``0`` never."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+MODES = ("auto", "1", "0")
+
+
+def wanted(mode: str, sovits) -> bool:
+    """Whether ``sovits``'s vocoder should run beside the GPT under ``mode``."""
+    backend = getattr(sovits, "vocoder_backend", None)
+    if mode == "0" or backend is None or backend.active != "onnxruntime":
+        return False
+    split = getattr(backend, "split", None)
+    cores = split.parts if split is not None else int(getattr(backend.generator, "threads", 1))
+    if cores == 0:  # ONNX Runtime's default: every core
+        cores = os.cpu_count() or 1
+    return mode == "1" or cores >= 2
+
+
+class VocoderLane:
+    """One worker thread for ONNX Runtime vocoder runs; :meth:`submit` returns a future of
+    ``(audio or None, seconds)`` — None when ONNX Runtime failed and MLX must run it on the caller's thread."""
+
+    def __init__(self):
+        self._pool: ThreadPoolExecutor | None = None
+        self._guard = threading.Lock()
+
+    def submit(self, backend, z, ge) -> Future:
+        z_np, ge_np = np.asarray(z, dtype=np.float32), np.asarray(ge, dtype=np.float32)  # MLX -> numpy here
+        with self._guard:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="primespeech-vocoder")
+            return self._pool.submit(_run, backend, z_np, ge_np)
+
+    def close(self) -> None:
+        with self._guard:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run(backend, z: np.ndarray, ge: np.ndarray):
+    t0 = time.perf_counter()
+    audio = backend.run_onnx(z, ge)
+    return (None if audio is None else np.asarray(audio, dtype=np.float32).reshape(-1)), time.perf_counter() - t0

@@ -1,0 +1,71 @@
+"""When the vocoder runs beside the GPT (engine/overlap.py): only on ONNX Runtime, by default only with two or
+more cores for it, never with PRIMESPEECH_OVERLAP=0; and the lane returns the generator's audio in order."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dora_primespeech_mlx.engine import overlap
+
+
+def _sovits(active="onnxruntime", threads=1, parts=None):
+    split = SimpleNamespace(parts=parts) if parts else None
+    backend = SimpleNamespace(active=active, generator=SimpleNamespace(threads=threads), split=split)
+    return SimpleNamespace(vocoder_backend=backend)
+
+
+@pytest.mark.parametrize(("mode", "sovits", "expected"), [
+    ("auto", _sovits(threads=1), False),
+    ("auto", _sovits(threads=2), True),
+    ("auto", _sovits(threads=1, parts=2), True),
+    ("1", _sovits(threads=1), True),
+    ("0", _sovits(threads=4), False),
+    ("1", _sovits(active="mlx", threads=4), False),
+    ("auto", SimpleNamespace(), False),
+])
+def test_wanted(mode, sovits, expected):
+    assert overlap.wanted(mode, sovits) is expected
+
+
+def test_default_thread_count_counts_as_every_core(monkeypatch):
+    monkeypatch.setattr(overlap.os, "cpu_count", lambda: 8)
+    assert overlap.wanted("auto", _sovits(threads=0)) is True
+    monkeypatch.setattr(overlap.os, "cpu_count", lambda: 1)
+    assert overlap.wanted("auto", _sovits(threads=0)) is False
+
+
+def test_lane_runs_in_order_on_its_thread():
+    seen = []
+
+    class Backend:
+        def run_onnx(self, z, ge):
+            seen.append(threading.current_thread().name)
+            return z[0, 0] * 2 + ge[0, 0, 0]
+
+    lane = overlap.VocoderLane()
+    try:
+        futures = [lane.submit(Backend(), np.full((1, 2, 3), i, np.float32), np.ones((1, 1, 1), np.float32))
+                   for i in range(5)]
+        results = [f.result() for f in futures]
+    finally:
+        lane.close()
+    assert [float(a[0]) for a, _ in results] == [2 * i + 1 for i in range(5)]
+    assert all(seconds >= 0 for _, seconds in results)
+    assert all(name.startswith("primespeech-vocoder") for name in seen)
+
+
+def test_lane_reports_a_failed_run_as_none():
+    class Failed:
+        def run_onnx(self, z, ge):
+            return None  # the backend's "ONNX Runtime failed: let MLX run it"
+
+    lane = overlap.VocoderLane()
+    try:
+        audio, _ = lane.submit(Failed(), np.zeros((1, 1, 1)), np.zeros((1, 1, 1))).result()
+    finally:
+        lane.close()
+    assert audio is None
