@@ -79,7 +79,7 @@ class GPTSoVITSEngine:
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
-        self._lane = overlap.VocoderLane()  # the vocoder beside the GPT (engine/overlap.py)
+        self._lane = overlap.VocoderLane(on_busy=_gpt_one_thread)  # the vocoder beside the GPT (engine/overlap.py)
         self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
 
     # ---- voices and models -------------------------------------------------------------------------
@@ -337,6 +337,13 @@ class _Locked:
 
     def __exit__(self, *exc):
         return self._stack.__exit__(*exc)
+
+
+def _gpt_one_thread(busy: bool) -> None:
+    """While the vocoder lane works, the GPT's float16 kernels keep to one thread (the other core is the lane's)."""
+    from ..models import half_gemv
+
+    half_gemv.set_threads(1 if busy else None)
 
 
 def _pick_device(device: str) -> mx.Device | None:

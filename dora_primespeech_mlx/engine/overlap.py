@@ -5,13 +5,15 @@ Only the vocoder moves (ONNX Runtime releases the GIL and touches no MLX state);
 stay on the caller's thread (MLX), as does the MLX fallback when ONNX Runtime fails. One worker, first in first
 out, so pieces come back in order. ``PRIMESPEECH_OVERLAP``: ``auto`` (default) overlaps when the vocoder runs on
 ONNX Runtime with two or more threads — with one thread it would only take turns on the same core — ``1`` whenever
-ONNX Runtime runs it, ``0`` never."""
+ONNX Runtime runs it, ``0`` never. While the lane works, the GPT's float16 kernels run on one thread (the engine's
+``on_busy``), so the two do not fight over the same cores."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -35,16 +37,29 @@ class VocoderLane:
     """One worker thread for ONNX Runtime vocoder runs; :meth:`submit` returns a future of
     ``(audio or None, seconds)`` — None when ONNX Runtime failed and MLX must run it on the caller's thread."""
 
-    def __init__(self):
+    def __init__(self, on_busy: Callable[[bool], None] | None = None):
         self._pool: ThreadPoolExecutor | None = None
         self._guard = threading.Lock()
+        self._pending = 0
+        self.on_busy = on_busy  # called with True when work arrives at an idle lane, False when it is idle again
 
     def submit(self, backend, z, ge) -> Future:
         z_np, ge_np = np.asarray(z, dtype=np.float32), np.asarray(ge, dtype=np.float32)  # MLX -> numpy here
         with self._guard:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="primespeech-vocoder")
-            return self._pool.submit(_run, backend, z_np, ge_np)
+            self._pending += 1
+            if self._pending == 1 and self.on_busy is not None:
+                self.on_busy(True)
+            future = self._pool.submit(_run, backend, z_np, ge_np)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future) -> None:
+        with self._guard:
+            self._pending -= 1
+            if self._pending == 0 and self.on_busy is not None:
+                self.on_busy(False)
 
     def close(self) -> None:
         with self._guard:

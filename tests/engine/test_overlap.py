@@ -69,3 +69,29 @@ def test_lane_reports_a_failed_run_as_none():
     finally:
         lane.close()
     assert audio is None
+
+
+def test_on_busy_marks_the_lane_busy_until_its_last_job():
+    import time
+
+    events, gate = [], threading.Event()
+
+    class Slow:
+        def run_onnx(self, z, ge):
+            gate.wait(5)
+            return z
+
+    lane = overlap.VocoderLane(on_busy=events.append)
+    try:
+        futures = [lane.submit(Slow(), np.zeros((1, 1, 1)), np.zeros((1, 1, 1))) for _ in range(3)]
+        assert events == [True]  # once, when work arrived at the idle lane
+        gate.set()
+        for f in futures:
+            f.result()
+        for _ in range(100):
+            if len(events) == 2:
+                break
+            time.sleep(0.01)
+    finally:
+        lane.close()
+    assert events == [True, False]

@@ -15,7 +15,8 @@ Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each var
 ``stream_ramp=1``) plus ``overlap=0|1|auto`` (PRIMESPEECH_OVERLAP) and ``crop=0`` (vocode whole windows, as
 before the receptive-field crop) and ``bert_all=1`` (a stream computes every sentence's BERT before its first
 audio, as before) and ``parts=1|2`` (the ONNX Runtime vocoder as one run with ``--threads`` intra-op threads, or
-cut into that many single-threaded runs at once). Prints one ``KEEPSUP`` line per variant; ``--whole`` also times
+cut into that many single-threaded runs at once) and ``gpt_yield=0`` (the GPT keeps its threads while the lane
+works). Prints one ``KEEPSUP`` line per variant; ``--whole`` also times
 a whole (non-streaming) request after each streamed one.
 """
 
@@ -77,6 +78,7 @@ def apply_variant(opts: dict) -> dict:
     if parts is not None:  # the ONNX Runtime vocoder whole (intra-op threads) or cut per thread
         backend = eng.store.models(eng.voice).sovits.vocoder_backend
         backend.generator, backend.split = vocoders[parts]
+    eng._lane.on_busy = base_busy if opts.pop("gpt_yield", "1") != "0" else None
     crop = opts.pop("crop", "1") != "0"
     eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
@@ -103,7 +105,7 @@ def one_run(extra=None):
 if A.variant:
     from dora_primespeech_mlx.models.hifigan import Generator
 
-    base_overlap, base_reach = eng.settings.overlap, Generator.receptive_frames
+    base_overlap, base_reach, base_busy = eng.settings.overlap, Generator.receptive_frames, eng._lane.on_busy
     variants = [parse_variant(v) for v in A.variant]
     vocoders = {}
     if any("parts" in opts for _, opts in variants):
