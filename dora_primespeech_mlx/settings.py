@@ -267,10 +267,11 @@ VARS: tuple[Var, ...] = (
     Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
         "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
         "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
-    Var("vocoder_parts", "PRIMESPEECH_VOCODER_PARTS", "auto", _choice(("auto", "1", "2", "3", "4", "6", "8")),
+    Var("vocoder_parts", "PRIMESPEECH_VOCODER_PARTS", "1", _choice(("auto", "1", "2", "3", "4", "6", "8")),
         "ONNX Runtime vocoder over several cores: a sentence's latent is cut into this many stretches (each with the "
         "generator's receptive field as margin, so the samples are the same) run at once, one single-threaded run "
-        "per core: auto (PRIMESPEECH_THREADS) | 1 (one run with ONNX Runtime's own intra-op threads) | N.", ()),
+        "per core: 1 (default: one run with ONNX Runtime's own intra-op threads; measured faster on the bench VM) | "
+        "auto (PRIMESPEECH_THREADS) | N.", ()),
     Var("overlap", "PRIMESPEECH_OVERLAP", "auto", _choice(("auto", "1", "0")),
         "Vocoder beside the GPT: ONNX Runtime decodes one sentence's (or streamed window's) audio on a worker "
         "thread while the GPT generates the next tokens: auto (when the vocoder runs on ONNX Runtime with >= 2 "
@@ -346,7 +347,7 @@ class Settings(defaults.RequestDefaults):
     bert_half: bool | None = None
     vocoder: str = "auto"
     overlap: str = "auto"
-    vocoder_parts: str = "auto"
+    vocoder_parts: str = "1"
     gpt_half: str = "auto"
     g2pw: bool = False
     g2pw_vocab: Path | None = None

@@ -254,7 +254,9 @@ class GPTSoVITSEngine:
                             continue
                         next_at = len(tokens) + next(steps)
                     with locked(), stage("sovits", timer):
-                        p = streaming.next_window(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done, lane)
+                        # the first audio is vocoded in turn: beside the GPT it would only come later
+                        p = streaming.next_window(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done,
+                                                  lane if out["first"] is not None or pending else None)
                     if p is not None:
                         pending.append((s, done, p))
                     yield from emit(lane is None or (done and s == last))

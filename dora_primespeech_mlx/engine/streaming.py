@@ -81,13 +81,13 @@ class Stitcher:
 
 
 def window_steps(cfg: SynthesisConfig) -> Iterator[int]:
-    """How many new tokens each window waits for: ``stream_first_tokens``, then chunks growing by
-    ``stream_ramp`` per window up to ``stream_chunk_tokens`` (a small first window for early audio; each
-    later window only as large as can be computed while the audio before it plays). ``stream_ramp`` 1: every
-    later window waits for ``stream_chunk_tokens``."""
+    """How many new tokens each window waits for: ``stream_first_tokens``, then from half of it chunks growing by
+    ``stream_ramp`` per window up to ``stream_chunk_tokens`` (12, 9, 14, 21, 31, 40, 40, ...: a small first window
+    for early audio; each later window only as large as can be computed while the audio before it plays).
+    ``stream_ramp`` 1: every later window waits for ``stream_chunk_tokens``."""
     yield cfg.stream_first_tokens
-    step = float(min(cfg.stream_first_tokens, cfg.stream_chunk_tokens))
-    if cfg.stream_ramp <= 1:
+    step = min(cfg.stream_first_tokens, cfg.stream_chunk_tokens) / 2  # the second piece must be ready while the
+    if cfg.stream_ramp <= 1:                                           # first (its tokens minus the lookahead) plays
         step = float(cfg.stream_chunk_tokens)
     while True:
         step = min(float(cfg.stream_chunk_tokens), step * cfg.stream_ramp)

@@ -193,9 +193,9 @@ def test_window_steps_ramp_up_to_the_chunk():
         steps = window_steps(SynthesisConfig(**kw))
         return [next(steps) for _ in range(n)]
 
-    assert first(6, stream_first_tokens=12, stream_chunk_tokens=40, stream_ramp=1.5) == [12, 18, 27, 40, 40, 40]
+    assert first(7, stream_first_tokens=12, stream_chunk_tokens=40, stream_ramp=1.5) == [12, 9, 14, 21, 31, 40, 40]
     assert first(4, stream_first_tokens=12, stream_chunk_tokens=40, stream_ramp=1) == [12, 40, 40, 40]
-    assert first(3, stream_first_tokens=30, stream_chunk_tokens=20, stream_ramp=2) == [30, 20, 20]
+    assert first(4, stream_first_tokens=30, stream_chunk_tokens=20, stream_ramp=2) == [30, 20, 20, 20]
 
 
 def _stream_audio(engine, **kw) -> np.ndarray:
