@@ -325,7 +325,10 @@ def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, monkeypatch, str
     def broken(z, ge):
         import threading
 
-        threads.append(threading.current_thread().name)
+        name = threading.current_thread().name
+        if stream and not name.startswith("primespeech-vocoder"):  # a stream's first window runs in turn
+            return generator(z, ge)
+        threads.append(name)
         raise RuntimeError("injected onnxruntime failure")
 
     monkeypatch.setattr(backend, "split", None)  # (the stretches would call the real session)
