@@ -69,12 +69,14 @@ def side_commands(args, tools: Path) -> dict[str, list[str] | str]:
 
 
 def run_side(argv: list[str], threads: int, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """One side in its own process; its ``SBS {json}`` line, or {"error": ...}."""
-    try:
-        p = subprocess.run([*argv, "--threads", str(threads)], env=env, cwd=tempfile.gettempdir(),
-                           capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
+    """One side in its own process; its ``SBS {json}`` line, or {"error": ...}. The side's temporary files (the
+    runners convert a model set per run, ~2 GB) go to a folder removed when it ends (TMPDIR)."""
+    with tempfile.TemporaryDirectory(prefix="primespeech-compare-") as tmp:
+        try:
+            p = subprocess.run([*argv, "--threads", str(threads)], env={**env, "TMPDIR": tmp}, cwd=tmp,
+                               capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout:.0f} s"}
     for line in p.stdout.splitlines():
         if line.startswith("SBS "):
             return json.loads(line[4:])

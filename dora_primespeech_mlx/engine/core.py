@@ -210,6 +210,15 @@ class GPTSoVITSEngine:
         def locked():
             return _Locked(self._lock, self._on_device())
 
+        def lane_now() -> bool:
+            """Whether the next window goes to the lane: only while the listener has enough audio queued. Beside
+            the GPT a window is done later (the two share the cores), so the first audio, and any window the
+            player may soon wait for, is vocoded in turn; the lane is for throughput once audio is buffered."""
+            if lane is None or out["first"] is None:
+                return False
+            queued = t_start + out["first"] + out["audio"] / sr - time.perf_counter()  # played in real time
+            return queued > overlap.STREAM_QUEUED_S
+
         def emit(block: bool) -> Iterator[AudioChunk]:
             """Yield the finished pieces in order (all of them when ``block``, else those ready now)."""
             while pending and (block or pending[0][2].ready()):
@@ -254,9 +263,8 @@ class GPTSoVITSEngine:
                             continue
                         next_at = len(tokens) + next(steps)
                     with locked(), stage("sovits", timer):
-                        # the first audio is vocoded in turn: beside the GPT it would only come later
                         p = streaming.next_window(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done,
-                                                  lane if out["first"] is not None or pending else None)
+                                                  lane if lane_now() else None)
                     if p is not None:
                         pending.append((s, done, p))
                     yield from emit(lane is None or (done and s == last))

@@ -6,7 +6,10 @@ stay on the caller's thread (MLX), as does the MLX fallback when ONNX Runtime fa
 out, so pieces come back in order. ``PRIMESPEECH_OVERLAP``: ``auto`` (default) overlaps when the vocoder runs on
 ONNX Runtime with two or more threads — with one thread it would only take turns on the same core — ``1`` whenever
 ONNX Runtime runs it, ``0`` never. While the lane works, the GPT's float16 kernels run on one thread (the engine's
-``on_busy``), so the two do not fight over the same cores."""
+``on_busy``), so the two do not fight over the same cores. A stream hands a window to the lane only while more than
+:data:`STREAM_QUEUED_S` of the audio it sent is still to be played (counting from its first chunk, played in real
+time): beside the GPT a window is ready later, so the first audio and any window the listener may soon wait for
+are vocoded in turn."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 MODES = ("auto", "1", "0")
+STREAM_QUEUED_S = 1.5  # a stream's window goes to the lane only while this much sent audio is still unplayed
 
 
 def wanted(mode: str, sovits) -> bool:

@@ -258,6 +258,7 @@ def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, monkeypatch, stream
         pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
     text = "Hello world. This is a small test. And a third one."
     kw = dict(SMALL, text_split_method="cut5")
+    monkeypatch.setattr(overlap, "STREAM_QUEUED_S", -1.0)  # every window after the first to the lane
     runs, real_submit = {}, overlap.VocoderLane.submit
     for mode in ("0", "1"):
         monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap=mode))
@@ -306,8 +307,11 @@ def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, monkeypatch, str
     backend = getattr(sovits, "vocoder_backend", None)
     if backend is None or backend.active != "onnxruntime":
         pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
+    from dora_primespeech_mlx.engine import overlap
+
     text = "Hello world. This is a small test."
     kw = dict(SMALL, text_split_method="cut5")
+    monkeypatch.setattr(overlap, "STREAM_QUEUED_S", -1.0)  # every window after the first to the lane
 
     def run():
         if stream:
@@ -351,3 +355,26 @@ class _Callable:
 
     def describe(self):
         return self.real.describe()
+
+
+def test_stream_uses_the_lane_only_with_audio_queued(engine, monkeypatch):
+    """A stream's first window, and any window while less than STREAM_QUEUED_S of sent audio is unplayed, is
+    vocoded in turn; with a large threshold the lane is never used, with a negative one every later window."""
+    import dataclasses
+
+    from dora_primespeech_mlx.engine import overlap
+
+    sovits = engine.store.models(engine.voice).sovits
+    if getattr(sovits, "vocoder_backend", None) is None or sovits.vocoder_backend.active != "onnxruntime":
+        pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
+    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
+    submitted, real_submit = [], overlap.VocoderLane.submit
+    monkeypatch.setattr(overlap.VocoderLane, "submit", lambda self, *a: submitted.append(1) or real_submit(self, *a))
+    counts = {}
+    for threshold in (1e9, -1.0):
+        monkeypatch.setattr(overlap, "STREAM_QUEUED_S", threshold)
+        submitted.clear()
+        chunks = list(engine.synthesize_stream(TEXT, **SMALL))
+        counts[threshold] = len(submitted)
+    assert counts[1e9] == 0
+    assert counts[-1.0] == len(chunks) - 1  # all windows but the first

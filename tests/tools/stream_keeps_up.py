@@ -23,8 +23,10 @@ a whole (non-streaming) request after each streamed one.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -47,6 +49,7 @@ from dora_primespeech_mlx.engine import GPTSoVITSEngine  # noqa: E402
 base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
 MODELS = os.path.abspath(A.models or os.environ.get("REF_BIG", os.path.join(base, "primespeech-ref", "ref-big")))
 md = tempfile.mkdtemp(prefix="keepsup-")
+atexit.register(shutil.rmtree, md, True)  # the converted models (~2 GB) go with the run
 os.makedirs(os.path.join(md, "voices", "Big"))
 with open(os.path.join(md, "voices", "Big", "voice.yaml"), "w") as f:
     yaml.safe_dump({"name": "Big", "language": "zh", "prompt_text": "这是一段用于测试的参考音频。", "prompt_lang": "zh",
