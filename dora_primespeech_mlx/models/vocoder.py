@@ -61,17 +61,9 @@ class VocoderBackend:
     def run(self, z, ge) -> np.ndarray | None:
         """The generator on ONNX Runtime (numpy in, numpy out), or None when MLX must run it (not chosen
         on this device, or failed: then disabled for good after one warning)."""
-        if not self.wants_onnx():
+        audio = self.run_onnx(z, ge) if self.wants_onnx() else None
+        if audio is None:
             self._to_mlx()
-            return None
-        try:
-            run = self.split if self.split is not None else self.generator
-            audio = run(np.asarray(z, dtype=np.float32), np.asarray(ge, dtype=np.float32))
-        except Exception as exc:
-            self.fail(f"onnxruntime run failed: {type(exc).__name__}: {exc}")
-            self._to_mlx()
-            return None
-        self.calls["onnx"] += 1
         return audio
 
     def run_onnx(self, z, ge) -> np.ndarray | None:
