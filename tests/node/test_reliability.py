@@ -90,22 +90,28 @@ class FakeEngine:
 
 class Recorder:
     """A transport's send: records what got through; fails where ``rng`` says so (a segment_complete only on
-    its first try, so the handler's retry gets it through)."""
+    its first try, so the handler's retry gets it through). Sends come from several threads (the worker's
+    answers, the input thread's logs and statuses): "its first try" is kept per thread, so a log sent from
+    another thread between a failed segment_complete and its retry cannot make the retry fail too."""
 
     def __init__(self, rng: random.Random | None = None, fail_rate: float = 0.0):
         self.rng = rng or random.Random(0)
         self.fail_rate = fail_rate
         self.sent: list[tuple[str, pa.Array, dict]] = []
         self.cv = threading.Condition()
-        self._failed_last = False
+        self._failed_answer: set[int] = set()  # threads whose last segment_complete failed
 
     def __call__(self, output, array, metadata):
         assert isinstance(array, pa.Array) and all(isinstance(k, str) for k in metadata)
-        if self.fail_rate and not (output == "segment_complete" and self._failed_last):
-            if self.rng.random() < self.fail_rate:
-                self._failed_last = output == "segment_complete"
+        me = threading.get_ident()
+        with self.cv:
+            retry = output == "segment_complete" and me in self._failed_answer
+            if output == "segment_complete":
+                self._failed_answer.discard(me)
+            if self.fail_rate and not retry and self.rng.random() < self.fail_rate:
+                if output == "segment_complete":
+                    self._failed_answer.add(me)
                 raise RuntimeError(f"send {output} failed")
-        self._failed_last = False
         with self.cv:
             self.sent.append((output, array, dict(metadata)))
             self.cv.notify_all()
