@@ -38,9 +38,12 @@ def main() -> int:
     closed = False
 
     def save() -> None:  # after every answer: a source killed by `dora stop`/`restart` leaves its record
-        (out / f"source-{os.getpid()}.json").write_text(json.dumps(
+        path = out / f"source-{os.getpid()}.json"  # written whole or not at all (a kill mid-write left it empty)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(
             {"pid": os.getpid(), "sent": sent, "lost": lost, "ready": readies, "closed": closed},
             ensure_ascii=False, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
 
     def send(text: str, md: dict) -> dict:
         node.send_output("text", pa.array([text]), md)
