@@ -2,9 +2,10 @@
 
 Functions over a loaded :class:`Models` bundle, no caching and no locking (the engine does both):
 :func:`text_chunks` (front end + batched BERT), :func:`token_stream` / :func:`generate_tokens` (the GPT, one
-sentence), :func:`decode_sentence` (SoVITS, one sentence), :class:`NoiseBank` (the prior noise indexed by output
-frame, so a streamed and a whole decode draw the same noise) and :func:`postprocess` (upstream's per-fragment
-normalisation and the inter-sentence silence). Cancellation is checked between tokens and between stages."""
+sentence), :func:`sentence_latent` + :func:`vocode` (SoVITS, one sentence), :class:`NoiseBank` (the prior noise
+indexed by output frame, so a streamed and a whole decode draw the same noise) and :func:`postprocess`
+(upstream's per-fragment normalisation and the inter-sentence silence). Cancellation is checked between tokens
+and between stages."""
 
 from __future__ import annotations
 
@@ -190,12 +191,6 @@ def sentence_latent(models: Models, ref, tokens: np.ndarray, phones: np.ndarray,
 def vocode(models: Models, ref, z: mx.array) -> np.ndarray:
     """The vocoder on a latent (MLX or ONNX Runtime, as the model's backend says), float32 1-D."""
     return np.array(models.sovits.vocode(z, ref.ge)).reshape(-1).astype(np.float32)
-
-
-def decode_sentence(models: Models, ref, tokens: np.ndarray, phones: np.ndarray, speed: float, noise_scale: float,
-                    bank: NoiseBank) -> np.ndarray:
-    """SoVITS audio of one whole sentence (upstream ``decode``), float32 1-D."""
-    return vocode(models, ref, sentence_latent(models, ref, tokens, phones, speed, noise_scale, bank))
 
 
 class NoiseBank:

@@ -185,13 +185,6 @@ def next_window(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, sti
     return PendingPiece(stitcher, window, audio=vocode(models, ref, window.z))
 
 
-def next_piece(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, stitcher: Stitcher, bank: NoiseBank,
-               tokens: list[int], done: bool) -> np.ndarray | None:
-    """The next piece of a streamed sentence, or None when there is nothing new to emit yet."""
-    pending = next_window(models, ref, chunk, cfg, stitcher, bank, tokens, done)
-    return None if pending is None else pending.finish(models, ref)[0]
-
-
 def window_z(models: Models, ref, window: np.ndarray, phones: np.ndarray, noise_scale: float, bank: NoiseBank,
              stitcher: Stitcher, start: int, final: bool) -> mx.array:
     """SoVITS up to the vocoder for the tokens ``window`` (which begin at token ``start``) on the sentence's
