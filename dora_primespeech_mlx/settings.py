@@ -34,7 +34,7 @@ COMPUTE_UNITS = ("CPU_AND_NE", "ALL", "CPU_AND_GPU", "CPU_ONLY")  # CoreML compu
 OLD_LANGS = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue", "all_ko")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SPLIT_METHODS = defaults.TEXT_SPLIT_METHODS
-SAMPLES_PER_TOKEN = 640  # 32 kHz audio, 50 semantic tokens per second
+SAMPLES_PER_TOKEN = 1280  # 32 kHz audio, 25 semantic tokens per second (two 640-sample frames each)
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"0", "false", "no", "off", "n", "f"}
@@ -204,10 +204,15 @@ VARS: tuple[Var, ...] = (
         "Send audio in chunks while the GPT still generates (else one `audio` message per text).",
         ("RETURN_FRAGMENT", "GPTSVITS_STREAMING")),
     Var("stream_chunk_tokens", "STREAM_CHUNK_TOKENS", None, _limits("stream_chunk_tokens"),
-        "Streaming: the most semantic tokens (50 per second of audio) per audio chunk; the chunks after the first "
-        "grow by stream_ramp (1.5x per chunk) up to it (unset: the engine's default, 40). GPTSVITS_CHUNK_SIZE gives "
-        "it in samples (640 per token).",
+        "Streaming: the most semantic tokens (25 per second of audio) per audio chunk (unset: the engine's "
+        "default, 40); how large the chunks below it are is paced (PRIMESPEECH_STREAM_PACE). GPTSVITS_CHUNK_SIZE "
+        "gives it in samples (1280 per token).",
         ("GPTSVITS_CHUNK_SIZE",), (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),)),
+    Var("stream_pace", "PRIMESPEECH_STREAM_PACE", True, _bool,
+        "Streaming: pace the chunks by this machine's measured speed, so a stream keeps up once it has started "
+        "(where the machine is slow the first chunk waits for more tokens; later chunks are cut just in time); "
+        "false: fixed chunk steps (earliest first audio, gaps where the machine is slow).",
+        ("GPTSVITS_STREAM_PACE",)),
     Var("max_text_chars", "MAX_TEXT_CHARS", 5000, _ranged(_int, 1),
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
         ("GPTSVITS_MAX_TEXT_CHARS",)),
@@ -325,6 +330,7 @@ class Settings(defaults.RequestDefaults):
     prompt_text: str | None = None
     streaming: bool = False
     stream_chunk_tokens: int | None = None
+    stream_pace: bool = True
     max_text_chars: int = 5000
     warmup: bool = True
     auto_download: bool = True
@@ -388,6 +394,7 @@ class Settings(defaults.RequestDefaults):
             out["speed_factor"] = self.speed_factor
         if self.stream_chunk_tokens is not None:
             out["stream_chunk_tokens"] = self.stream_chunk_tokens
+        out["stream_pace"] = self.stream_pace
         return out
 
 

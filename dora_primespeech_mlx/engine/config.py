@@ -33,6 +33,9 @@ class SynthesisConfig(defaults.RequestDefaults):
     stream_context_tokens: int = 16
     stream_lookahead_tokens: int = 4
     stream_crossfade_ms: float = 15.0
+    # pace the windows by the measured speeds (engine/pacing.py): a first window large enough that the stream
+    # keeps up where the machine is slow, later windows cut just in time; False: the fixed steps above
+    stream_pace: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -62,6 +65,8 @@ class SynthesisConfig(defaults.RequestDefaults):
                 extra = ", or None for the voice's" if name == "speed_factor" else ""
                 extra = ", or -1 for a random seed" if name == "seed" else extra
                 fail(name, rng.describe() + extra)
+        if not isinstance(self.stream_pace, (bool, np.bool_)):
+            fail("stream_pace", "must be true or false")
         if self.text_split_method not in TEXT_SPLIT_METHODS:
             fail("text_split_method", f"must be one of {', '.join(TEXT_SPLIT_METHODS)}")
 

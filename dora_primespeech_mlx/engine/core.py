@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import math
 import secrets
 import threading
 import time
@@ -35,7 +36,7 @@ from ..errors import ConfigError, SynthesisCancelled
 from ..paths import model_dir as default_model_dir
 from ..settings import Settings
 from ..voices import VoiceSpec
-from . import overlap, pipeline, streaming
+from . import overlap, pacing, pipeline, streaming
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference
 from .stats import EngineStats, Timer, stage
@@ -81,6 +82,7 @@ class GPTSoVITSEngine:
         self._lock = threading.RLock()
         self._lane = overlap.VocoderLane(on_busy=_gpt_one_thread)  # the vocoder beside the GPT (engine/overlap.py)
         self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
+        self.rates = pacing.StreamRates()  # measured speeds: how a stream paces its windows (engine/pacing.py)
 
     # ---- voices and models -------------------------------------------------------------------------
     def _on_device(self):
@@ -145,16 +147,24 @@ class GPTSoVITSEngine:
                 sr, lane = r.models.sample_rate, self._lane_for(r.models)
                 latents, all_tokens = [], []  # per sentence: audio, or a future of the lane's vocoder run
                 for i, chunk in enumerate(r.chunks):
+                    decoded = timer.timings.get("gpt_decode", 0.0)
                     tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel)
+                    if not latents or lane is None:  # (beside the lane's vocoder the GPT is slower)
+                        self.rates.note_tokens(timer.timings.get("gpt_decode", 0.0) - decoded, len(tokens) - 1)
                     pipeline.check_cancel(cancel)
                     with stage("sovits", timer):
                         bank = self.noise_bank((r.seed, i), r.models.prior_channels)
+                        t0 = time.perf_counter()
                         z = pipeline.sentence_latent(r.models, r.ref, tokens, chunk.phones, r.speed,
                                                      r.cfg.noise_scale, bank)
+                        t1 = time.perf_counter()
+                        if not latents or lane is None:
+                            self.rates.note_latent(t1 - t0, window=False)
                         if lane is not None:  # the GPT goes on with the next sentence meanwhile
                             latents.append((z, lane.submit(r.models.sovits.vocoder_backend, z, r.ref.ge)))
                         else:
                             latents.append((z, pipeline.vocode(r.models, r.ref, z)))
+                            self.rates.note_vocoder(time.perf_counter() - t1, z.shape[2])
                     all_tokens.append(tokens)
                 pieces = []
                 for z, audio in latents:
@@ -203,7 +213,7 @@ class GPTSoVITSEngine:
         cfg, sr, last = r.cfg, r.models.sample_rate, len(r.chunks) - 1
         lane = self._lane_for(r.models)
         pending: collections.deque = collections.deque()  # (sentence, final, PendingPiece), in order
-        out = {"index": 0, "audio": 0, "first": None}
+        out = {"index": 0, "audio": 0, "first": None, "until": None}  # until: when the sent audio has played
         n_tokens = n_chunks = 0
         cancelled = False
 
@@ -214,10 +224,9 @@ class GPTSoVITSEngine:
             """Whether the next window goes to the lane: only while the listener has enough audio queued. Beside
             the GPT a window is done later (the two share the cores), so the first audio, and any window the
             player may soon wait for, is vocoded in turn; the lane is for throughput once audio is buffered."""
-            if lane is None or out["first"] is None:
+            if lane is None or out["until"] is None:
                 return False
-            queued = t_start + out["first"] + out["audio"] / sr - time.perf_counter()  # played in real time
-            return queued > overlap.STREAM_QUEUED_S
+            return out["until"] - time.perf_counter() > overlap.STREAM_QUEUED_S
 
         def emit(block: bool) -> Iterator[AudioChunk]:
             """Yield the finished pieces in order (all of them when ``block``, else those ready now)."""
@@ -227,11 +236,13 @@ class GPTSoVITSEngine:
                     p.wait()  # the lane's vocoder run, outside the engine lock
                 with locked(), stage("sovits"):
                     piece, seconds = p.finish(r.models, r.ref)
-                timer.add("sovits", seconds)
+                timer.add("sovits_stream", seconds)
                 if final:
                     piece = pipeline.postprocess(piece, sr, cfg.fragment_interval, normalise=False)
+                now = time.perf_counter()
                 if out["first"] is None:
-                    out["first"] = time.perf_counter() - t_start
+                    out["first"] = now - t_start
+                out["until"] = max(now, out["until"] or now) + len(piece) / sr  # a player starts it on arrival
                 yield AudioChunk(piece, sr, out["index"], final and s == last, s, len(piece) / sr)
                 out["index"] += 1
                 out["audio"] += len(piece)
@@ -245,27 +256,39 @@ class GPTSoVITSEngine:
                 with locked(), stage("gpt"):
                     gen = pipeline.token_stream(r.models, r.ref, chunk, cfg, r.seed + s)
                 tokens: list[int] = []
-                steps = streaming.window_steps(cfg)
-                next_at = next(steps)
+                pacer = pacing.Pacer(cfg, self.rates, r.speed, r.models.sovits.dec.receptive_frames,
+                                     math.ceil(stitcher.crossfade / stitcher.hop), stitcher.hop / sr)
+                cut_at, decode_s = 0, 0.0  # tokens at the last cut; GPT seconds since (prefill excluded)
+                lane_was_busy = any(not q[2].ready() for q in pending)
                 while True:
                     if cancel is not None and cancel.is_set():
                         cancelled = True
                         gen.close()
                         return
+                    t0 = time.perf_counter()
                     with locked():
                         tok = pipeline.next_token(gen, tokens, timer)
+                    if tokens:
+                        decode_s += time.perf_counter() - t0
                     done = tok is None
                     if not done:
                         tokens.append(int(tok))
                         n_tokens += 1
-                        if len(tokens) < next_at:
+                        if not pacer.cut(len(tokens) - cut_at, time.perf_counter(), out["until"]):
                             yield from emit(False)
                             continue
-                        next_at = len(tokens) + next(steps)
-                    with locked(), stage("sovits", timer):
+                    lane_busy = any(not q[2].ready() for q in pending)
+                    if not (lane_busy or lane_was_busy):  # the GPT's speed alone (beside the lane it is slower)
+                        self.rates.note_tokens(decode_s, len(tokens) - max(cut_at, 1))
+                    cut_at, decode_s, lane_was_busy = len(tokens), 0.0, lane_busy
+                    with locked(), stage("sovits", timer, key="sovits_stream"):
                         p = streaming.next_window(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done,
                                                   lane if lane_now() else None)
                     if p is not None:
+                        if not lane_busy:  # its speed alone
+                            self.rates.note_latent(p.latent_s, window=True)
+                            if p.vocode_s is not None:
+                                self.rates.note_vocoder(p.vocode_s, p.window.z.shape[2])
                         pending.append((s, done, p))
                     yield from emit(lane is None or (done and s == last))
                     if done:

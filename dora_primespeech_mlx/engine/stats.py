@@ -25,8 +25,9 @@ class Timer:
 
 
 @contextlib.contextmanager
-def stage(name: str, timer: Timer | None = None):
-    """Time stage ``name`` into ``timer`` and turn unexpected failures into :class:`SynthesisError`."""
+def stage(name: str, timer: Timer | None = None, key: str | None = None):
+    """Time stage ``name`` into ``timer`` (under ``key`` when given) and turn unexpected failures into
+    :class:`SynthesisError`."""
     t0 = time.perf_counter()
     try:
         yield
@@ -36,7 +37,7 @@ def stage(name: str, timer: Timer | None = None):
         raise SynthesisError(f"{name} stage failed: {type(exc).__name__}: {exc}", stage=name) from exc
     finally:
         if timer is not None:
-            timer.add(name, time.perf_counter() - t0)
+            timer.add(key or name, time.perf_counter() - t0)
 
 
 class EngineStats:

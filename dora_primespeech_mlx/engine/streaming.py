@@ -1,18 +1,18 @@
 """True streaming of one sentence: while the GPT generates, SoVITS decodes overlapping windows of the tokens so
 far and :class:`Stitcher` joins them into seamless pieces.
 
-After ``stream_first_tokens`` tokens, then every ``stream_chunk_tokens``, a window starting
-``stream_context_tokens`` before the emitted audio is decoded; only the new samples are kept (the last
-``stream_lookahead_tokens`` wait for their right context) and each seam is crossfaded over
-``stream_crossfade_ms`` (raised cosine). With ``speed_factor`` != 1 every window is interpolated onto one
-output-frame grid with the nominal ratio, so each window places the same sound at the same sample (the whole
-decode's ``int(2T/speed)+1`` frames differ from that grid by under one frame over a sentence)."""
+When a window is cut is :mod:`.pacing`'s decision (the first after ``stream_first_tokens`` tokens or more,
+later ones just in time, at most ``stream_chunk_tokens``). A window starts ``stream_context_tokens`` before the
+emitted audio; only the new samples are kept (the last ``stream_lookahead_tokens`` wait for their right context)
+and each seam is crossfaded over ``stream_crossfade_ms`` (raised cosine). With ``speed_factor`` != 1 every window
+is interpolated onto one output-frame grid with the nominal ratio, so each window places the same sound at the
+same sample (the whole decode's ``int(2T/speed)+1`` frames differ from that grid by under one frame over a
+sentence)."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -80,20 +80,6 @@ class Stitcher:
         return out.astype(np.float32, copy=False)
 
 
-def window_steps(cfg: SynthesisConfig) -> Iterator[int]:
-    """How many new tokens each window waits for: ``stream_first_tokens``, then from half of it chunks growing by
-    ``stream_ramp`` per window up to ``stream_chunk_tokens`` (12, 9, 14, 21, 31, 40, 40, ...: a small first window
-    for early audio; each later window only as large as can be computed while the audio before it plays).
-    ``stream_ramp`` 1: every later window waits for ``stream_chunk_tokens``."""
-    yield cfg.stream_first_tokens
-    step = min(cfg.stream_first_tokens, cfg.stream_chunk_tokens) / 2  # the second piece must be ready while the
-    if cfg.stream_ramp <= 1:                                           # first (its tokens minus the lookahead) plays
-        step = float(cfg.stream_chunk_tokens)
-    while True:
-        step = min(float(cfg.stream_chunk_tokens), step * cfg.stream_ramp)
-        yield max(1, math.ceil(step))
-
-
 @dataclass
 class Window:
     """One window's latent, ready for the vocoder: ``z`` holds the window's output frames [lo, hi)
@@ -144,8 +130,10 @@ class PendingPiece:
     """One streamed piece on its way: a window whose vocoder runs now (``audio``) or in the lane (``future``
     of ``(audio or None, seconds)``), finished in order by :meth:`finish`. ``window`` None: an empty sentence."""
 
-    def __init__(self, stitcher: Stitcher, window: Window | None, audio: np.ndarray | None = None, future=None):
+    def __init__(self, stitcher: Stitcher, window: Window | None, audio: np.ndarray | None = None, future=None,
+                 latent_s: float = 0.0, vocode_s: float | None = None):
         self.stitcher, self.window, self.audio, self.future = stitcher, window, audio, future
+        self.latent_s, self.vocode_s = latent_s, vocode_s  # seconds of window_latent, of the vocoder run here
 
     def ready(self) -> bool:
         return self.future is None or self.future.done()
@@ -177,12 +165,16 @@ def next_window(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, sti
     when given), or None when there is nothing new to emit yet."""
     if not tokens:
         return PendingPiece(stitcher, None) if done else None
+    t0 = time.perf_counter()
     window = window_latent(models, ref, chunk, cfg, stitcher, bank, tokens, done)
     if window is None:
         return None
+    t1 = time.perf_counter()
     if lane is not None:
-        return PendingPiece(stitcher, window, future=lane.submit(models.sovits.vocoder_backend, window.z, ref.ge))
-    return PendingPiece(stitcher, window, audio=vocode(models, ref, window.z))
+        return PendingPiece(stitcher, window, future=lane.submit(models.sovits.vocoder_backend, window.z, ref.ge),
+                            latent_s=t1 - t0)
+    audio = vocode(models, ref, window.z)
+    return PendingPiece(stitcher, window, audio=audio, latent_s=t1 - t0, vocode_s=time.perf_counter() - t1)
 
 
 def window_z(models: Models, ref, window: np.ndarray, phones: np.ndarray, noise_scale: float, bank: NoiseBank,

@@ -67,7 +67,8 @@ def test_precedence_old_name_then_aliases_then_default():
     assert Settings.from_env({"TOP_K": "2", "GPTSVITS_TOP_K": "7"}).top_k == 2
     assert Settings.from_env({"GPTSVITS_MODEL_DIR": "/x/y"}).model_dir == Path("/x/y")
     assert Settings.from_env({"STREAM_CHUNK_TOKENS": "24"}).stream_chunk_tokens == 24
-    assert Settings.from_env({"GPTSVITS_CHUNK_SIZE": "4096"}).stream_chunk_tokens == 6  # samples -> tokens
+    assert Settings.from_env({"GPTSVITS_CHUNK_SIZE": "4096"}).stream_chunk_tokens == 3  # samples -> tokens (1280 each)
+    assert Settings.from_env({"GPTSVITS_CHUNK_SIZE": "51200"}).stream_chunk_tokens == 40  # 1.6 s
     assert Settings.from_env({"GPTSVITS_CHUNK_SIZE": "100"}).stream_chunk_tokens == 1
 
 

@@ -12,12 +12,12 @@ worst (smallest) margin is printed per run, with every margin and the arrival ti
 
 Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each variant in turn within every round
 (alternating, so they share the machine's state); keys are SynthesisConfig settings (``stream_first_tokens=20``,
-``stream_ramp=1``) plus ``overlap=0|1|auto`` (PRIMESPEECH_OVERLAP) and ``crop=0`` (vocode whole windows, as
-before the receptive-field crop) and ``bert_all=1`` (a stream computes every sentence's BERT before its first
-audio, as before) and ``parts=1|2`` (the ONNX Runtime vocoder as one run with ``--threads`` intra-op threads, or
-cut into that many single-threaded runs at once) and ``gpt_yield=0`` (the GPT keeps its threads while the lane
-works). Prints one ``KEEPSUP`` line per variant; ``--whole`` also times
-a whole (non-streaming) request after each streamed one.
+``stream_ramp=1``, ``stream_pace=0``: the fixed steps instead of the paced windows) plus ``overlap=0|1|auto``
+(PRIMESPEECH_OVERLAP) and ``crop=0`` (vocode whole windows, as before the receptive-field crop) and ``bert_all=1``
+(a stream computes every sentence's BERT before its first audio, as before) and ``parts=1|2`` (the ONNX Runtime
+vocoder as one run with ``--threads`` intra-op threads, or cut into that many single-threaded runs at once) and
+``gpt_yield=0`` (the GPT keeps its threads while the lane works). Prints one ``KEEPSUP`` line per variant;
+``--whole`` also times a whole (non-streaming) request after each streamed one.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def apply_variant(opts: dict) -> dict:
     crop = opts.pop("crop", "1") != "0"
     eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
-    return {k: (float(v) if "." in v else int(v)) for k, v in opts.items()}
+    return {k: (v not in ("0", "false") if k == "stream_pace" else float(v) if "." in v else int(v))
+            for k, v in opts.items()}
 
 
 def one_run(extra=None):

@@ -1,0 +1,167 @@
+"""engine/pacing.py: the window plan of a stream from measured speeds, and the engine measuring them.
+
+The plan is checked against a small simulation of a stream and a player (the same timing model as
+tests/tools/stream_keeps_up.py: a piece plays from its arrival or when the previous one ends): with the
+machine's speeds as the pacer assumes them, a paced stream never lets the player run dry, where the fixed
+steps do; on a fast machine the paced first audio comes after exactly ``stream_first_tokens``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_engine import case, model_dir, voice  # noqa: F401  (shared fixtures)
+from test_engine import engine as engine  # noqa: F401,F811
+
+from dora_primespeech_mlx.engine.config import SynthesisConfig
+from dora_primespeech_mlx.engine.pacing import Pacer, StreamRates, window_steps
+from dora_primespeech_mlx.errors import ConfigError
+
+HOP_S = 0.02  # seconds of audio per latent frame (640 samples at 32 kHz)
+MARGIN, XF = 13, 1
+
+
+def simulate(cfg: SynthesisConfig, rates: StreamRates, n_tokens: int, lookahead_work: bool = True):
+    """A stream of one sentence on a machine with exactly ``rates``' speeds: returns (first audio time,
+    worst margin, window sizes). Prefill time is left out (it shifts every arrival alike)."""
+    pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S)
+    now, tokens, cut_at, done_tokens = 0.0, 0, 0, 0
+    until, first, margins, sizes = None, None, [], []
+    L = cfg.stream_lookahead_tokens
+    while tokens < n_tokens:
+        now += rates.token_s
+        tokens += 1
+        final = tokens == n_tokens
+        if not final and not pacer.cut(tokens - cut_at, now, until):
+            continue
+        sizes.append(tokens - cut_at)
+        cut_at = tokens
+        stop = tokens if final else tokens - L
+        emitted = stop - done_tokens
+        frames = 2 * emitted + XF + MARGIN + (0 if final else min(MARGIN, 2 * L))
+        now += rates.latent_s + rates.frame_s * frames
+        done_tokens = stop
+        duration = 2 * emitted * HOP_S
+        if first is None:
+            first, until = now, now + duration
+        else:
+            margins.append(until - now)
+            until = max(until, now) + duration
+    return first, min(margins) if margins else None, sizes
+
+
+SLOW = StreamRates.of(token_s=0.010, frame_s=0.0079, latent_s=0.06)  # this repo's 2-core VM at 1 thread (README)
+FAST = StreamRates.of(token_s=0.002, frame_s=0.0005, latent_s=0.01)
+
+
+def test_fixed_steps_starve_on_a_slow_machine_and_pacing_does_not():
+    fixed = SynthesisConfig(stream_pace=False)
+    paced = SynthesisConfig()
+    _, fixed_margin, _ = simulate(fixed, SLOW, 110)
+    first, margin, sizes = simulate(paced, SLOW, 110)
+    assert fixed_margin < -0.1  # the gaps the fixed steps leave (measured on the VM: -0.2 s)
+    assert margin >= 0, (margin, sizes)
+    assert sizes[0] > paced.stream_first_tokens  # one wait at the start instead
+    assert max(sizes) <= paced.stream_chunk_tokens
+
+
+def test_fast_machine_keeps_the_first_audio_early():
+    cfg = SynthesisConfig()
+    first, margin, sizes = simulate(cfg, FAST, 110)
+    assert sizes[0] == cfg.stream_first_tokens
+    assert margin >= 0
+    # with audio queued the windows grow (fewer windows, less overhead) up to stream_chunk_tokens
+    assert max(sizes) == cfg.stream_chunk_tokens
+
+
+@pytest.mark.parametrize("rates", [SLOW, FAST, StreamRates.of(0.006, 0.004, 0.03)])
+def test_paced_plan_keeps_up_wherever_the_machine_is_faster_than_real_time(rates):
+    for first_tokens in (4, 12, 20):
+        cfg = SynthesisConfig(stream_first_tokens=first_tokens)
+        _, margin, sizes = simulate(cfg, rates, 200)
+        assert margin >= 0, (first_tokens, margin, sizes)
+
+
+def test_slower_than_real_time_gives_early_audio_then_large_windows():
+    cfg = SynthesisConfig()
+    pacer = Pacer(cfg, StreamRates.of(0.02, 0.012, 0.1), 1.0, MARGIN, XF, HOP_S)
+    assert not pacer.sustainable
+    assert pacer.first_tokens == cfg.stream_first_tokens and pacer.n_min == cfg.stream_chunk_tokens
+
+
+def test_unknown_speeds_or_pace_off_follow_the_fixed_steps():
+    for cfg, rates in ((SynthesisConfig(), StreamRates()), (SynthesisConfig(stream_pace=False), SLOW),
+                       (SynthesisConfig(), None)):
+        pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S)
+        assert not pacer.paced
+        steps, sizes, n = window_steps(cfg), [], 0
+        while len(sizes) < 6:
+            n += 1
+            if pacer.cut(n, 0.0, None):
+                sizes.append(n)
+                n = 0
+        assert sizes == [next(steps) for _ in range(6)]
+
+
+def test_cut_is_just_in_time():
+    cfg = SynthesisConfig()
+    pacer = Pacer(cfg, SLOW, 1.0, MARGIN, XF, HOP_S)
+    n = pacer.n_min + 2
+    wait = SLOW.token_s + pacer.cost(n + 1)
+    assert not pacer.cut(n, 10.0, 10.0 + wait + 1.0)  # plenty queued: wait for more tokens
+    assert pacer.cut(n, 10.0, 10.0 + wait)  # one more token would be late
+    assert not pacer.cut(pacer.n_min - 1, 10.0, 10.0 + wait)  # never below the sustainable size ...
+    assert pacer.cut(cfg.stream_chunk_tokens, 10.0, 1e9)  # ... nor above stream_chunk_tokens
+    assert pacer.cut(pacer.first_tokens, 10.0, 9.0) and not pacer.cut(pacer.first_tokens - 1, 10.0, 9.0)
+
+
+def test_speed_factor_changes_the_audio_per_token():
+    slow_speech = Pacer(SynthesisConfig(), SLOW, 0.8, MARGIN, XF, HOP_S)  # longer audio per token
+    fast_speech = Pacer(SynthesisConfig(), SLOW, 1.25, MARGIN, XF, HOP_S)
+    assert slow_speech.audio_per_token == pytest.approx(0.04 / 0.8)
+    assert slow_speech.first_tokens < fast_speech.first_tokens
+
+
+def test_rates_are_recent_medians_and_prefer_window_measurements():
+    r = StreamRates()
+    assert not r.known()
+    r.note_tokens(1.0, 100)
+    r.note_vocoder(0.8, 100)
+    r.note_latent(0.5, window=False)  # a whole sentence's: a stand-in until a window is measured
+    assert r.known() and r.latent_s == 0.5
+    r.note_latent(0.1, window=True)
+    assert r.latent_s == 0.1
+    r.note_latent(0.9, window=False)  # whole sentences no longer count
+    assert r.latent_s == 0.1
+    for seconds in (2.0, 1.2, 50.0):  # one stray slow measurement does not move the median far
+        r.note_tokens(seconds, 100)
+    assert r.token_s == pytest.approx(0.016)
+    r.note_tokens(1.0, 0)  # nothing measured: ignored
+    assert r.token_s == pytest.approx(0.016)
+    for _ in range(20):
+        r.note_tokens(0.5, 100)
+    assert r.token_s == pytest.approx(0.005)  # only the recent ones count
+
+
+def test_stream_pace_must_be_a_bool():
+    with pytest.raises(ConfigError, match="stream_pace"):
+        SynthesisConfig(stream_pace="yes")
+
+
+def test_engine_measures_its_speeds_and_the_paced_stream_matches_the_whole(engine):
+    kw = {"text_split_method": "cut0", "top_k": 1, "seed": 7, "speed_factor": 1.0}
+    text = "Hello world, this is a small test."
+    whole = engine.synthesize(text, **kw)
+    r = engine.rates
+    assert r.known() and r.token_s > 0 and r.frame_s > 0
+    chunks = list(engine.synthesize_stream(text, stream_chunk_tokens=10, stream_context_tokens=8, **kw))
+    assert r.latent_from_windows
+    streamed = np.concatenate([c.audio for c in chunks])
+    assert len(streamed) == len(whole.audio)
+    gap = int(0.3 * 32000)
+    rel = float(np.linalg.norm(streamed[:-gap] - whole.audio[:-gap]) / np.linalg.norm(whole.audio[:-gap]))
+    assert rel < 0.3
+    st = engine.stats()["mean_timings"]
+    assert st["sovits_stream"] > 0  # a stream's windows are timed apart from whole decodes' "sovits"
+    assert math.isfinite(st["sovits"])
