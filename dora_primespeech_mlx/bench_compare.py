@@ -120,7 +120,8 @@ def summarize(results: dict[int, dict[str, list[dict]]]) -> dict[int, dict[str, 
 
 def stage_seconds(side: str, rounds: list[dict]) -> dict[str, float]:
     """SoVITS seconds and GPT seconds per token (prefill included) per synthesis, where the runner reports
-    stages (ours: the engine's mean timings, whole and streamed requests; genie: t2s and vocoder+rest;
+    stages (ours: the engine's mean timings — SoVITS of whole requests, a stream's windows are timed apart as
+    ``sovits_stream``; GPT over whole and streamed requests; genie: t2s and vocoder+rest;
     cpufast: TTS.run's t2s / vits). The original's runner reports none."""
     keys = {"ours": ("sovits", ("gpt_prefill", "gpt_decode")), "genie": ("vits_and_rest", ("t2s",)),
             "cpufast": ("vits", ("t2s",))}.get(side)
@@ -159,7 +160,7 @@ def table(summary: dict[int, dict[str, dict[str, Any]]], not_run: dict[str, str]
     lines.append("e2e = non-streaming, cached reference; first audio = streaming first chunk (upstream, ours, "
                  "cpufast: 16-token chunks / the engine's windows; genie does not stream: first segment); "
                  "ratios < 1 = ours faster. GPT ms/tok includes the prefill; ours' stage timings are the "
-                 "engine's means over whole and streamed requests.")
+                 "engine's means (SoVITS: whole requests; GPT: whole and streamed).")
     return "\n".join(lines)
 
 

@@ -167,11 +167,13 @@ class GPTSoVITSEngine:
                             self.rates.note_vocoder(time.perf_counter() - t1, z.shape[2])
                     all_tokens.append(tokens)
                 pieces = []
-                for z, audio in latents:
+                for i, (z, audio) in enumerate(latents):
                     if not isinstance(audio, np.ndarray):
                         with stage("sovits"):  # (the lane's own seconds are what the stage took)
                             audio, seconds = audio.result()
                         timer.add("sovits", seconds)
+                        if i == len(latents) - 1 and audio is not None:  # the last ran with the GPT idle
+                            self.rates.note_vocoder(seconds, z.shape[2])
                     if audio is None:  # ONNX Runtime failed in the lane: MLX runs it, on this thread
                         with stage("sovits", timer):
                             audio = pipeline.vocode(r.models, r.ref, z)

@@ -18,7 +18,7 @@ The pacer therefore (``stream_pace``, on by default, once speeds were measured)
   gaps in the middle);
 - cuts each later window *just in time*: it waits for more tokens (larger windows, less overhead per second of
   audio) while one more token would still leave the window ready before the audio already sent has played,
-  with a safety margin; never fewer than ``n*``, never more than ``stream_chunk_tokens``.
+  with a safety margin; never fewer than :data:`GROWTH` times ``n*``, never more than ``stream_chunk_tokens``.
 
 Without measured speeds (the first stream of an engine that has not synthesised anything yet) or with
 ``stream_pace`` off, windows follow :func:`window_steps`."""
@@ -38,7 +38,7 @@ RECENT = 9  # a speed is the median of this many recent measurements (robust to 
 SAFETY_S = 0.05  # seconds kept in hand beyond the estimate ...
 SAFETY_FRACTION = 0.15  # ... plus this share of the estimated window cost (machines are noisy)
 KINDS = ("token_s", "frame_s", "latent_s")
-GROWTH = 1.15  # the first piece feeds a window this much larger than the break-even size (so the buffer grows)
+GROWTH = 1.2  # the first piece feeds a window this much larger than the break-even size (so the buffer grows)
 
 
 class StreamRates:
@@ -160,12 +160,11 @@ class Pacer:
         if not self.sustainable:  # slower than real time: no plan keeps up; the first audio as early as asked,
             self.n_min, self.first_tokens = top, cfg.stream_first_tokens  # then the largest windows
             return
-        n_star = overhead / gain
-        self.n_min = max(1, min(top, math.ceil(n_star)))
-        # the first piece covers a window GROWTH times the break-even size: each such window then adds audio to
-        # the buffer, later windows grow with it (less overhead; the vocoder lane once 1.5 s are queued)
-        buffer = overhead + per_token * GROWTH * n_star  # what the listener has queued when that window is cut
-        need = buffer + SAFETY_S + SAFETY_FRACTION * overhead
+        # windows of at least GROWTH times the break-even size n*: each adds audio to the buffer, so later windows
+        # can grow with it (less overhead; the vocoder lane once 1.5 s are queued); the first piece covers one
+        self.n_min = max(1, min(top, math.ceil(GROWTH * overhead / gain)))
+        cost = self.cost(self.n_min)
+        need = self.token_s * self.n_min + cost + SAFETY_S + SAFETY_FRACTION * cost  # queued when it is cut
         first = cfg.stream_lookahead_tokens + math.ceil(need / self.audio_per_token)
         self.first_tokens = max(cfg.stream_first_tokens, min(top, first))
 
