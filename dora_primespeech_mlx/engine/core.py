@@ -326,6 +326,7 @@ class GPTSoVITSEngine:
                 "cached_voices": [v.split("|", 1)[0] for v in self.cache.voices()],
                 "voice": self.voice.name if self.voice else None,
                 "backends": backends(self),
+                "stream_rates": self.rates.as_dict(),  # the speeds streams are paced by (engine/pacing.py)
             }
 
     def warmup(self) -> dict[str, float]:

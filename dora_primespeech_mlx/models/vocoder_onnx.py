@@ -227,6 +227,14 @@ def resolve_threads(threads: int | None = None) -> int:
     return n if isinstance(n, int) and n > 0 else 0
 
 
+def layout_for(threads: int) -> str:
+    """The graph layout for ``threads`` intra-op threads (0: ONNX Runtime's default, all cores): ``2d`` (NCHWc
+    kernels) for one thread, ``1d`` (im2col + its threaded GEMM) for more. Measured in one run on the 2-core
+    VM, v2 generator, 215 frames (4.3 s): 1 thread 1.72 s (2d) vs 1.98 s (1d); 2 threads 1.17 s (2d) vs 1.08 s
+    (1d); at 24-100 frames (stream windows) the same order or a tie (README, "ONNX Runtime")."""
+    return "2d" if threads == 1 else "1d"
+
+
 class OnnxGenerator:
     """The generator as an ONNX Runtime session. ``__call__(z, ge)`` with numpy float32 arrays."""
 
@@ -267,7 +275,8 @@ class OnnxGenerator:
         return audio
 
     def describe(self) -> dict[str, Any]:
-        return {"threads": self.threads, "onnxruntime": self.onnxruntime_version, "arena": self.arena,
+        return {"threads": self.threads, "layout": self.layout, "onnxruntime": self.onnxruntime_version,
+                "arena": self.arena,
                 "path": None if self.path is None else str(self.path)}
 
 

@@ -162,6 +162,7 @@ def test_engine_measures_its_speeds_and_the_paced_stream_matches_the_whole(engin
     gap = int(0.3 * 32000)
     rel = float(np.linalg.norm(streamed[:-gap] - whole.audio[:-gap]) / np.linalg.norm(whole.audio[:-gap]))
     assert rel < 0.3
+    assert engine.stats()["stream_rates"] == r.as_dict()
     st = engine.stats()["mean_timings"]
     assert st["sovits_stream"] > 0  # a stream's windows are timed apart from whole decodes' "sovits"
     assert math.isfinite(st["sovits"])

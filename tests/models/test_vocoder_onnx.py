@@ -249,6 +249,20 @@ def test_layouts_agree(mlx_model):
         vocoder_onnx.build_generator_model(mlx_model.dec, layout="3d")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attach_picks_the_layout_by_threads(raw_sovits, mlx_model, threads):
+    """One thread: the 2-D graph (ONNX Runtime's NCHWc kernels); more: the 1-D one (its threaded GEMM scales
+    better); both compute the generator (test_layouts_agree)."""
+    model = from_checkpoint(raw_sovits)
+    vocoder.attach(model, cache_dir=None, mode="onnx", threads=threads, release_mlx=False)
+    gen = model.vocoder_backend.generator
+    assert gen.threads == threads
+    assert gen.layout == vocoder_onnx.layout_for(threads) == ("2d" if threads == 1 else "1d")
+    assert vocoder.status(model)["layout"] == gen.layout
+    z, ge = _inputs(model)
+    np.testing.assert_allclose(np.asarray(model.vocode(z, ge)), np.asarray(mlx_model.vocode(z, ge)), atol=1e-4)
+
+
 @pytest.mark.parametrize("parts", [2, 3])
 def test_split_vocoder_gives_the_same_samples(mlx_model, parts):
     """PRIMESPEECH_VOCODER_PARTS: the latent cut into stretches with the generator's receptive field as margin,
