@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import math
 import secrets
 import threading
 import time
@@ -147,9 +146,10 @@ class GPTSoVITSEngine:
                 sr, lane = r.models.sample_rate, self._lane_for(r.models)
                 latents, all_tokens = [], []  # per sentence: audio, or a future of the lane's vocoder run
                 for i, chunk in enumerate(r.chunks):
+                    alone = not latents or lane is None  # no vocoder beside it (which slows everything down)
                     decoded = timer.timings.get("gpt_decode", 0.0)
                     tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel)
-                    if not latents or lane is None:  # (beside the lane's vocoder the GPT is slower)
+                    if alone:  # the speeds streams are paced by (engine/pacing.py)
                         self.rates.note_tokens(timer.timings.get("gpt_decode", 0.0) - decoded, len(tokens) - 1)
                     pipeline.check_cancel(cancel)
                     with stage("sovits", timer):
@@ -158,7 +158,7 @@ class GPTSoVITSEngine:
                         z = pipeline.sentence_latent(r.models, r.ref, tokens, chunk.phones, r.speed,
                                                      r.cfg.noise_scale, bank)
                         t1 = time.perf_counter()
-                        if not latents or lane is None:
+                        if alone:
                             self.rates.note_latent(t1 - t0, window=False)
                         if lane is not None:  # the GPT goes on with the next sentence meanwhile
                             latents.append((z, lane.submit(r.models.sovits.vocoder_backend, z, r.ref.ge)))
@@ -230,6 +230,10 @@ class GPTSoVITSEngine:
                 return False
             return out["until"] - time.perf_counter() > overlap.STREAM_QUEUED_S
 
+        def lane_busy() -> bool:
+            """Whether a window is still in the lane (then the GPT and the caller's thread run slower)."""
+            return any(not p.ready() for _, _, p in pending)
+
         def emit(block: bool) -> Iterator[AudioChunk]:
             """Yield the finished pieces in order (all of them when ``block``, else those ready now)."""
             while pending and (block or pending[0][2].ready()):
@@ -259,9 +263,9 @@ class GPTSoVITSEngine:
                     gen = pipeline.token_stream(r.models, r.ref, chunk, cfg, r.seed + s)
                 tokens: list[int] = []
                 pacer = pacing.Pacer(cfg, self.rates, r.speed, r.models.sovits.dec.receptive_frames,
-                                     math.ceil(stitcher.crossfade / stitcher.hop), stitcher.hop / sr)
+                                     stitcher.crossfade_frames, stitcher.hop / sr)
                 cut_at, decode_s = 0, 0.0  # tokens at the last cut; GPT seconds since (prefill excluded)
-                lane_was_busy = any(not q[2].ready() for q in pending)
+                lane_was_busy = lane_busy()
                 while True:
                     if cancel is not None and cancel.is_set():
                         cancelled = True
@@ -279,15 +283,15 @@ class GPTSoVITSEngine:
                         if not pacer.cut(len(tokens) - cut_at, time.perf_counter(), out["until"]):
                             yield from emit(False)
                             continue
-                    lane_busy = any(not q[2].ready() for q in pending)
-                    if not (lane_busy or lane_was_busy):  # the GPT's speed alone (beside the lane it is slower)
+                    busy = lane_busy()
+                    if not (busy or lane_was_busy):  # the GPT's speed alone (beside the lane it is slower)
                         self.rates.note_tokens(decode_s, len(tokens) - max(cut_at, 1))
-                    cut_at, decode_s, lane_was_busy = len(tokens), 0.0, lane_busy
+                    cut_at, decode_s, lane_was_busy = len(tokens), 0.0, busy
                     with locked(), stage("sovits", timer, key="sovits_stream"):
                         p = streaming.next_window(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done,
                                                   lane if lane_now() else None)
                     if p is not None:
-                        if not lane_busy:  # its speed alone
+                        if not busy:  # its speed alone
                             self.rates.note_latent(p.latent_s, window=True)
                             if p.vocode_s is not None:
                                 self.rates.note_vocoder(p.vocode_s, p.window.z.shape[2])

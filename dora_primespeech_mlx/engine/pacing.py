@@ -101,15 +101,6 @@ class StreamRates:
     def as_dict(self) -> dict[str, float | None]:
         return {k: self._median(k) for k in KINDS}
 
-    @classmethod
-    def of(cls, token_s: float, frame_s: float, latent_s: float) -> StreamRates:
-        """Rates as if measured once each (tests, simulations)."""
-        r = cls()
-        r.note_tokens(token_s, 1)
-        r.note_vocoder(frame_s, 1)
-        r.note_latent(latent_s, window=True)
-        return r
-
 
 def window_steps(cfg: SynthesisConfig) -> Iterator[int]:
     """How many new tokens each window waits for without pacing: ``stream_first_tokens``, then from half of it
@@ -195,7 +186,3 @@ class Pacer:
         estimate = self.cost(new_tokens + 1)  # the window if one more token is awaited ...
         ready = now + self.token_s + estimate  # ... is ready then
         return ready >= deadline - SAFETY_S - SAFETY_FRACTION * estimate
-
-    def describe(self) -> dict[str, object]:
-        return {"paced": self.paced, "first_tokens": self.first_tokens, "min_tokens": self.n_min,
-                "sustainable": self.sustainable}

@@ -118,11 +118,8 @@ def release_memory() -> None:
     """After models were dropped: collect them and hand MLX's cached buffers and the freed heap back to the OS."""
     import gc
 
-    from ..models.storage import trim_heap
-
     gc.collect()
-    mx.clear_cache()
-    trim_heap()
+    trim_after_request()
 
 
 def trim_after_request() -> None:

@@ -47,6 +47,11 @@ class Stitcher:
         self.text_features = None  # the sentence's phone stream through enc_p (computed by the first window)
         self.pending = np.zeros(0, dtype=np.float32)  # held-back tail of the previous piece
 
+    @property
+    def crossfade_frames(self) -> int:
+        """Output frames the crossfade spans (vocoded again at each seam)."""
+        return math.ceil(self.crossfade / self.hop)
+
     def frame(self, token: int) -> int:
         """Output frame where token boundary ``token`` falls."""
         return grid_frame(token, self.speed)
@@ -112,7 +117,7 @@ def window_latent(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, s
     frames = z.shape[2]
     f0 = stitcher.frame(start)
     margin = models.sovits.dec.receptive_frames
-    lo = max(0, stitcher.frame(emit_from) - f0 - math.ceil(stitcher.crossfade / stitcher.hop) - margin)
+    lo = max(0, stitcher.frame(emit_from) - f0 - stitcher.crossfade_frames - margin)
     hi = frames if done else min(frames, stitcher.frame(stop) - f0 + margin)
     stitcher.planned_tokens = stop
     return Window(z[:, :, lo:hi], lo, frames, start, stop, done)

@@ -27,7 +27,6 @@ class ResBlock1(nn.Module):
         self.convs2 = [Conv1d(channels, channels, kernel_size, padding=(kernel_size - 1) // 2) for _ in dilations]
         self.reach = sum((kernel_size - 1) // 2 * (d + 1) for d in dilations)  # samples each side
 
-
     def __call__(self, x: mx.array) -> mx.array:
         for c1, c2 in zip(self.convs1, self.convs2):
             x = x + c2(leaky_relu(c1(leaky_relu(x, LRELU_SLOPE)), LRELU_SLOPE))

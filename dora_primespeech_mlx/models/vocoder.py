@@ -204,9 +204,7 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
             from . import vocoder_onnx
 
             n = vocoder_onnx.resolve_threads(threads) if str(parts) == "auto" else int(parts)
-            run_threads = vocoder_onnx.resolve_threads(1 if n > 1 else threads)
-            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, run_threads,
-                                                   layout=vocoder_onnx.layout_for(run_threads))
+            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1 if n > 1 else threads)
             backend = VocoderBackend(mode, generator, reason="CPU" if mode == "auto" else f"{ENV}=onnx")
             if n > 1:
                 from .vocoder_split import SplitRunner

@@ -86,7 +86,8 @@ class _Graph:
 
     With ``conv2d`` every 1-D convolution is written as a 2-D one over (B, C, 1, T) with (1, K) kernels:
     ONNX Runtime's NCHWc convolution kernels (its layout transformer handles 4-D convs only) then run
-    them, measured faster than its 1-D im2col path on this generator (README, "Performance")."""
+    them, measured faster than its 1-D im2col path on this generator at one thread (at two or more the 1-D graph
+    is faster: :func:`layout_for`; README, "Performance")."""
 
     def __init__(self, weights: dict[str, np.ndarray], conv2d: bool = True):
         from onnx import numpy_helper
@@ -285,11 +286,13 @@ def cache_file(cache_dir: Path, digest: str) -> Path:
 
 
 def load_or_build(
-    dec, cache_dir: str | os.PathLike | None, threads: int | None = None, layout: str = "2d"
+    dec, cache_dir: str | os.PathLike | None, threads: int | None = None, layout: str | None = None
 ) -> OnnxGenerator:
     """The generator ``dec`` on ONNX Runtime: from ``cache_dir`` when its graph is already there, else
     built, written there atomically and loaded. With ``cache_dir`` None (or not writable) the graph is
-    built in memory."""
+    built in memory. ``layout`` None: the one for the thread count (:func:`layout_for`)."""
+    if layout is None:
+        layout = layout_for(resolve_threads(threads))
     weights = generator_weights(dec)
     digest = weights_digest(weights, layout)
     gen = _load_or_build(dec, weights, digest, cache_dir, threads, layout)

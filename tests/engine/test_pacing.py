@@ -51,8 +51,17 @@ def simulate(cfg: SynthesisConfig, rates: StreamRates, n_tokens: int, lookahead_
     return first, min(margins) if margins else None, sizes
 
 
-SLOW = StreamRates.of(token_s=0.010, frame_s=0.0079, latent_s=0.06)  # this repo's 2-core VM at 1 thread (README)
-FAST = StreamRates.of(token_s=0.002, frame_s=0.0005, latent_s=0.01)
+def rates_of(token_s: float, frame_s: float, latent_s: float) -> StreamRates:
+    """Rates as if measured once each."""
+    r = StreamRates()
+    r.note_tokens(token_s, 1)
+    r.note_vocoder(frame_s, 1)
+    r.note_latent(latent_s, window=True)
+    return r
+
+
+SLOW = rates_of(token_s=0.010, frame_s=0.0079, latent_s=0.06)  # this repo's 2-core VM at 1 thread (README)
+FAST = rates_of(token_s=0.002, frame_s=0.0005, latent_s=0.01)
 
 
 def test_fixed_steps_starve_on_a_slow_machine_and_pacing_does_not():
@@ -75,7 +84,7 @@ def test_fast_machine_keeps_the_first_audio_early():
     assert max(sizes) == cfg.stream_chunk_tokens
 
 
-@pytest.mark.parametrize("rates", [SLOW, FAST, StreamRates.of(0.006, 0.004, 0.03)])
+@pytest.mark.parametrize("rates", [SLOW, FAST, rates_of(0.006, 0.004, 0.03)])
 def test_paced_plan_keeps_up_wherever_the_machine_is_faster_than_real_time(rates):
     for first_tokens in (4, 12, 20):
         cfg = SynthesisConfig(stream_first_tokens=first_tokens)
@@ -85,7 +94,7 @@ def test_paced_plan_keeps_up_wherever_the_machine_is_faster_than_real_time(rates
 
 def test_slower_than_real_time_gives_early_audio_then_large_windows():
     cfg = SynthesisConfig()
-    pacer = Pacer(cfg, StreamRates.of(0.02, 0.012, 0.1), 1.0, MARGIN, XF, HOP_S)
+    pacer = Pacer(cfg, rates_of(0.02, 0.012, 0.1), 1.0, MARGIN, XF, HOP_S)
     assert not pacer.sustainable
     assert pacer.first_tokens == cfg.stream_first_tokens and pacer.n_min == cfg.stream_chunk_tokens
 
