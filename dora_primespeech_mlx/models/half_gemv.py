@@ -13,8 +13,10 @@ the package's cache directory; AVX-512 tiles where the CPU has them) holds:
 - ``decode_layers``: every block of one GPT decode step (the gemvs, attention split by heads, LayerNorm, the KV
   cache row written in place) in one call (``t2s_numpy.NumpyDecodeState.step``);
 - ``gemm_f16``: ``Y = act(X @ W.T + b)`` for small M (prefill rows, RoBERTa tokens): a tile of 4 weight rows
-  (converted in registers, kept in L1) against 6 (AVX2: 3) rows of X, ReLU or exact GELU fused, columns split
-  over threads (``t2s_numpy`` prefill, ``bert_numpy``);
+  (converted in registers, kept in L1) against 6 (AVX2: 3) rows of X, the next tile's rows prefetched while it
+  computes (at RoBERTa's ~24 rows a tile is read from memory once and would otherwise wait at every row's start),
+  the tile's four sums reduced in one add tree, ReLU or exact GELU fused, columns split over threads
+  (``t2s_numpy`` prefill, ``bert_numpy``);
 - a small thread pool (not OpenMP): the caller and up to ``threads() - 1`` workers claim chunks with one atomic
   ticket and the caller waits only for chunks a worker has claimed, never for a worker to wake up, so a busy
   neighbour process costs nothing but the second core. Work is split by rows (or columns), never inside a
@@ -282,6 +284,10 @@ typedef __m512 vec;
 #define VLOADW(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VSUM(a) _mm512_reduce_add_ps(a)
+static inline __m256 half8(__m512 a) { /* lanes 0-7 + lanes 8-15 */
+  return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+#define VHALF(a) half8(a)
 #else
 #define VW 8
 #define MR 3
@@ -296,8 +302,16 @@ static inline float VSUM(__m256 s) {
   h = _mm_hadd_ps(h, h);
   return _mm_cvtss_f32(h);
 }
+#define VHALF(a) (a)
 #endif
 #define NR 4
+
+/* the four sums of a, b, c, d at once (one shared add tree: a third of four separate reductions' work) */
+static inline void vsum4(vec a, vec b, vec c, vec d, float *out) {
+  const __m256 ab = _mm256_hadd_ps(VHALF(a), VHALF(b)), cd = _mm256_hadd_ps(VHALF(c), VHALF(d));
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
 
 static inline float erf_f(float x) {
   x = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
@@ -320,8 +334,11 @@ static void gemm_block(const uint16_t *W, const float *X, float *Y, int64_t M, i
                        int64_t n0, int64_t n1) {
   const int64_t kv = K - K % VW;
   for (int64_t n = n0; n < n1; n += NR) {
-    const uint16_t *w[NR];
-    for (int c = 0; c < NR; c++) w[c] = W + (n + c < N ? n + c : N - 1) * K;
+    const uint16_t *w[NR], *next[NR];
+    for (int c = 0; c < NR; c++) {
+      w[c] = W + (n + c < N ? n + c : N - 1) * K;
+      next[c] = W + (n + NR + c < n1 ? n + NR + c : n1 - 1) * K;
+    }
     for (int64_t m = 0; m < M; m += MR) {
       const float *x[MR];
       for (int r = 0; r < MR; r++) x[r] = X + (m + r < M ? m + r : M - 1) * K;
@@ -329,6 +346,9 @@ static void gemm_block(const uint16_t *W, const float *X, float *Y, int64_t M, i
       for (int r = 0; r < MR; r++)
         for (int c = 0; c < NR; c++) acc[r][c] = VZERO();
       for (int64_t j = 0; j < kv; j += VW) {
+        if (m == 0 && (j & 31) == 0) /* the next tile's weight rows on their way from memory while this one computes:
+                                        a tile is read from DRAM once, so a small M waits on every new row's start */
+          for (int c = 0; c < NR; c++) _mm_prefetch((const char *)(next[c] + j), _MM_HINT_T0);
         vec wv[NR];
         for (int c = 0; c < NR; c++) wv[c] = VLOADW(w[c] + j);
         for (int r = 0; r < MR; r++) {
@@ -337,8 +357,10 @@ static void gemm_block(const uint16_t *W, const float *X, float *Y, int64_t M, i
         }
       }
       for (int r = 0; r < MR && m + r < M; r++) {
+        float sums[NR];
+        vsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], sums);
         for (int c = 0; c < NR && n + c < n1; c++) {
-          float s = VSUM(acc[r][c]);
+          float s = sums[c];
           for (int64_t j = kv; j < K; j++) s += x[r][j] * _cvtsh_ss(w[c][j]);
           Y[(m + r) * N + n + c] = s;
         }
