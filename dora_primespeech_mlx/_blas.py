@@ -17,7 +17,10 @@ Each choice is self-checked with a timed matmul after MLX loads (:func:`report`)
 keeps its reference BLAS and a warning says so.
 
 Nothing happens at import: :func:`preload` runs when the engine or the models package is first imported,
-before either loads MLX.
+before either loads MLX. Too late when the application imported ``mlx`` first (Python binds an extension's
+symbols when it loads it): then nothing is loaded and the warning names the library to put in ``LD_PRELOAD``
+(or: import this package first). A ``cblas_sgemm`` already in the global scope (``LD_PRELOAD``) is used as it is
+(``info()["name"] == "preloaded"``).
 
 Threads (:func:`configure_threads`, run by :func:`preload`): on a machine with at most two usable CPUs
 the BLAS runs single-threaded. Spinning BLAS threads collapse as soon as a neighbour process takes a
@@ -232,37 +235,65 @@ def _preload() -> str | None:
     if choice.lower() in {"off", "0", "false", "none"}:
         _STATE["error"] = "disabled by PRIMESPEECH_BLAS"
         return None
-    if "mlx.core" in sys.modules:
-        _STATE["error"] = "mlx was imported before dora_primespeech_mlx: the reference BLAS stays in use"
-        log.warning(_STATE["error"])
-        return None
-
-    attempts: list[tuple[str, object]] = []
-    if choice.lower() != "auto":
-        attempts.append(("custom", choice))
-    else:
-        attempts += [("mkl", p) for p in _mkl_candidates()]
-        attempts += [("openblas-system", p) for p in _system_openblas()]
-        attempts.append(("openblas-numpy", None))
+    if _global_cblas():  # one is in the process's global scope already (LD_PRELOAD): MLX binds to it
+        _STATE["name"], _STATE["path"] = "preloaded", os.environ.get("LD_PRELOAD") or "the global symbol scope"
+        return _STATE["name"]
+    late = "mlx.core" in sys.modules  # libmlx's symbols are bound: loading one now would change nothing
     errors = []
-    for name, path in attempts:
+    for name, path in _attempts(choice):
         try:
-            if name == "openblas-numpy":
-                ob = _numpy_openblas()
-                if ob is None:
-                    raise RuntimeError("numpy has no bundled scipy_openblas64_")
-                _load_global(ob)
-                path = _build_shim(ob)
-            lib = _load_global(str(path))
+            lib = _resolve(name, path, load=not late)
             if not _has_symbol(lib, "cblas_sgemm"):
-                raise RuntimeError(f"{path} does not export cblas_sgemm")
+                raise RuntimeError(f"{lib._name} does not export cblas_sgemm")
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             errors.append(f"{name}: {exc}")
             continue
-        _STATE["name"], _STATE["path"] = name, str(path)
+        if late:
+            _STATE["error"] = (
+                "mlx was imported before dora_primespeech_mlx, so MLX keeps the reference BLAS its Linux wheel links: "
+                "its matrix products are ~30x slower (on the CPU the SoVITS stages before the vocoder ~20x). Import "
+                f"dora_primespeech_mlx before mlx, or start the process with LD_PRELOAD={lib._name}")
+            _STATE["path"] = lib._name  # what LD_PRELOAD should name
+            log.warning(_STATE["error"])
+            return None
+        _STATE["name"], _STATE["path"] = name, lib._name
         return name
     _STATE["error"] = "; ".join(errors) or "no candidate"
+    if late:
+        _STATE["error"] = f"mlx was imported before dora_primespeech_mlx (no fast BLAS found either: {_STATE['error']})"
+        log.warning(_STATE["error"])
     return None
+
+
+def _global_cblas() -> bool:
+    """Whether ``cblas_sgemm`` is already in the global symbol scope (a library in ``LD_PRELOAD``, or loaded with
+    ``RTLD_GLOBAL``): MLX's reference-BLAS symbols then resolve to it. The libraries Python loads (libmlx's own
+    BLAS among them) are local to their importer and never answer this lookup."""
+    try:
+        return _has_symbol(ctypes.CDLL(None), "cblas_sgemm")
+    except OSError:
+        return False
+
+
+def _attempts(choice: str) -> list[tuple[str, str | None]]:
+    """The candidates in order: ``PRIMESPEECH_BLAS``'s path, else MKL, a system OpenBLAS, numpy's OpenBLAS."""
+    if choice.lower() != "auto":
+        return [("custom", choice)]
+    return ([("mkl", p) for p in _mkl_candidates()] + [("openblas-system", p) for p in _system_openblas()]
+            + [("openblas-numpy", None)])
+
+
+def _resolve(name: str, path: str | None, load: bool) -> ctypes.CDLL:
+    """The library of one candidate (numpy's OpenBLAS through the shim, built once), loaded into the global scope
+    when ``load``, else only opened (to name it and check its symbols)."""
+    if name == "openblas-numpy":
+        ob = _numpy_openblas()
+        if ob is None:
+            raise RuntimeError("numpy has no bundled scipy_openblas64_")
+        if load:
+            _load_global(ob)
+        path = _build_shim(ob)
+    return _load_global(str(path)) if load else ctypes.CDLL(str(path))
 
 
 def info() -> dict[str, str | None]:

@@ -258,7 +258,9 @@ VARS: tuple[Var, ...] = (
         "to it.", ("MKL_NUM_THREADS",)),
     Var("blas", "PRIMESPEECH_BLAS", "auto", _str,
         "CPU BLAS for MLX on Linux: auto (pip MKL, system OpenBLAS, numpy's OpenBLAS via a compiled shim), off, "
-        "or the path of a library exporting cblas_sgemm.", ()),
+        "or the path of a library exporting cblas_sgemm. Loaded before MLX: an application that imports `mlx` first "
+        "gets a warning naming the library to put in `LD_PRELOAD` (a `cblas_sgemm` already preloaded is used as it "
+        "is).", ()),
     Var("conv_impl", "PRIMESPEECH_CONV_IMPL", "auto", _choice(("auto", "gemm", "native")),
         "SoVITS convolutions: auto (GEMM formulation on the CPU, MLX's conv on GPUs) | gemm | native.", ()),
     Var("t2s_decode", "PRIMESPEECH_T2S_DECODE", "auto", _choice(("auto", "mlx", "compile", "numpy")),
