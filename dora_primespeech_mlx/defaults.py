@@ -66,4 +66,5 @@ RANGES: dict[str, Range] = {
     "stream_lookahead_tokens": Range(0, MAX_TOKENS, integer=True),
     "stream_crossfade_ms": Range(0, 40, unit="milliseconds"),
     "stream_ramp": Range(1, 4),
+    "stream_vocoder_margin": Range(0, 4096, integer=True, unit="frames"),
 }

@@ -262,7 +262,7 @@ class GPTSoVITSEngine:
                 with locked(), stage("gpt"):
                     gen = pipeline.token_stream(r.models, r.ref, chunk, cfg, r.seed + s)
                 tokens: list[int] = []
-                pacer = pacing.Pacer(cfg, self.rates, r.speed, r.models.sovits.dec.receptive_frames,
+                pacer = pacing.Pacer(cfg, self.rates, r.speed, streaming.vocoder_margin(r.models, cfg),
                                      stitcher.crossfade_frames, stitcher.hop / sr)
                 cut_at, decode_s = 0, 0.0  # tokens at the last cut; GPT seconds since (prefill excluded)
                 lane_was_busy = lane_busy()

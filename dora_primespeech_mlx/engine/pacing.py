@@ -118,7 +118,7 @@ def window_steps(cfg: SynthesisConfig) -> Iterator[int]:
 class Pacer:
     """The window plan of one streamed request: :meth:`cut` says, after each new token, whether to cut a window.
 
-    ``margin_frames``: the vocoder's receptive field (frames vocoded beyond the emitted span on each side);
+    ``margin_frames``: latent frames vocoded beyond the emitted span on each side (``streaming.vocoder_margin``);
     ``crossfade_frames``: the crossfade's frames (vocoded again at each seam); ``frame_audio_s``: seconds of
     audio per latent frame at speed 1 (hop / sample rate)."""
 

@@ -89,7 +89,7 @@ class Stitcher:
 class Window:
     """One window's latent, ready for the vocoder: ``z`` holds the window's output frames [lo, hi)
     (relative to the window's first frame, token ``start``); ``frames`` is the window's length. Only the
-    emitted span plus the vocoder's receptive field is kept: the frames outside it never reach the audio."""
+    emitted span plus the vocoder's margin (:func:`vocoder_margin`) is kept."""
 
     z: mx.array  # (1, C, hi - lo)
     lo: int
@@ -106,7 +106,8 @@ def window_latent(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, s
     Decodes tokens[start:] where ``start`` lies ``stream_context_tokens`` before the emitted boundary;
     emits up to ``stream_lookahead_tokens`` before the newest token (all of it when ``done``), since the
     last tokens' audio changes once their right context exists. The text encoder and flow see the whole
-    window; the vocoder gets the emitted frames and its receptive field on each side (same samples)."""
+    window; the vocoder gets the emitted frames and :func:`vocoder_margin` frames on each side (with the whole
+    receptive field the same samples as vocoding the whole window)."""
     stop = len(tokens) if done else len(tokens) - cfg.stream_lookahead_tokens
     emit_from = stitcher.planned_tokens  # the previous window's stop, stitched or still in the vocoder
     if not done and stop <= emit_from:
@@ -116,11 +117,17 @@ def window_latent(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, s
     z = window_z(models, ref, window, chunk.phones, cfg.noise_scale, bank, stitcher, start, done)
     frames = z.shape[2]
     f0 = stitcher.frame(start)
-    margin = models.sovits.dec.receptive_frames
+    margin = vocoder_margin(models, cfg)
     lo = max(0, stitcher.frame(emit_from) - f0 - stitcher.crossfade_frames - margin)
     hi = frames if done else min(frames, stitcher.frame(stop) - f0 + margin)
     stitcher.planned_tokens = stop
     return Window(z[:, :, lo:hi], lo, frames, start, stop, done)
+
+
+def vocoder_margin(models: Models, cfg: SynthesisConfig) -> int:
+    """Latent frames a window's vocoder run gets beyond the frames it emits: ``stream_vocoder_margin``, at most the
+    generator's receptive field (where every frame of the margin still reaches the audio)."""
+    return min(models.sovits.dec.receptive_frames, cfg.stream_vocoder_margin)
 
 
 def place(window: Window, part: np.ndarray, hop: int) -> np.ndarray:

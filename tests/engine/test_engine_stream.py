@@ -208,15 +208,32 @@ def test_vocoder_crop_keeps_the_samples(engine, monkeypatch, speed):
     vocoding each whole window (float rounding), while a crop without that margin changes it."""
     from dora_primespeech_mlx.models.hifigan import Generator
 
-    cropped = _stream_audio(engine, speed_factor=speed)
+    cropped = _stream_audio(engine, speed_factor=speed, stream_vocoder_margin=4096)  # the whole receptive field
     monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 10**6))
-    whole_windows = _stream_audio(engine, speed_factor=speed)
+    whole_windows = _stream_audio(engine, speed_factor=speed, stream_vocoder_margin=4096)  # whole windows
     assert cropped.shape == whole_windows.shape
     peak = float(np.abs(whole_windows).max())
     assert float(np.abs(cropped - whole_windows).max()) <= 1e-5 * peak
     monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 0))
-    too_tight = _stream_audio(engine, speed_factor=speed)
+    too_tight = _stream_audio(engine, speed_factor=speed, stream_vocoder_margin=4096)
     assert float(np.abs(too_tight - whole_windows).max()) > 1e-3 * peak  # the margin is what keeps it exact
+
+
+def test_default_vocoder_margin_is_small_beside_the_windowing(engine):
+    """``stream_vocoder_margin`` (default 8 frames, under v2's 13-frame receptive field) trades exactness for
+    cheaper windows: the change it makes to the streamed audio is small beside the one streaming makes anyway
+    (windows decoded with limited context, vs the whole sentence), and smaller than with no margin at all."""
+    whole = engine.synthesize(TEXT, speed_factor=1.0, **{k: SMALL[k] for k in ("text_split_method", "top_k", "seed")})
+    speech = len(whole.audio) - int(0.3 * 32000)
+    exact = _stream_audio(engine, speed_factor=1.0, stream_vocoder_margin=4096)[:speech]
+    default = _stream_audio(engine, speed_factor=1.0)[:speech]
+    bare = _stream_audio(engine, speed_factor=1.0, stream_vocoder_margin=0)[:speech]
+    windowing = _rel_error(exact, whole.audio[:speech])
+    margin = _rel_error(default, exact)
+    print(f"relative L2: streamed vs whole {windowing:.3g}, default margin vs exact {margin:.3g}, "
+          f"no margin vs exact {_rel_error(bare, exact):.3g}")
+    assert margin <= 0.05 * windowing
+    assert _rel_error(bare, exact) > margin
 
 
 def test_receptive_frames_is_the_generator_reach(engine):

@@ -85,6 +85,8 @@ def apply_variant(opts: dict) -> dict:
     crop = opts.pop("crop", "1") != "0"
     eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
+    if not crop:
+        opts["stream_vocoder_margin"] = "4096"  # every frame of each window through the vocoder
     return {k: (v not in ("0", "false") if k == "stream_pace" else float(v) if "." in v else int(v))
             for k, v in opts.items()}
 
