@@ -369,6 +369,9 @@ def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, a
     out["peak_rss_mb"] = round(peak_rss_mb(), 1)
     (sovits,) = [engine.cache.peek(k) for k in engine.cache.keys("sovits")]
     out["vocoder"] = {k: v for k, v in vocoder.status(sovits).items() if k in ("backend", "arena", "mlx_weights")}
+    (bert,) = [engine.cache.peek(k) for k in engine.cache.keys("bert")]
+    bert = bert[0] if isinstance(bert, tuple) else bert  # (model, tokenizer)
+    out["bert_dtype"] = str(bert.embeddings.word_embeddings.weight.dtype).rsplit(".", 1)[-1]
     return out
 
 
@@ -400,14 +403,15 @@ def memory_levers(root: Path) -> str:
     """``bench --memory-levers``: the engine's RSS in a fresh process per lever setting, one after the other in
     this run (and "before" again at the end): voice loaded, after 3 requests, after the end-of-request trim
     (the last lever: its column)."""
-    rows = []
+    rows, dtypes = [], set()
     for label, *levers in (*MEMORY_LEVERS, MEMORY_LEVERS[0]):
         m = memory_engine(root, *levers)
+        dtypes.add(m.get("bert_dtype", "?"))
         rows.append(f"| {label} | {m['loaded']['rss_mb']:.0f} | {m['after_requests']['rss_mb']:.0f} | "
                     f"{m['after_trim']['rss_mb']:.0f} ({m['trim_ms']:.0f} ms) | {m['peak_rss_mb']:.0f} | "
                     f"{m['after_trim']['mlx_active_mb']:.0f} | {m['after_trim']['other_mb']:.0f} | {loadavg()} |")
         print(rows[-1], file=sys.stderr, flush=True)
-    bert = "float16" if read_setting("bert_half") else "float32"
+    bert = "/".join(sorted(dtypes))  # the storage the engines chose (PRIMESPEECH_BERT_HALF, auto by default)
     head = (f"engine RSS (MB), bench voice, RoBERTa {bert}, fresh process per row\n"
             "| levers | voice loaded | after 3 requests | after end-of-request trim | peak | MLX buffers "
             "| rest | loadavg |\n|---|---|---|---|---|---|---|---|")
