@@ -236,7 +236,7 @@ def _preload() -> str | None:
         _STATE["error"] = "disabled by PRIMESPEECH_BLAS"
         return None
     if _global_cblas():  # one is in the process's global scope already (LD_PRELOAD): MLX binds to it
-        _STATE["name"], _STATE["path"] = "preloaded", os.environ.get("LD_PRELOAD") or "the global symbol scope"
+        _STATE["name"], _STATE["path"] = "preloaded", read("preloaded_libraries") or "the global symbol scope"
         return _STATE["name"]
     late = "mlx.core" in sys.modules  # libmlx's symbols are bound: loading one now would change nothing
     errors = []

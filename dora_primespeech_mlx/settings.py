@@ -256,6 +256,9 @@ VARS: tuple[Var, ...] = (
     Var("user_blas_threads", "OPENBLAS_NUM_THREADS", None, _str,
         "Read, never written: when set (or MKL_NUM_THREADS), PRIMESPEECH_THREADS=auto leaves the BLAS threads "
         "to it.", ("MKL_NUM_THREADS",)),
+    Var("preloaded_libraries", "LD_PRELOAD", None, _str,
+        "Read, never written: where PRIMESPEECH_BLAS finds a cblas_sgemm already loaded, named as the BLAS in use.",
+        ()),
     Var("blas", "PRIMESPEECH_BLAS", "auto", _str,
         "CPU BLAS for MLX on Linux: auto (pip MKL, system OpenBLAS, numpy's OpenBLAS via a compiled shim), off, "
         "or the path of a library exporting cblas_sgemm. Loaded before MLX: an application that imports `mlx` first "
@@ -348,6 +351,7 @@ class Settings(defaults.RequestDefaults):
     max_queued_texts: int = 1000
     threads: int | str = "auto"
     user_blas_threads: str | None = None
+    preloaded_libraries: str | None = None
     blas: str = "auto"
     conv_impl: str = "auto"
     t2s_decode: str = "auto"
