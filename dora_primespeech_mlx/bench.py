@@ -369,8 +369,7 @@ def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, a
     out["peak_rss_mb"] = round(peak_rss_mb(), 1)
     (sovits,) = [engine.cache.peek(k) for k in engine.cache.keys("sovits")]
     out["vocoder"] = {k: v for k, v in vocoder.status(sovits).items() if k in ("backend", "arena", "mlx_weights")}
-    (bert,) = [engine.cache.peek(k) for k in engine.cache.keys("bert")]
-    bert = bert[0] if isinstance(bert, tuple) else bert  # (model, tokenizer)
+    ((bert, _tokenizer),) = [engine.cache.peek(k) for k in engine.cache.keys("bert")]
     out["bert_dtype"] = str(bert.embeddings.word_embeddings.weight.dtype).rsplit(".", 1)[-1]
     return out
 
@@ -406,7 +405,7 @@ def memory_levers(root: Path) -> str:
     rows, dtypes = [], set()
     for label, *levers in (*MEMORY_LEVERS, MEMORY_LEVERS[0]):
         m = memory_engine(root, *levers)
-        dtypes.add(m.get("bert_dtype", "?"))
+        dtypes.add(m["bert_dtype"])
         rows.append(f"| {label} | {m['loaded']['rss_mb']:.0f} | {m['after_requests']['rss_mb']:.0f} | "
                     f"{m['after_trim']['rss_mb']:.0f} ({m['trim_ms']:.0f} ms) | {m['peak_rss_mb']:.0f} | "
                     f"{m['after_trim']['mlx_active_mb']:.0f} | {m['after_trim']['other_mb']:.0f} | {loadavg()} |")
