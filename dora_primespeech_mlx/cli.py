@@ -14,7 +14,7 @@ def _model_dir(args) -> Path | None:
 
 
 def cmd_voices(args) -> int:
-    from .voices import list_voices
+    from .assets.catalog import list_voices
 
     voices = list_voices(_model_dir(args))
     if args.json:
@@ -28,8 +28,8 @@ def cmd_voices(args) -> int:
 
 
 def cmd_download(args) -> int:
-    from .download import download_encoders, download_sv, download_voice
-    from .voices import preset_names
+    from .assets.catalog import preset_names
+    from .assets.download import download_encoders, download_sv, download_voice
 
     root = _model_dir(args)
     names = args.voices

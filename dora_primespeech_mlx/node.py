@@ -29,11 +29,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from dora_primespeech_mlx.dataflow.handler import WATCH_S, MessageHandler
+from dora_primespeech_mlx.dataflow.transport import DirectTransport, OutboxTransport
+
 # Absolute imports: the operator runtime loads this file by path, as a top-level module.
 from dora_primespeech_mlx.errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
-from dora_primespeech_mlx.handler import WATCH_S, MessageHandler
 from dora_primespeech_mlx.settings import Settings, use_reliable_zenoh
-from dora_primespeech_mlx.transport import DirectTransport, OutboxTransport
 
 POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worker is busy
 STOP_GRACE_S = 1.5  # after STOP, how long the worker may take to reach a cancellation point
@@ -43,8 +44,8 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
     """A factory that builds the engine, loads the start voice and warms up, reporting progress."""
 
     def build(progress: Callable[[str], None]):
+        from dora_primespeech_mlx.assets.catalog import resolve_voice
         from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig
-        from dora_primespeech_mlx.voices import resolve_voice
 
         try:
             spec = resolve_voice(settings.voice, settings.model_dir)
@@ -52,7 +53,7 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
             spec = resolve_voice(settings.voice, settings.model_dir, require_installed=False)
             if not (settings.auto_download and spec.source == "preset"):
                 raise
-            from dora_primespeech_mlx.download import download_voice
+            from dora_primespeech_mlx.assets.download import download_voice
 
             progress(f"voice {spec.name} is not installed: downloading it into {settings.model_dir} "
                      "(PRIMESPEECH_AUTO_DOWNLOAD=false turns this off) ...")

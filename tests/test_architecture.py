@@ -6,8 +6,7 @@ relative and absolute. ``from pkg import name`` points at ``pkg.name`` when that
 ``pkg``. Layers (by module-name prefix, so an ``engine/`` package counts like ``engine.py``):
 
 - ``text`` (front end) and ``models`` (pure model math) never import the engine/node layer
-  (``engine``, ``node``, ``handler``, ``jobs``, ``transport``, ``messages``, ``settings``, ``cli``, ``bench``,
-  ``download``);
+  (``engine``, ``node``, ``dataflow``, ``assets``, ``settings``, ``cli``, ``bench``);
 - ``text`` imports no model code (``models``, ``convert``, ``coreml``) and ``models`` no loader
   (``convert``) nor the CoreML runtime.
 """
@@ -20,7 +19,7 @@ from pathlib import Path
 PACKAGE = "dora_primespeech_mlx"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
-ENGINE_LAYER = ("engine", "node", "handler", "jobs", "transport", "messages", "settings", "cli", "bench", "download")
+ENGINE_LAYER = ("engine", "node", "dataflow", "assets", "settings", "cli", "bench")
 FORBIDDEN = {
     "text": ENGINE_LAYER + ("models", "convert", "coreml"),
     "models": ENGINE_LAYER + ("convert", "coreml"),

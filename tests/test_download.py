@@ -17,11 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from dora_primespeech_mlx import download
+from dora_primespeech_mlx.assets import download
+from dora_primespeech_mlx.assets.catalog import encoder_info, preset_voice, resolve_voice
+from dora_primespeech_mlx.assets.integrity import git_blob_sha1, read_lock
 from dora_primespeech_mlx.convert.load import convert, is_converted, load
 from dora_primespeech_mlx.errors import DownloadError, VoiceNotInstalledError
-from dora_primespeech_mlx.integrity import git_blob_sha1, read_lock
-from dora_primespeech_mlx.voices import encoder_info, preset_voice, resolve_voice
 from tests.conftest import load_cases_json, require_fixture
 
 

@@ -51,7 +51,7 @@ def _probe(names: list[str]) -> dict:
 
 def test_importing_non_mlx_modules_loads_nothing_and_changes_nothing():
     names = [m for m in _modules() if not _is_mlx_layer(m)]
-    assert "dora_primespeech_mlx.node" in names and "dora_primespeech_mlx.messages" in names
+    assert "dora_primespeech_mlx.node" in names and "dora_primespeech_mlx.dataflow.messages" in names
     result = _probe(names)
     assert result["env_changed"] == []
     assert result["mlx"] is False, "a module outside models/engine imported mlx"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from dora_primespeech_mlx.assets.catalog import custom_voice, list_voices, preset_names, resolve_voice
 from dora_primespeech_mlx.errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
-from dora_primespeech_mlx.voices import custom_voice, list_voices, preset_names, resolve_voice
 from tests.conftest import require_fixture
 
 

@@ -6,6 +6,6 @@
 * :mod:`.interpreter` — a numpy MIL interpreter used by the tests to check the programs off macOS.
 * :mod:`.cli` — the ``primespeech-mlx export-coreml`` sub-command.
 
-The engine uses them through :class:`dora_primespeech_mlx.encoders.EncoderBackends`, which falls back
+The engine uses them through :class:`dora_primespeech_mlx.engine.encoders.EncoderBackends`, which falls back
 to MLX per encoder. Nothing here imports coremltools at import time.
 """

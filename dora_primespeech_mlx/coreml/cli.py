@@ -12,9 +12,9 @@ from pathlib import Path
 
 
 def _targets(args) -> list[tuple[str, Path]]:
+    from ..assets.catalog import encoder_info, resolve_voice
     from ..convert.load import detect_kind
     from ..paths import model_dir, originals_dir
-    from ..voices import encoder_info, resolve_voice
 
     root = Path(args.model_dir).expanduser() if getattr(args, "model_dir", None) else model_dir()
     out: list[tuple[str, Path]] = []

@@ -30,11 +30,11 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from .. import voices as voices_mod
+from ..assets import catalog as voices_mod
+from ..assets.catalog import VoiceSpec
 from ..errors import ConfigError, SynthesisCancelled
 from ..paths import model_dir as default_model_dir
 from ..settings import Settings
-from ..voices import VoiceSpec
 from . import overlap, pacing, pipeline, streaming
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference

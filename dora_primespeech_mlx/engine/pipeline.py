@@ -18,8 +18,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from ..assets.catalog import VoiceSpec
 from ..errors import NothingToSpeakError, SynthesisCancelled, SynthesisError
-from ..voices import VoiceSpec
 from .config import SynthesisConfig
 from .stats import Timer, stage
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from ..assets.catalog import VoiceSpec
 from ..errors import ConfigError
 from ..models import audio
-from ..voices import VoiceSpec
 from .pipeline import Models, bert_features
 from .stats import Timer, stage
 

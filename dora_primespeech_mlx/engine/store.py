@@ -12,9 +12,9 @@ from typing import Any
 
 import mlx.core as mx
 
+from ..assets.catalog import VoiceSpec
 from ..errors import VoiceNotInstalledError
 from ..settings import Settings
-from ..voices import VoiceSpec
 from . import pipeline
 from .cache import VoiceCache, encoders_key, file_identity
 from .reference import Reference, ReferenceBuilder
@@ -65,7 +65,7 @@ class VoiceStore:
         return (kind, identity)
 
     def models(self, spec: VoiceSpec) -> pipeline.Models:
-        from ..encoders import EncoderBackends
+        from .encoders import EncoderBackends
 
         name = voice_id(spec)
 

@@ -3,7 +3,7 @@
 Why: on the CPU, MLX runs the generator's convolutions through this package's GEMM path at 10-85 GFLOP/s
 per layer and on one core; ONNX Runtime's MLAS convolutions run every layer shape of the v2 generator at
 close to the machine's sgemm peak and use the configured threads (``python -m
-dora_primespeech_mlx.bench_conv`` measures it layer by layer; README, "Performance").
+dora_primespeech_mlx.bench.conv`` measures it layer by layer; README, "Performance").
 
 The ONNX graph is built **without torch** from the loaded :class:`~.hifigan.Generator`'s weights with the
 ``onnx`` helper API (:func:`build_generator_model`): the same operations in the same order as

@@ -19,11 +19,11 @@ import pytest
 from conftest import model_cases, require_case, require_fixture
 from coreml_testlib import CASES_JSON, InterpretedModel, assert_close, converted, model_dir
 
-from dora_primespeech_mlx import encoders as enc_mod
 from dora_primespeech_mlx.coreml import export, runtime
-from dora_primespeech_mlx.encoders import EncoderBackends
+from dora_primespeech_mlx.engine import encoders as enc_mod
+from dora_primespeech_mlx.engine.encoders import EncoderBackends
 
-LOGGER = "dora_primespeech_mlx.encoders"
+LOGGER = "dora_primespeech_mlx.engine.encoders"
 
 
 @functools.lru_cache(maxsize=2)

@@ -27,7 +27,7 @@ def _mlx_hubert(path: str):
 
 
 def _backends(tmp_path, precision, units):
-    from dora_primespeech_mlx.encoders import EncoderBackends
+    from dora_primespeech_mlx.engine.encoders import EncoderBackends
 
     return EncoderBackends(model_dir("hubert"), model_dir("bert"), mode="coreml", root=tmp_path,
                            compute_units=units, precision=precision)

@@ -20,10 +20,10 @@ import pytest
 from conftest import fixtures_root, param_or_missing, require_case, require_fixture
 from test_engine import ReplayNoise, golden_settings, model_dir  # noqa: F401  (shared fixture)
 
+from dora_primespeech_mlx.assets.catalog import VoiceSpec
 from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig
 from dora_primespeech_mlx.errors import VoiceNotInstalledError
 from dora_primespeech_mlx.models.hubert import PROMPT_TAIL_SAMPLES
-from dora_primespeech_mlx.voices import VoiceSpec
 
 SET = "models-v2pro"
 FAST = SynthesisConfig(text_split_method="cut0")

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
 
+from dora_primespeech_mlx.assets.catalog import VoiceSpec
 from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig
-from dora_primespeech_mlx.voices import VoiceSpec
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (a Linux dependency)")
 

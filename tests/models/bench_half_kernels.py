@@ -49,9 +49,10 @@ def main(argv=None) -> int:
     p.add_argument("--models-dir", help="bench models (default: the bench's cache folder)")
     args = p.parse_args(argv)
 
-    from dora_primespeech_mlx import bench
+    from dora_primespeech_mlx import bench as bench_cli
+    from dora_primespeech_mlx.bench import weights as bench
 
-    bench._preload_blas()
+    bench_cli._preload_blas()
     import mlx.core as mx
 
     from dora_primespeech_mlx import _blas

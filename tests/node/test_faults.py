@@ -15,10 +15,10 @@ import soundfile as sf
 import yaml
 from tiny_voice import VOICE, checkpoint, make_model_dir, reference_wav, write_voice
 
-from dora_primespeech_mlx.handler import MessageHandler
+from dora_primespeech_mlx.dataflow.handler import MessageHandler
+from dora_primespeech_mlx.dataflow.transport import DirectTransport
 from dora_primespeech_mlx.node import engine_factory, start_failure
 from dora_primespeech_mlx.settings import Settings
-from dora_primespeech_mlx.transport import DirectTransport
 
 TEXT = "Hello world, this is a small test."
 

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 from tiny_voice import VOICE, VOICE_2, make_model_dir, reference_wav
 
-from dora_primespeech_mlx.handler import CANCELLED, MessageHandler
+from dora_primespeech_mlx.dataflow.handler import CANCELLED, MessageHandler
+from dora_primespeech_mlx.dataflow.transport import DirectTransport
 from dora_primespeech_mlx.node import engine_factory
 from dora_primespeech_mlx.settings import Settings
-from dora_primespeech_mlx.transport import DirectTransport
 
 TEXT = "Hello world, this is a small test."
 LONG = "One small test. Two small tests. Three small tests. Four small tests. Five small tests."

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dora_primespeech_mlx.messages import (
+from dora_primespeech_mlx.dataflow.messages import (
     ControlCommand,
     InputError,
     as_int,

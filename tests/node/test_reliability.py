@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dora_primespeech_mlx.dataflow.handler import CANCELLED, STOPPING, MessageHandler
+from dora_primespeech_mlx.dataflow.transport import DirectTransport
 from dora_primespeech_mlx.errors import NothingToSpeakError, SynthesisCancelled, SynthesisError
-from dora_primespeech_mlx.handler import CANCELLED, STOPPING, MessageHandler
 from dora_primespeech_mlx.settings import Settings
-from dora_primespeech_mlx.transport import DirectTransport
 
 VOICE = SimpleNamespace(name="Fake", language="en")
 
@@ -268,7 +268,7 @@ def test_change_voice_keeps_its_place_among_texts():
     real = engine.synthesize
     engine.synthesize = lambda text, voice=None, **kw: order.append(("text", voice.name)) or real(text, voice, **kw)
     handler, rec = make(engine)
-    import dora_primespeech_mlx.voices as voices_mod
+    import dora_primespeech_mlx.assets.catalog as voices_mod
 
     other = SimpleNamespace(name="Other", language="en")
     orig = voices_mod.resolve_voice

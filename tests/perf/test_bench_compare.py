@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from dora_primespeech_mlx import bench_compare as bc
+from dora_primespeech_mlx.bench import compare as bc
 
 
 def _args(tmp_path, **kw):

@@ -3,7 +3,7 @@ engines chose (not the raw setting, whose default ``auto`` means float16 on a CP
 
 from __future__ import annotations
 
-from dora_primespeech_mlx import bench
+from dora_primespeech_mlx.bench import memory as bench
 
 
 def _probe(rss: float, dtype: str) -> dict:

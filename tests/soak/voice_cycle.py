@@ -26,10 +26,10 @@ import conftest  # noqa: E402,F401  (offline NLTK / text data from ../shared)
 from test_faults import Recorder, _variant  # noqa: E402
 from tiny_voice import checkpoint, make_model_dir, reference_wav  # noqa: E402
 
-from dora_primespeech_mlx.handler import MessageHandler  # noqa: E402
+from dora_primespeech_mlx.dataflow.handler import MessageHandler  # noqa: E402
+from dora_primespeech_mlx.dataflow.transport import DirectTransport  # noqa: E402
 from dora_primespeech_mlx.node import engine_factory  # noqa: E402
 from dora_primespeech_mlx.settings import Settings  # noqa: E402
-from dora_primespeech_mlx.transport import DirectTransport  # noqa: E402
 
 
 def rss_mb() -> float:

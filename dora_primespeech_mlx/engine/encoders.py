@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .settings import read
+from ..settings import read
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class EncoderBackends:
         self.precision = precision
         self.packages = {k: Path(v) for k, v in (packages or {}).items()}
         if self.mode != "mlx":
-            from .coreml.runtime import compute_units as _cu
+            from ..coreml.runtime import compute_units as _cu
 
             self.compute_units = _cu(compute_units)  # a bad setting is a configuration error, raised now
         else:
@@ -122,14 +122,14 @@ class EncoderBackends:
     # ---- public API --------------------------------------------------------------------------
     def hubert_features(self, wav16k: np.ndarray) -> np.ndarray:
         """Mono 16 kHz clip (without the tail) -> (1, hidden, T) float32 SoVITS ``extract_latent`` input."""
-        from .models.audio import mono_clip
+        from ..models.audio import mono_clip
 
         wav = mono_clip(wav16k)
         with self._lock:
             out = self._try_coreml("hubert", lambda enc: enc.features(wav))
             if out is not None:
                 return out
-            from .models.hubert import prompt_features
+            from ..models.hubert import prompt_features
 
             self._slots["hubert"].mlx_calls += 1
             return np.asarray(prompt_features(self._mlx_model("hubert"), wav), dtype=np.float32)
@@ -140,7 +140,7 @@ class EncoderBackends:
 
     def bert_features_batch(self, items: Sequence[tuple[str, Sequence[int]]]) -> list[np.ndarray]:
         """:meth:`bert_features` of several segments (MLX: one padded batch; CoreML: one call each)."""
-        from .models.bert import _check_item
+        from ..models.bert import _check_item
 
         items = list(items)
         if not items:
@@ -151,7 +151,7 @@ class EncoderBackends:
             out = self._try_coreml("bert", lambda enc: self._coreml_bert_batch(enc, items))
             if out is not None:
                 return out
-            from .models.bert import bert_features_batch
+            from ..models.bert import bert_features_batch
 
             model, tokenizer = self._mlx_model("bert")
             self._slots["bert"].mlx_calls += 1
@@ -200,7 +200,7 @@ class EncoderBackends:
         slot = self._slots[kind]
         if slot.backend != "coreml":
             return None
-        from .coreml.runtime import BucketError
+        from ..coreml.runtime import BucketError
 
         try:
             result = fn(self._coreml(kind))
@@ -222,7 +222,7 @@ class EncoderBackends:
     def _coreml(self, kind: str):
         slot = self._slots[kind]
         if slot.coreml is None:
-            from .coreml import runtime
+            from ..coreml import runtime
 
             package = self.packages.get(kind)
             if package is None:
@@ -231,7 +231,7 @@ class EncoderBackends:
                     raise ValueError(f"no {kind} model folder given")
                 if not runtime.prediction_supported():  # do not spend an export on a platform that cannot run it
                     raise runtime.CoreMLError(f"CoreML prediction needs macOS (this is {sys.platform})")
-                from .coreml.export import ensure_package
+                from ..coreml.export import ensure_package
 
                 package = ensure_package(src, kind, self.precision, self.root)
             slot.package = Path(package)
@@ -246,7 +246,7 @@ class EncoderBackends:
                 path = self.paths[kind]
                 if path is None:
                     raise ValueError(f"no {kind} model folder given")
-                from .convert import load
+                from ..convert import load
 
                 loader = (lambda: load.load_hubert(path, root=self.root)) if kind == "hubert" else (
                     lambda: load.load_bert(path, root=self.root))
@@ -258,7 +258,7 @@ class EncoderBackends:
             if "bert" in self._mlx:
                 self._tokenizer = self._mlx["bert"][1]
             else:
-                from .models.bert import BertTokenizer
+                from ..models.bert import BertTokenizer
 
                 if self.paths["bert"] is None:
                     raise ValueError("no bert model folder given (needed for the tokenizer)")
@@ -266,7 +266,7 @@ class EncoderBackends:
         return self._tokenizer
 
     def _coreml_bert_batch(self, enc, items: list[tuple[str, Sequence[int]]]) -> list[np.ndarray]:
-        from .models.bert import phone_features
+        from ..models.bert import phone_features
 
         tok = self._bert_tokenizer()
         encoded = tok.encode_batch([t for t, _ in items])

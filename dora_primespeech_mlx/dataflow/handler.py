@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import (
+from ..errors import (
     ConfigError,
     NothingToSpeakError,
     PrimeSpeechError,
@@ -37,6 +37,8 @@ from .errors import (
     VoiceNotFoundError,
     VoiceNotInstalledError,
 )
+from ..settings import LOG_LEVELS, Settings
+from ..text.speakable import has_speakable
 from .jobs import Job, JobQueue, QueueFull
 from .messages import (
     InputError,
@@ -47,8 +49,6 @@ from .messages import (
     parse_text,
     sanitize_metadata,
 )
-from .settings import LOG_LEVELS, Settings
-from .text.speakable import has_speakable
 
 NODE_NAME = "primespeech"
 CANCELLED = "cancelled by reset"
@@ -437,7 +437,7 @@ class MessageHandler:
         return duration
 
     def _request_voice(self, req: TextRequest):
-        from .voices import custom_voice, resolve_voice
+        from ..assets.catalog import custom_voice, resolve_voice
 
         choice = req.voice
         if choice is None:
@@ -473,7 +473,7 @@ class MessageHandler:
             self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command=cmd.name)
 
     def _change_voice(self, name: str, md: dict) -> None:
-        from .voices import resolve_voice
+        from ..assets.catalog import resolve_voice
 
         old = self.voice
         try:

@@ -1,6 +1,6 @@
 """Which CPU conv kernels can run the SoVITS vocoder fast? One layer of each real shape, every candidate, one run.
 
-``python -m dora_primespeech_mlx.bench_conv [--threads N] [--frames 200] [--repeat 5]``
+``python -m dora_primespeech_mlx.bench.conv [--threads N] [--frames 200] [--repeat 5]``
 
 The HiFi-GAN generator of GPT-SoVITS v2 (upsample 512 ch, rates 10/8/2/2/2, kernels 16/16/8/2/2,
 ResBlock1 kernels 3/7/11 x dilations 1/3/5) spends its time in a few layer shapes. For ``--frames``
@@ -110,7 +110,7 @@ def best_of(fn, repeat: int, budget_s: float = 3.0) -> float:
 def cand_mlx(layer: Layer, x_ncl, w_onnx, gemm: bool):
     import mlx.core as mx
 
-    from .models import conv
+    from ..models import conv
 
     x = mx.array(x_ncl.transpose(0, 2, 1))
     if layer.transpose:
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import numpy as np
 
-    from . import _blas
+    from .. import _blas
 
     _blas.preload()  # the fast BLAS before mlx loads
     _blas.configure_threads(args.threads)

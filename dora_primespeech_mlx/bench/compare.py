@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .settings import child_env, read
+from ..settings import child_env, read
 
 SIDES = ("upstream", "ours", "genie", "cpufast")
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """What a downloaded file must be: sizes and hashes recorded when a download was verified.
 
-The download module (:mod:`dora_primespeech_mlx.download`) checks every file it fetches against the size
+The download module (:mod:`dora_primespeech_mlx.assets.download`) checks every file it fetches against the size
 and SHA-256 the Hugging Face Hub gives for it (the git blob SHA-1 for small non-LFS files), at a pinned
 revision, and records the result in ``<originals>/.primespeech-download.json``:
 

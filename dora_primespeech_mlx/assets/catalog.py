@@ -26,22 +26,24 @@ from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
-from .paths import expand, model_dir, originals_dir, user_voices_dir
-from .settings import read as read_setting
-from .text.langsplit import SUPPORTED_OPTIONS
+from ..errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
+from ..paths import expand, model_dir, originals_dir, user_voices_dir
+from ..settings import read as read_setting
+from ..text.langsplit import SUPPORTED_OPTIONS
 
 DEFAULT_VOICE = "Doubao"
 SUPPORTED_LANGS = SUPPORTED_OPTIONS  # zh en ja ko yue, their all_* forms, auto, auto_yue
 
 
 def _catalog_dir() -> Path:
-    """The preset YAML folder: the repository's ``voices/`` (editable install) or the package copy."""
+    """The preset YAML folder: the checkout's top-level ``voices/`` (editable install) or the wheel's copy,
+    ``dora_primespeech_mlx/assets/presets``."""
     here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "voices", here / "voices"):
+    for candidate in (here / "presets", here.parents[1] / "voices"):
         if (candidate / "_encoders.yaml").is_file():
             return candidate
-    raise ConfigError(f"the preset voice catalog is missing (looked in {here.parent / 'voices'})")
+    looked = f"{here / 'presets'}, {here.parents[1] / 'voices'}"
+    raise ConfigError(f"the preset voice catalog is missing (looked in {looked})")
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class VoiceSpec:
     @property
     def needs_sv(self) -> bool:
         """Whether the SoVITS file is v2Pro-family (read cheaply from the file; False while it is missing)."""
-        from .convert.checkpoints import sovits_needs_sv
+        from ..convert.checkpoints import sovits_needs_sv
 
         return sovits_needs_sv(self.sovits)
 

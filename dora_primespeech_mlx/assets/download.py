@@ -6,7 +6,7 @@ so an interrupted download (even ``kill -9``) leaves nothing half-written and is
 Every file is checked against the size and SHA-256 the Hub gives for it (git blob id for small non-LFS
 files) at a pinned revision: the catalog's ``revision`` of the repo, else the commit the first download
 from that repo resolved, recorded with the verified sizes and hashes in
-``<originals>/.primespeech-download.json`` (:mod:`dora_primespeech_mlx.integrity`). A present file that does
+``<originals>/.primespeech-download.json`` (:mod:`dora_primespeech_mlx.assets.integrity`). A present file that does
 not match (truncated by an interrupted copy, corrupt) is fetched again; a download that does not match is
 removed and raises. Conversion writes to a temporary folder renamed into place
 (:func:`dora_primespeech_mlx.convert.load.convert`). Nothing is ever replaced by placeholder files: a
@@ -22,10 +22,10 @@ from urllib.parse import urlparse
 
 from huggingface_hub import constants as hf_constants
 
-from .errors import DownloadError
+from ..errors import DownloadError
+from ..paths import model_dir, originals_dir
+from .catalog import VoiceSpec, encoder_info, preset_voice
 from .integrity import file_entry, mismatch, read_lock, write_lock
-from .paths import model_dir, originals_dir
-from .voices import VoiceSpec, encoder_info, preset_voice
 
 log = logging.getLogger(__name__)
 
@@ -212,13 +212,13 @@ def download_voice(name: str, root: Path | None = None, convert: bool = True) ->
     if spec.needs_sv:  # a v2Pro / v2ProPlus SoVITS: the speaker-verification model too
         download_sv(root)
     if convert:
-        from .convert.load import convert_voice
+        from ..convert.load import convert_voice
 
         convert_voice(spec, root)
-        from .encoders import coreml_available
+        from ..engine.encoders import coreml_available
 
         if coreml_available():  # macOS: build the Neural Engine encoders once, now rather than at first use
-            from .coreml.export import export_voice_encoders
+            from ..coreml.export import export_voice_encoders
 
             try:
                 export_voice_encoders(spec, root)

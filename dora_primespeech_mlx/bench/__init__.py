@@ -1,0 +1,106 @@
+"""``primespeech-mlx bench``: how fast is this machine, stage by stage, with real-size v2 models.
+
+The four models are built with **random weights** and the exact real v2 configurations (GPT d=512 x 24
+layers, SoVITS v2 with its 512-channel HiFi-GAN, chinese-hubert-base, chinese-roberta-wwm-ext-large),
+so no download is needed and every step costs what it costs with the real files (random weights change
+no shape). They are written once as converted MLX folders into a cache directory and loaded through the
+same loader the engine uses. Inputs follow the upstream PyTorch baseline (performance-notes.md §3): a
+5 s reference, the prompt "这是一段用于测试的参考音频。" (27 phones, 139 prompt tokens) and the 20-character
+target "今天的天气特别好，我们一起去公园里散步聊天吧。" (44 phones, 23 BERT tokens), 100 semantic
+tokens (the GPT's EOS is made unreachable and ``max_sec`` is 2, so every run decodes exactly 100).
+
+Each stage runs once to warm up, then ``--repeat`` times; min and median are reported with the
+1-minute load average at the time. The memory-bandwidth floor of the decode step (bytes of weights
+and KV cache read per token / the measured read bandwidth) is measured in the same run. Not a test.
+
+
+Modules: :mod:`.weights` (the models and inputs), :mod:`.stages` (stage and end-to-end timings),
+:mod:`.memory` (RSS probes), :mod:`.measure` (helpers), :mod:`.report` (the table), :mod:`.compare`
+(``--compare``: the original and the peers side by side), :mod:`.conv` (the vocoder convolution bench).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .measure import _preload_blas, loadavg, peak_rss_mb
+from .memory import memory_engine, memory_lean, memory_levers
+from .report import environment, table
+from .stages import bench_engine, bench_stages
+from .weights import default_models_dir, ensure_models
+
+
+def run(args) -> int:
+    if args.compare:  # side by side with the original and the peers, each in its own process
+        from .compare import run_compare
+
+        return run_compare(args)
+    _preload_blas()
+    root = Path(args.models_dir).expanduser() if args.models_dir else default_models_dir()
+    if args.memory_levers:
+        ensure_models(root)
+        print(memory_levers(root))
+        return 0
+    stages = {s.strip() for s in args.stages.split(",") if s.strip()}
+    unknown = stages - {"hubert", "bert", "gpt", "sovits", "e2e"}
+    if unknown:
+        print(f"error: unknown bench stages {sorted(unknown)} (use hubert,bert,gpt,sovits,e2e)", file=sys.stderr)
+        return 2
+    if args.device != "auto":
+        import mlx.core as mx
+
+        mx.set_default_device(mx.cpu if args.device == "cpu" else mx.gpu)
+    ensure_models(root)
+    report: dict[str, Any] = {"repeat": args.repeat, "loadavg_start": loadavg()}
+    report["environment"] = environment()
+    report["stages"], report["memory"] = bench_stages(root, args.repeat, stages)
+    from ..engine.store import release_memory
+
+    release_memory()  # the stage models are gone (MLX cache and heap handed back); the engine loads its own
+    if "e2e" in stages:
+        try:
+            report["engine"] = bench_engine(root, args.repeat, stream=not args.no_stream)
+        except Exception as exc:  # the bench still reports the stages
+            report["engine"] = {"error": f"{type(exc).__name__}: {exc}"}
+    report["memory"]["peak_rss_mb"] = peak_rss_mb()
+    if not args.no_memory_probe:
+        try:
+            report["memory"]["engine_fresh_process"] = memory_engine(root)
+        except (subprocess.SubprocessError, ValueError) as exc:
+            report["memory"]["engine_fresh_process"] = {"error": str(exc)}
+        for half in (False, True):
+            try:
+                report["memory"][f"lean_load_bert_half_{int(half)}"] = memory_lean(root, half)
+            except (subprocess.SubprocessError, ValueError) as exc:
+                report["memory"][f"lean_load_bert_half_{int(half)}"] = {"error": str(exc)}
+    report["loadavg_end"] = loadavg()
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False, default=str))
+    else:
+        print(table(report))
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark every stage with real-size random-weight models (no download)",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("-n", "--repeat", type=int, default=5, help="timed runs per stage after one warm-up (default 5)")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--stages", default="hubert,bert,gpt,sovits,e2e", help="comma list (default: all)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
+    p.add_argument("--no-stream", action="store_true", help="skip the streaming time-to-first-audio run")
+    p.add_argument("--no-memory-probe", action="store_true", help="skip the lean-loading RSS probes")
+    p.add_argument("--memory-levers", action="store_true",
+                   help="only the engine's RSS with each vocoder memory lever on/off (fresh process each)")
+    p.add_argument("--models-dir", help="where the random-weight models are written (default: user cache)")
+    from .compare import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=run)

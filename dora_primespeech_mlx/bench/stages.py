@@ -1,0 +1,262 @@
+"""The stage bench (HuBERT, BERT, GPT prefill and decode, SoVITS) and the end-to-end engine bench."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..settings import read as read_setting
+from .measure import _summary, loadavg, measure_bandwidth, rss_mb, timed
+from .memory import memory_breakdown
+from .weights import (
+    N_BERT_TOKENS,
+    N_PROMPT_PHONES,
+    N_PROMPT_TOKENS,
+    N_TARGET_PHONES,
+    N_TOKENS,
+    TARGET_TEXT,
+    bench_voice,
+    weight_bytes_per_token,
+)
+
+
+def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    import mlx.core as mx
+
+    from ..convert import load
+    from ..models import audio, vocoder
+    from ..models.hubert import prompt_features
+    from ..models.t2s_generate import SamplingParams, generate
+
+    rng = np.random.default_rng(0)
+    results: dict[str, Any] = {}
+    t = time.perf_counter()
+    gpt = load.load_gpt(root / "gpt")
+    sovits = load.load_sovits(root / "sovits")
+    hubert = load.load_hubert(root / "hubert")
+    bert, _tok = load.load_bert(root / "bert")
+    memory = {"load_s": time.perf_counter() - t, "rss_models_loaded_mb": rss_mb()}
+
+    wav32k, _ = audio.load_wav(root / "reference.wav")
+    wav16k = audio.resample(wav32k, 32000, 16000)
+
+    if "hubert" in stages:
+        def run_hubert():
+            mx.eval(prompt_features(hubert, wav16k))
+
+        results["hubert"] = _summary([s * 1e3 for s in timed(run_hubert, repeat)], "ms", what="5 s reference + 0.6 s")
+        ssl = prompt_features(hubert, wav16k)
+        codes = sovits.extract_latent(ssl)
+        results["extract_latent"] = _summary(
+            [s * 1e3 for s in timed(lambda: mx.eval(sovits.extract_latent(ssl)), repeat)], "ms"
+        )
+        n_prompt = int(codes.shape[-1])
+    else:
+        n_prompt = N_PROMPT_TOKENS
+
+    if "bert" in stages:
+        ids = mx.array(rng.integers(5, bert.args.vocab_size, (1, N_BERT_TOKENS)).astype(np.int32))
+        results["bert"] = _summary(
+            [s * 1e3 for s in timed(lambda: mx.eval(bert(ids)), repeat)], "ms", what=f"{N_BERT_TOKENS} tokens"
+        )
+
+    phones = rng.integers(0, gpt.args.phoneme_vocab_size, (1, N_PROMPT_PHONES + N_TARGET_PHONES)).astype(np.int32)
+    feats = (0.1 * rng.standard_normal((1, 1024, phones.shape[1]))).astype(np.float32)
+    prompt = rng.integers(0, 1024, (1, n_prompt)).astype(np.int32)
+
+    if "gpt" in stages:
+        backend = gpt.decoder.backend
+
+        def run_prefill():  # what the generation loop runs on this device (returns evaluated numpy logits)
+            gpt.decoder.prefill(phones, feats, prompt, 1)
+
+        results["gpt_prefill"] = _summary(
+            [s * 1e3 for s in timed(run_prefill, repeat)],
+            "ms",
+            what=f"{phones.shape[1]} phones + {n_prompt} prompt tokens",
+            backend=backend,
+        )
+        per_token, step_ms = [], []
+        params = SamplingParams(top_k=15, top_p=1.0, temperature=1.0, repetition_penalty=1.35)
+        for r in range(repeat + 1):
+            gen = generate(gpt, phones, feats, prompt, params, early_stop_num=gpt.args.early_stop_num, seed=r)
+            stamps = [time.perf_counter()]
+            n = 0
+            for _ in gen:
+                stamps.append(time.perf_counter())
+                n += 1
+            if n != N_TOKENS:
+                raise RuntimeError(f"bench GPT produced {n} tokens instead of {N_TOKENS} (EOS not suppressed?)")
+            if r == 0:
+                continue  # warm-up
+            steps = np.diff(stamps[1:]) * 1e3  # token k -> k+1: one decode step plus sampling
+            per_token.append(float(steps.mean()))
+            step_ms.append(float(np.median(steps)))
+        results["gpt_decode"] = _summary(
+            per_token,
+            "ms/token",
+            what=f"{N_TOKENS} tokens, top_k 15, incl. sampling",
+            step_median_ms=min(step_ms),
+            backend=backend,
+            half_weights=bool(getattr(gpt.decoder, "half", False)),
+        )
+        if backend == "numpy":
+            results.update(_decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat))
+        kv_rows = phones.shape[1] + n_prompt + N_TOKENS / 2
+        bw = measure_bandwidth()
+        nbytes = weight_bytes_per_token(gpt, kv_rows)
+        best_bw = max(bw["gemv_gb_s"], bw["sum_gb_s"])
+        floor_ms = nbytes / (best_bw * 1e9) * 1e3
+        results["bandwidth"] = {
+            "gemv_gb_s": round(bw["gemv_gb_s"], 2),
+            "sum_1thread_gb_s": round(bw["sum_gb_s"], 2),
+            "decode_bytes_per_token_mb": round(nbytes / 1e6, 1),
+            "decode_floor_ms": round(floor_ms, 2),
+            "decode_vs_floor": round(results["gpt_decode"]["min"] / floor_ms, 2),
+            "loadavg": loadavg(),
+        }
+
+    if "sovits" in stages:
+        spec = audio.spectrogram(wav32k, sovits.args.filter_length, sovits.args.hop_length, sovits.args.win_length)
+        ge = sovits.ref_embedding(mx.array(spec))
+        mx.eval(ge)
+        codes100 = mx.array(rng.integers(0, 1024, (1, 1, N_TOKENS)).astype(np.int32))
+        target = mx.array(phones[:, -N_TARGET_PHONES:])
+        # the SoVITS decode per vocoder backend, alternated in one run (models/vocoder.py); "sovits" is
+        # the backend the engine picks here
+        chosen = vocoder.attach(sovits, cache_dir=root / "sovits", release_mlx=False,
+                                parts=read_setting("vocoder_parts")).vocoder_backend
+        onnx_gen = chosen.generator
+        backends = {"mlx": None}
+        if onnx_gen is None and chosen.error is None:  # not chosen on this device: measured all the same
+            vocoder.attach(sovits, cache_dir=root / "sovits", mode="onnx", release_mlx=False)
+            onnx_gen = sovits.vocoder_backend.generator
+        if onnx_gen is not None:
+            backends.update(_onnx_variants(sovits, onnx_gen))
+        per_backend: dict[str, list[float]] = {name: [] for name in backends}
+        info = {}
+        for name, backend in backends.items():
+            sovits.vocoder_backend = backend or vocoder.VocoderBackend("mlx")
+            out = sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)  # warm-up
+            info[name] = (out.shape[-1] / sovits.sampling_rate, bool(mx.all(mx.isfinite(out)).item()))
+        for _ in range(repeat):
+            for name, backend in backends.items():
+                sovits.vocoder_backend = backend or vocoder.VocoderBackend("mlx")
+                per_backend[name] += timed(
+                    lambda: mx.eval(sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)), 1, warmup=0
+                )
+        sovits.vocoder_backend = chosen
+        for name, samples in per_backend.items():
+            seconds, finite = info[name]
+            results[f"sovits_{name}"] = _summary(
+                [s / seconds for s in samples], "s/s audio", what=f"{N_TOKENS} tokens -> {seconds:.2f} s",
+                finite=finite, backend=name,
+            )
+        active = "mlx" if chosen.active == "mlx" else ("onnxruntime_split" if chosen.split else "onnxruntime")
+        results["sovits"] = dict(results[f"sovits_{active}"], status=vocoder.status(sovits))
+        results["ref_embedding"] = _summary(
+            [s * 1e3 for s in timed(lambda: mx.eval(sovits.ref_embedding(mx.array(spec))), repeat)], "ms"
+        )
+    memory["rss_after_stages_mb"] = rss_mb()
+    return results, memory
+
+
+def _onnx_variants(sovits, gen) -> dict[str, Any]:
+    """The ONNX Runtime vocoder as one run with the configured intra-op threads, and (2+ threads) cut into one
+    single-threaded run per thread (models/vocoder_split.py), each as a backend for the SoVITS stage."""
+    from ..models import vocoder, vocoder_onnx
+    from ..models.vocoder_split import SplitRunner
+
+    n = vocoder_onnx.resolve_threads(None)
+    source = gen.path if gen.path is not None else vocoder_onnx.build_generator_model(sovits.dec).SerializeToString()
+    whole = gen if gen.threads == n else vocoder_onnx.OnnxGenerator(source, n)
+    out = {"onnxruntime": vocoder.VocoderBackend("onnx", whole)}
+    if gen.path is not None:  # the same graph with ONNX Runtime's CPU memory arena (off by default)
+        out["onnxruntime_arena"] = vocoder.VocoderBackend("onnx", vocoder_onnx.OnnxGenerator(gen.path, n, arena=True))
+    if n > 1:
+        single = gen if gen.threads == 1 else vocoder_onnx.OnnxGenerator(source, 1)
+        split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame)
+        out["onnxruntime_split"] = vocoder.VocoderBackend("onnx", single, split=split)
+    return out
+
+
+def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
+    """The numpy decode step with float16 weights (the default where available) and with float32 copies
+    of the same weights, alternating token by token in one run: ms per step over N_TOKENS steps."""
+    from ..models.t2s_numpy import NumpyDecoder
+
+    half = gpt.decoder
+    if not getattr(half, "half", False):
+        return {}
+    full = NumpyDecoder(gpt, half=False)
+    args = (phones, feats, prompt, N_TOKENS)
+    times: dict[str, list[float]] = {"half": [], "fp32": []}
+    prefill: dict[str, list[float]] = {"half": [], "fp32": []}
+    tokens = np.random.default_rng(1).integers(0, 1024, N_TOKENS)
+    for _ in range(max(1, repeat)):
+        states = {}
+        for name, dec in (("half", half), ("fp32", full)):
+            t = time.perf_counter()
+            states[name] = dec.prefill(*args)[0]
+            prefill[name].append((time.perf_counter() - t) * 1e3)
+        for i, tok in enumerate(tokens):
+            for name, st in states.items():
+                t = time.perf_counter()
+                st.step(int(tok), prompt.shape[1] + i)
+                times[name].append((time.perf_counter() - t) * 1e3)
+    del full
+    out = {f"gpt_step_{k}": _summary(v, "ms/step", what="numpy decode step alone") for k, v in times.items()}
+    out.update({f"gpt_prefill_{k}": _summary(v, "ms", what="numpy prefill") for k, v in prefill.items()})
+    return out
+
+
+def bench_engine(root: Path, repeat: int, stream: bool = True) -> dict[str, Any]:
+    """End to end through :class:`GPTSoVITSEngine` with the reference cached: whole and streaming."""
+    from ..engine import GPTSoVITSEngine
+
+    spec = bench_voice(root)
+    engine = GPTSoVITSEngine(model_dir=root)
+    t = time.perf_counter()
+    engine.load_voice(spec)
+    first_load = time.perf_counter() - t
+    out: dict[str, Any] = {"load_voice_s": round(first_load, 2), "rss_engine_loaded_mb": rss_mb()}
+    opts = {"text_split_method": "cut0", "top_k": 15, "seed": 1}
+
+    last = {}
+
+    def whole():
+        last["result"] = engine.synthesize(TARGET_TEXT, voice=spec, **opts)
+
+    samples = timed(whole, repeat)
+    res = last["result"]
+    out["e2e_cached_reference"] = _summary(
+        [s * 1e3 for s in samples],
+        "ms",
+        what=f"{len(res.semantic_tokens)} tokens -> {res.duration:.2f} s",
+        timings={k: round(v * 1e3, 1) for k, v in res.timings.items()},
+    )
+    if stream:
+        ttfa, totals = [], []
+
+        def streamed():
+            t0 = time.perf_counter()
+            first = None
+            for _chunk in engine.synthesize_stream(TARGET_TEXT, voice=spec, **opts):
+                if first is None:
+                    first = time.perf_counter() - t0
+            ttfa.append(first)
+            totals.append(time.perf_counter() - t0)
+
+        streamed()  # warm-up (new window shapes)
+        ttfa.clear()
+        totals.clear()
+        for _ in range(repeat):
+            streamed()
+        out["time_to_first_audio"] = _summary([s * 1e3 for s in ttfa], "ms", what="streaming, first chunk")
+        out["stream_total"] = _summary([s * 1e3 for s in totals], "ms")
+    out["rss_after_engine_mb"] = rss_mb()
+    out["memory_after_engine"] = memory_breakdown(engine)
+    return out
