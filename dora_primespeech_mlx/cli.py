@@ -62,7 +62,7 @@ def cmd_voices(args) -> int:
 
 
 def cmd_download(args) -> int:
-    from .assets.catalog import preset_names
+    from .assets.catalog import preset_names, preset_voice
     from .assets.download import download_encoders, download_sv, download_voice
 
     root = _model_dir(args)
@@ -75,6 +75,8 @@ def cmd_download(args) -> int:
         return 0
     if names == ["all"]:
         names = preset_names()
+    for name in names:  # every name known before anything is downloaded
+        preset_voice(name, root)
     for name in names:
         spec = download_voice(name, root, convert=not args.no_convert)
         print(f"{spec.name}: installed ({spec.gpt.parent.parent})")

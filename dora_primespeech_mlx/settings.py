@@ -270,7 +270,7 @@ VARS: tuple[Var, ...] = (
         "GPT decode step, chosen when the GPT loads: auto (numpy on the CPU, MLX on GPUs) | mlx | compile "
         "(mx.compile'd MLX step) | numpy.", ()),
     Var("t2s_compile", "PRIMESPEECH_T2S_COMPILE", None, _auto_bool,
-        "Compile the MLX GPT decode step with mx.compile (unset/auto: on GPUs only).", ()),
+        "Compile the MLX GPT decode step with mx.compile: auto (on GPUs only) | 1 | 0.", ()),
     Var("bert_half", "PRIMESPEECH_BERT_HALF", None, _auto_bool,
         "RoBERTa weights in float16 (float32 compute; ~0.55 GB less memory): auto (on where MLX runs on the CPU and "
         "the float16 kernels build, when the weights are float16 values, as released) | 1 | 0.", ()),
@@ -451,6 +451,8 @@ def use_reliable_zenoh(settings: Settings) -> Path | None:
 
 def describe() -> list[tuple[str, tuple[str, ...], Any, str]]:
     """``(name, aliases, default, meaning)`` for every setting, in the order of :data:`VARS`
-    (the model directory's default is shown unexpanded, ``~/.dora/models/primespeech``)."""
+    (the model directory's default is shown unexpanded, ``~/.dora/models/primespeech``; an automatic on/off
+    switch, unset by default, as ``auto``)."""
     shown = {"model_dir": DEFAULT_MODEL_DIR, "cache_dir": "~/.cache/dora_primespeech_mlx"}
+    shown.update({v.field: "auto" for v in VARS if v.parse is _auto_bool and v.default is None})
     return [(v.name, v.aliases, shown.get(v.field, v.default), v.meaning) for v in VARS]
