@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 from dora_primespeech_mlx import settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 START, END = "<!-- settings-table:", "<!-- /settings-table -->"
+MAX_LINES, MAX_WIDTH = 300, 120
 
 
 def _default(value) -> str:
@@ -23,10 +25,12 @@ def _default(value) -> str:
 
 
 def settings_table() -> str:
-    rows = ["| variable | aliases | default | meaning |", "|---|---|---|---|"]
+    """One wrapped list item per setting (a table's rows would run far past the README's line width)."""
+    rows = []
     for name, aliases, default, meaning in settings.describe():
-        alias = ", ".join(f"`{a}`" for a in aliases) or "–"
-        rows.append(f"| `{name}` | {alias} | {_default(default)} | {meaning} |")
+        alias = f" (or {', '.join(f'`{a}`' for a in aliases)})" if aliases else ""
+        item = f"- `{name}` = {_default(default)}{alias}: {meaning}"
+        rows += textwrap.wrap(item, MAX_WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
     return "\n".join(rows)
 
 
