@@ -63,6 +63,59 @@ def test_cli_commands_in_readme_exist():
     assert documented <= set(sub.choices), documented - set(sub.choices)
 
 
+DOCS = README.parent / "docs"
+# Wording that only makes sense to someone who followed the project's history, never to a reader of the docs.
+HISTORY = ("this round", "previous round", "rounds ago", "last round", "issue 1", "issue 2", "main then this branch",
+           "this branch", "stale")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _pages() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def test_readme_is_short_and_narrow():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_LINES, f"README has {len(lines)} lines (at most {MAX_LINES}); move detail to docs/"
+    wide = [(i + 1, len(line)) for i, line in enumerate(lines) if len(line) > MAX_WIDTH]
+    assert not wide, f"README lines over {MAX_WIDTH} characters (line, length): {wide}"
+
+
+def test_docs_state_facts_without_history():
+    for page in _pages():
+        text = page.read_text(encoding="utf-8").lower()
+        found = [w for w in HISTORY if w in text]
+        assert not found, f"{page.name}: {found}"
+
+
+def test_every_relative_link_resolves():
+    for page in _pages():
+        for target in LINK.findall(page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.exists(), f"{page.name}: link to {target} does not resolve"
+            if anchor and dest.suffix == ".md":
+                assert anchor in _anchors(dest), f"{page.name}: no heading #{anchor} in {dest.name}"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    text = README.read_text(encoding="utf-8")
+    for page in sorted(DOCS.glob("*.md")):
+        assert f"docs/{page.name}" in text, f"README does not point to docs/{page.name}"
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    out = set()
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
+
+
 if __name__ == "__main__" and "--write" in sys.argv:
     text = README.read_text(encoding="utf-8")
     head, rest = text.split(START, 1)
