@@ -59,8 +59,9 @@ def test_cli_commands_in_readme_exist():
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    documented = set(re.findall(r"primespeech-mlx ([a-z-]+)", README.read_text(encoding="utf-8")))
-    assert documented <= set(sub.choices), documented - set(sub.choices)
+    for page in _pages():
+        documented = set(re.findall(r"primespeech-mlx ([a-z-]+)", page.read_text(encoding="utf-8")))
+        assert documented <= set(sub.choices), (page.name, documented - set(sub.choices))
 
 
 DOCS = README.parent / "docs"
