@@ -101,6 +101,20 @@ def test_every_relative_link_resolves():
                 assert anchor in _anchors(dest), f"{page.name}: no heading #{anchor} in {dest.name}"
 
 
+def test_every_named_file_of_the_repository_exists():
+    """Paths such as tests/tools/x.py or models/conv.py name files of this checkout (package-relative ones under
+    dora_primespeech_mlx/); a client repository's path is named as a folder, which this skips."""
+    root, package = README.parent, README.parent / "dora_primespeech_mlx"
+    top = r"(?:tests|examples|nodes|voices|docs|dora_primespeech_mlx)"
+    inner = r"(?:models|engine|text|convert|coreml|bench|dataflow|assets)"
+    for page in _pages():
+        text = page.read_text(encoding="utf-8")
+        for m in re.finditer(rf"(?<![\w/.-])({top}/[\w./-]*\.[a-z0-9]+)\b", text):
+            assert (root / m.group(1)).exists(), f"{page.name}: {m.group(1)} does not exist"
+        for m in re.finditer(rf"(?<![\w/.-])({inner}/[\w./-]*\.[a-z0-9]+)\b", text):
+            assert (package / m.group(1)).exists(), f"{page.name}: {m.group(1)} does not exist"
+
+
 def test_every_docs_page_is_linked_from_the_readme():
     text = README.read_text(encoding="utf-8")
     for page in sorted(DOCS.glob("*.md")):
