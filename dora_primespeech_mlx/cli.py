@@ -3,10 +3,44 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
 import time
 from pathlib import Path
+
+DESCRIPTION = "Speak with GPT-SoVITS voices on MLX; list, download and convert voices; inspect phonemes; " \
+    "benchmark; export the CoreML encoders."
+LANGS = "zh, en, ja, ko, yue, all_zh, all_ja, all_ko, all_yue, auto, auto_yue"
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help shows its default: appended where the help text does not state it already, left out
+    where there is none (unset options say in their help what applies then; flags are off unless given)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+def version() -> str:
+    """The installed distribution's version (``unknown`` when the package runs from a bare checkout)."""
+    try:
+        return importlib.metadata.version("dora-primespeech-mlx")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """Options that every command takes, before or after the command's name. On the sub-commands their default
+    is SUPPRESS, so a value given before the command is not overwritten by the sub-command's own default."""
+    parser.add_argument(
+        "--model-dir",
+        default=None if top else argparse.SUPPRESS,
+        help="model directory (default: $PRIMESPEECH_MODEL_DIR, else ~/.dora/models/primespeech)",
+    )
 
 
 def _model_dir(args) -> Path | None:
@@ -28,7 +62,7 @@ def cmd_voices(args) -> int:
 
 
 def cmd_download(args) -> int:
-    from .assets.catalog import preset_names
+    from .assets.catalog import preset_names, preset_voice
     from .assets.download import download_encoders, download_sv, download_voice
 
     root = _model_dir(args)
@@ -41,6 +75,8 @@ def cmd_download(args) -> int:
         return 0
     if names == ["all"]:
         names = preset_names()
+    for name in names:  # every name known before anything is downloaded
+        preset_voice(name, root)
     for name in names:
         spec = download_voice(name, root, convert=not args.no_convert)
         print(f"{spec.name}: installed ({spec.gpt.parent.parent})")
@@ -116,32 +152,34 @@ def cmd_say(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="primespeech-mlx", description=__doc__)
-    p.add_argument(
-        "--model-dir",
-        help="model directory (default: $PRIMESPEECH_MODEL_DIR, else ~/.dora/models/primespeech)",
-    )
-    sub = p.add_subparsers(dest="command", required=True)
+    from . import defaults as d
+
+    p = argparse.ArgumentParser(prog="primespeech-mlx", description=DESCRIPTION, formatter_class=HelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    add_global_options(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("say", help="speak a text into a WAV file")
     s.add_argument("text", help="text to speak ('-' reads standard input)")
-    s.add_argument("--voice", default="Doubao")
-    s.add_argument("-o", "--output", default="out.wav")
+    s.add_argument("--voice", default="Doubao", help="preset or user voice (primespeech-mlx voices lists them)")
+    s.add_argument("-o", "--output", default="out.wav", help="WAV file to write")
     s.add_argument("--stream", action="store_true", help="use streaming synthesis (reports time to first audio)")
-    s.add_argument("--lang", help="text language: zh, en, ja, ko, yue, all_zh, all_ja, all_ko, all_yue, auto, auto_yue "
-                   "(default: the voice's)")
-    s.add_argument("--speed", dest="speed_factor", type=float)
-    s.add_argument("--top-k", dest="top_k", type=int)
-    s.add_argument("--top-p", dest="top_p", type=float)
-    s.add_argument("--temperature", type=float)
-    s.add_argument("--repetition-penalty", dest="repetition_penalty", type=float)
-    s.add_argument("--seed", type=int)
-    s.add_argument("--split", dest="text_split_method", help="cut0..cut5")
-    s.add_argument("--fragment-interval", dest="fragment_interval", type=float)
+    s.add_argument("--lang", help=f"text language: {LANGS} (default: the voice's)")
+    s.add_argument("--speed", dest="speed_factor", type=float, help="speech speed (default: the voice's speed_factor)")
+    s.add_argument("--top-k", dest="top_k", type=int, help=f"GPT sampling: top-k (default: {d.TOP_K})")
+    s.add_argument("--top-p", dest="top_p", type=float, help=f"GPT sampling: top-p (default: {d.TOP_P})")
+    s.add_argument("--temperature", type=float, help=f"GPT sampling temperature (default: {d.TEMPERATURE})")
+    s.add_argument("--repetition-penalty", dest="repetition_penalty", type=float,
+                   help=f"GPT sampling: repetition penalty (default: {d.REPETITION_PENALTY})")
+    s.add_argument("--seed", type=int, help=f"sampling seed, -1 for random (default: {d.SEED})")
+    s.add_argument("--split", dest="text_split_method",
+                   help=f"how the text is cut into sentences, cut0..cut5 (default: {d.TEXT_SPLIT_METHOD})")
+    s.add_argument("--fragment-interval", dest="fragment_interval", type=float,
+                   help=f"silence in seconds between sentences (default: {d.FRAGMENT_INTERVAL})")
     s.set_defaults(func=cmd_say)
 
     s = sub.add_parser("voices", help="list preset and user voices and whether they are installed")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the list as JSON")
     s.set_defaults(func=cmd_voices)
 
     s = sub.add_parser("download", help="download voices from Hugging Face and convert them (resumable)")
@@ -152,9 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_download)
 
     s = sub.add_parser("convert", help="convert a .ckpt/.pth/Hugging Face folder to the MLX format")
-    s.add_argument("src")
+    s.add_argument("src", help="checkpoint file or model folder")
     s.add_argument("-o", "--output", help="output folder (default: <src>-mlx)")
-    s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert", "sv"])
+    s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert", "sv"],
+                   help="what the source holds (default: detected from the source)")
     s.set_defaults(func=cmd_convert)
 
     s = sub.add_parser("zenoh-overlay", help="print the path of the Zenoh overlay for dora 1.x "
@@ -162,9 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_zenoh_overlay)
 
     s = sub.add_parser("phones", help="print the phonemes of a text as JSON (debugging voices)")
-    s.add_argument("text")
-    s.add_argument("--lang", default="zh", help="zh, en, ja, ko, yue, all_zh, all_ja, all_ko, all_yue, auto, auto_yue")
-    s.add_argument("--version", default="v2", choices=["v1", "v2"])
+    s.add_argument("text", help="text to convert")
+    s.add_argument("--lang", default="zh", help=f"text language: {LANGS}")
+    s.add_argument("--version", default="v2", choices=["v1", "v2"], help="symbol set of the model version")
     s.set_defaults(func=cmd_phones)
 
     # Sub-commands that live next to their implementation.
@@ -175,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         if hasattr(mod, "add_parser"):
             mod.add_parser(sub)
+    for command in sub.choices.values():
+        command.formatter_class = HelpFormatter
+        add_global_options(command, top=False)
     return p
 
 

@@ -170,7 +170,7 @@ class Var:
 
 VARS: tuple[Var, ...] = (
     Var("voice", "VOICE_NAME", "Doubao", _str,
-        "Voice at start: a preset (`primespeech-mlx voices`) or a user voice YAML name.",
+        "Voice at start: a preset or a user voice (`primespeech-mlx voices`).",
         ("GPTSVITS_VOICE",)),
     Var("model_dir", "PRIMESPEECH_MODEL_DIR", expand(DEFAULT_MODEL_DIR), _path,
         "Model directory (old node layout; `~` and `$VAR` are expanded).", ("GPTSVITS_MODEL_DIR",)),
@@ -178,10 +178,10 @@ VARS: tuple[Var, ...] = (
         "Language of the text for the start voice (unset: the voice's language). After `change_voice` "
         "or a `VOICE:` prefix the language follows the new voice.", ("GPTSVITS_TEXT_LANG",)),
     Var("prompt_lang", "PROMPT_LANG", None, _LANG,
-        "Language of the start voice's reference transcript (unset: the voice's).",
+        "Language of the start voice's transcript (unset: the voice's).",
         ("GPTSVITS_PROMPT_LANG",)),
     Var("prompt_text", "PROMPT_TEXT", None, _str,
-        "Transcript of the start voice's reference clip (unset: the voice's).", ("GPTSVITS_PROMPT_TEXT",)),
+        "Transcript of the start voice's reference (unset: the voice's).", ("GPTSVITS_PROMPT_TEXT",)),
     Var("top_k", "TOP_K", defaults.TOP_K, _limits("top_k"), "GPT sampling: top-k.", ("GPTSVITS_TOP_K",)),
     Var("top_p", "TOP_P", defaults.TOP_P, _limits("top_p"), "GPT sampling: top-p.",
         ("GPTSVITS_TOP_P",)),
@@ -196,7 +196,7 @@ VARS: tuple[Var, ...] = (
     Var("fragment_interval", "FRAGMENT_INTERVAL", defaults.FRAGMENT_INTERVAL, _limits("fragment_interval"),
         "Silence (s) between the sentences of one text.", ("GPTSVITS_FRAGMENT_INTERVAL",)),
     Var("text_split_method", "TEXT_SPLIT_METHOD", defaults.TEXT_SPLIT_METHOD, _choice(SPLIT_METHODS),
-        "How one text is cut into sentences (upstream cut0..cut5).", ("GPTSVITS_TEXT_SPLIT_METHOD",)),
+        "How a text is cut into sentences (cut0..cut5).", ("GPTSVITS_TEXT_SPLIT_METHOD",)),
     Var("seed", "SEED", defaults.SEED, _limits("seed"), "Sampling seed (-1: random).", ("GPTSVITS_SEED",)),
     Var("noise_scale", "NOISE_SCALE", defaults.NOISE_SCALE, _limits("noise_scale"), "SoVITS noise scale.",
         ("GPTSVITS_NOISE_SCALE",)),
@@ -204,14 +204,12 @@ VARS: tuple[Var, ...] = (
         "Send audio in chunks while the GPT still generates (else one `audio` message per text).",
         ("RETURN_FRAGMENT", "GPTSVITS_STREAMING")),
     Var("stream_chunk_tokens", "STREAM_CHUNK_TOKENS", None, _limits("stream_chunk_tokens"),
-        "Streaming: the most semantic tokens (25 per second of audio) per audio chunk (unset: the engine's "
-        "default, 40); how large the chunks below it are is paced (PRIMESPEECH_STREAM_PACE). GPTSVITS_CHUNK_SIZE "
-        "gives it in samples (1280 per token).",
+        "Streaming: the most semantic tokens (40 ms of audio each) per chunk (unset: the engine's 40); "
+        "GPTSVITS_CHUNK_SIZE gives it in samples (1280 per token).",
         ("GPTSVITS_CHUNK_SIZE",), (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),)),
     Var("stream_pace", "PRIMESPEECH_STREAM_PACE", True, _bool,
-        "Streaming: pace the chunks by this machine's measured speed, so a stream keeps up once it has started "
-        "(where the machine is slow the first chunk waits for more tokens; later chunks are cut just in time); "
-        "false: fixed chunk steps (earliest first audio, gaps where the machine is slow).",
+        "Streaming: size the chunks from the measured speed so a stream keeps up once started; false: fixed "
+        "steps (earliest first audio, gaps where the machine is slow).",
         ("GPTSVITS_STREAM_PACE",)),
     Var("max_text_chars", "MAX_TEXT_CHARS", 5000, _ranged(_int, 1),
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
@@ -234,15 +232,14 @@ VARS: tuple[Var, ...] = (
     Var("log_level", "LOG_LEVEL", "INFO", _choice(LOG_LEVELS, upper=True, synonyms={"WARN": "WARNING"}),
         "Lowest level sent on the `log` output.", ("GPTSVITS_LOG_LEVEL",)),
     Var("log_timing", "GPTSVITS_LOG_TIMING", True, _bool,
-        "Log the duration, real-time factor and stage timings of every text at INFO.", ("LOG_TIMING",)),
+        "Log each text's duration, real-time factor and stage times at INFO.", ("LOG_TIMING",)),
     Var("num_threads", "NUM_THREADS", None, _ranged(_int, 1),
         "Accepted for old dataflows and checked; MLX chooses its own CPU threads.", ()),
     Var("sample_rate", "SAMPLE_RATE", None, _ranged(_int, 1),
         "Informational: the rate comes from the model (32000). A different value logs a warning.", ()),
     Var("silence_on_skip", "SILENCE_ON_SKIP", True, _bool,
-        "Answer a text that is skipped (nothing to speak) or fails with one short silent `audio` message "
-        "(`is_final`, `silent: true`, the text's metadata) besides its segment_complete, so players and segmenters "
-        "that advance per `audio` message never stall (not for texts cancelled by reset or stop).",
+        "A skipped or failed text also gets a 50 ms silent `audio` (`silent: true`): players that advance per "
+        "`audio` message never stall (not for texts cancelled by reset or stop).",
         ("GPTSVITS_SILENCE_ON_SKIP",)),
     Var("max_cached_voices", "PRIMESPEECH_VOICE_CACHE", 2, _ranged(_int, 0, 64),
         "Voices used by per-request `VOICE:` prefixes that stay loaded besides the current one (least recently "
@@ -257,20 +254,18 @@ VARS: tuple[Var, ...] = (
         "Read, never written: when set (or MKL_NUM_THREADS), PRIMESPEECH_THREADS=auto leaves the BLAS threads "
         "to it.", ("MKL_NUM_THREADS",)),
     Var("preloaded_libraries", "LD_PRELOAD", None, _str,
-        "Read, never written: where PRIMESPEECH_BLAS finds a cblas_sgemm already loaded, named as the BLAS in use.",
+        "Read, never written: a cblas_sgemm already loaded there is the BLAS PRIMESPEECH_BLAS reports.",
         ()),
     Var("blas", "PRIMESPEECH_BLAS", "auto", _str,
-        "CPU BLAS for MLX on Linux: auto (pip MKL, system OpenBLAS, numpy's OpenBLAS via a compiled shim), off, "
-        "or the path of a library exporting cblas_sgemm. Loaded before MLX: an application that imports `mlx` first "
-        "gets a warning naming the library to put in `LD_PRELOAD` (a `cblas_sgemm` already preloaded is used as it "
-        "is).", ()),
+        "CPU BLAS for MLX on Linux, loaded before MLX: auto (pip MKL, system OpenBLAS, numpy's OpenBLAS via a "
+        "shim) | off | the path of a library exporting cblas_sgemm (importing `mlx` first: a warning).", ()),
     Var("conv_impl", "PRIMESPEECH_CONV_IMPL", "auto", _choice(("auto", "gemm", "native")),
-        "SoVITS convolutions: auto (GEMM formulation on the CPU, MLX's conv on GPUs) | gemm | native.", ()),
+        "SoVITS convolutions: auto (GEMM on the CPU, MLX's conv on GPUs) | gemm | native.", ()),
     Var("t2s_decode", "PRIMESPEECH_T2S_DECODE", "auto", _choice(("auto", "mlx", "compile", "numpy")),
         "GPT decode step, chosen when the GPT loads: auto (numpy on the CPU, MLX on GPUs) | mlx | compile "
         "(mx.compile'd MLX step) | numpy.", ()),
     Var("t2s_compile", "PRIMESPEECH_T2S_COMPILE", None, _auto_bool,
-        "Compile the MLX GPT decode step with mx.compile (unset/auto: on GPUs only).", ()),
+        "Compile the MLX GPT decode step with mx.compile: auto (on GPUs only) | 1 | 0.", ()),
     Var("bert_half", "PRIMESPEECH_BERT_HALF", None, _auto_bool,
         "RoBERTa weights in float16 (float32 compute; ~0.55 GB less memory): auto (on where MLX runs on the CPU and "
         "the float16 kernels build, when the weights are float16 values, as released) | 1 | 0.", ()),
@@ -278,27 +273,24 @@ VARS: tuple[Var, ...] = (
         "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
         "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
     Var("vocoder_parts", "PRIMESPEECH_VOCODER_PARTS", "1", _choice(("auto", "1", "2", "3", "4", "6", "8")),
-        "ONNX Runtime vocoder over several cores: a sentence's latent is cut into this many stretches (each with the "
-        "generator's receptive field as margin, so the samples are the same) run at once, one single-threaded run "
-        "per core: 1 (default: one run with ONNX Runtime's own intra-op threads; measured faster on the bench VM) | "
-        "auto (PRIMESPEECH_THREADS) | N.", ()),
+        "ONNX Runtime vocoder cut into this many stretches run at once, one per core (same samples): 1 (one "
+        "run with intra-op threads; faster on the bench VM) | auto (PRIMESPEECH_THREADS) | N.", ()),
     Var("overlap", "PRIMESPEECH_OVERLAP", "auto", _choice(("auto", "1", "0")),
-        "Vocoder beside the GPT: ONNX Runtime decodes one sentence's (or streamed window's) audio on a worker "
-        "thread while the GPT generates the next tokens: auto (when the vocoder runs on ONNX Runtime with >= 2 "
-        "threads) | 1 (whenever it runs on ONNX Runtime) | 0 (never).", ()),
+        "ONNX Runtime vocoder on a worker thread beside the GPT: auto (with >= 2 threads) | 1 (always) | "
+        "0 (never).", ()),
     Var("gpt_half", "PRIMESPEECH_GPT_HALF", "auto",
         _choice(("auto", "1", "0"), synonyms={"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0",
                                               "no": "0"}),
-        "GPT decode step on the CPU with float16 weights and float32 accumulation (a small C kernel built once): "
-        "auto (when the weights are float16 values, as in the released checkpoints) | 1 (always) | 0.", ()),
+        "GPT decode step on the CPU with float16 weights, float32 accumulation (C kernel): auto (when the "
+        "weights are float16 values, as released) | 1 | 0.", ()),
     Var("g2pw", "PRIMESPEECH_G2PW", False, _bool,
-        "Chinese polyphones by g2pW (needs onnxruntime and <model dir>/G2PWModel) instead of pypinyin.", ()),
+        "Chinese polyphones by g2pW (onnxruntime, <model dir>/G2PWModel) instead of pypinyin.", ()),
     Var("g2pw_vocab", "PRIMESPEECH_G2PW_VOCAB", None, _path,
         "g2pW's BERT vocabulary file (unset: vocab.txt in the G2PWModel folder).", ()),
     Var("coreml_compute_units", "PRIMESPEECH_COREML_COMPUTE_UNITS", COMPUTE_UNITS[0],
         _choice(COMPUTE_UNITS, upper=True), "CoreML compute units on macOS.", ()),
     Var("dora_sends", "PRIMESPEECH_DORA_SENDS", "auto", _choice(("auto", "worker", "main")),
-        "Which thread calls dora's send_output: auto (worker on dora-rs >= 1, main on 0.3.x) | worker | main.",
+        "Thread that calls send_output: auto (worker on dora-rs >= 1, main on 0.3.x) | worker | main.",
         ()),
     Var("voices_dir", "PRIMESPEECH_VOICES_DIR", None, _path,
         "An extra folder of user voice YAML files.", ()),
@@ -309,8 +301,8 @@ VARS: tuple[Var, ...] = (
         "Cache for the compiled BLAS shim and the benchmark's models (XDG_CACHE_HOME/dora_primespeech_mlx when "
         "only that is set).", ("XDG_CACHE_HOME",), (("XDG_CACHE_HOME", _cache_under),)),
     Var("zenoh_overlay", "DORA_ZENOH_CONFIG_OVERLAY", None, _path,
-        "dora 1.x's Zenoh config overlay (read by dora). Unset (and ZENOH_CONFIG unset): the node uses the packaged "
-        "zenoh-overlay.json5 for its own outputs, so small answers are not dropped behind large audio messages.",
+        "dora 1.x's Zenoh config overlay (read by dora); unset (and no ZENOH_CONFIG): the node applies the "
+        "packaged zenoh-overlay.json5 to its own outputs.",
         ()),
     Var("zenoh_config", "ZENOH_CONFIG", None, _path,
         "A whole Zenoh config file for dora (read by dora; when set the node adds no overlay).", ()),
@@ -451,6 +443,8 @@ def use_reliable_zenoh(settings: Settings) -> Path | None:
 
 def describe() -> list[tuple[str, tuple[str, ...], Any, str]]:
     """``(name, aliases, default, meaning)`` for every setting, in the order of :data:`VARS`
-    (the model directory's default is shown unexpanded, ``~/.dora/models/primespeech``)."""
+    (the model directory's default is shown unexpanded, ``~/.dora/models/primespeech``; an automatic on/off
+    switch, unset by default, as ``auto``)."""
     shown = {"model_dir": DEFAULT_MODEL_DIR, "cache_dir": "~/.cache/dora_primespeech_mlx"}
+    shown.update({v.field: "auto" for v in VARS if v.parse is _auto_bool and v.default is None})
     return [(v.name, v.aliases, shown.get(v.field, v.default), v.meaning) for v in VARS]

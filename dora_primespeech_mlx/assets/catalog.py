@@ -212,7 +212,7 @@ def preset_voice(name: str, root: Path | None = None) -> VoiceSpec:
     for p in sorted(_catalog_dir().glob("*.yaml")):
         if not p.name.startswith("_") and _read_yaml(p).get("name") == name:
             return _preset_from_yaml(p, root)
-    raise VoiceNotFoundError(f"unknown preset voice {name!r}")
+    raise VoiceNotFoundError(f"unknown preset voice {name!r}; preset voices: {', '.join(sorted(preset_names()))}")
 
 
 def _user_yaml_files(root: Path) -> list[Path]:
@@ -265,8 +265,12 @@ def resolve_voice(name: str, root: Path | None = None, require_installed: bool =
 
 def ensure_installed(spec: VoiceSpec, root: Path | None = None) -> None:
     missing = spec.missing_files()
-    if not missing:
-        return
+    if missing:
+        raise VoiceNotInstalledError(not_installed_message(spec, missing, root))
+
+
+def not_installed_message(spec: VoiceSpec, missing: list[Path], root: Path | None = None) -> str:
+    """What every path that finds a voice incomplete says: the exact missing files and how to get them."""
     root = root or model_dir()
     listing = "\n  ".join(str(p) for p in missing)
     if spec.source == "preset":
@@ -278,7 +282,7 @@ def ensure_installed(spec: VoiceSpec, root: Path | None = None) -> None:
     else:
         how = "Fix the paths in the voice's YAML file, or download the shared encoders with " \
               "`primespeech-mlx download encoders` (v2Pro voices: also `primespeech-mlx download sv`)."
-    raise VoiceNotInstalledError(f"voice {spec.name!r} is not installed; missing:\n  {listing}\n{how}")
+    return f"voice {spec.name!r} is not installed; missing:\n  {listing}\n{how}"
 
 
 def list_voices(root: Path | None = None) -> list[VoiceInfo]:

@@ -24,7 +24,7 @@ from huggingface_hub import constants as hf_constants
 
 from ..errors import DownloadError
 from ..paths import model_dir, originals_dir
-from .catalog import VoiceSpec, encoder_info, preset_voice
+from .catalog import VoiceSpec, encoder_info, not_installed_message, preset_voice
 from .integrity import file_entry, mismatch, read_lock, write_lock
 
 log = logging.getLogger(__name__)
@@ -50,16 +50,33 @@ def _hub_reachable() -> bool:
     return _HUB_REACHABLE
 
 
+OFFLINE = "cannot reach the Hugging Face Hub (offline, or HF_HUB_OFFLINE=1)"
+
+
+def _offline_error(what: str, missing: list[Path], dest_root: Path) -> DownloadError:
+    """The offline answer: the exact files that are missing and where they go."""
+    listing = "\n  ".join(str(p) for p in missing)
+    return DownloadError(
+        f"{OFFLINE} to download {what}; missing:\n  {listing}\n"
+        f"Place these files by hand (the old dora-primespeech node's layout under {dest_root.parent}), or set "
+        "PRIMESPEECH_MODEL_DIR to a folder that has them, or run `primespeech-mlx download` on a machine with "
+        "internet access and copy the folder."
+    )
+
+
 def _check_hub(dest_root: Path, filename: str) -> None:
     """Fail in seconds, not after minutes of retries, when the Hub cannot be reached at all."""
     if not _hub_reachable():
-        raise DownloadError(
-            f"cannot reach the Hugging Face Hub (offline, or HF_HUB_OFFLINE=1) to download {filename}.\n"
-            f"Place the voice files by hand under {dest_root.parent} (the old dora-primespeech node's layout: "
-            "moyoyo/GPT_weights, moyoyo/SoVITS_weights, moyoyo/ref_audios, moyoyo/chinese-hubert-base, "
-            "moyoyo/chinese-roberta-wwm-ext-large), or set PRIMESPEECH_MODEL_DIR to a folder that has them, "
-            "or run `primespeech-mlx download VOICE` on a machine with internet access and copy the folder."
-        )
+        raise _offline_error(filename, [dest_root / filename], dest_root)
+
+
+def _check_offline(what: str, dest_root: Path, repo_files: list[str]) -> None:
+    """Offline, name every missing file of ``what`` at once (not only the first one a download would meet)."""
+    if _hub_reachable():
+        return
+    missing = [dest_root / f for f in repo_files if not (dest_root / f).is_file()]
+    if missing:
+        raise _offline_error(what, missing, dest_root)
 
 
 def _api():
@@ -188,6 +205,8 @@ def download_encoders(root: Path | None = None) -> tuple[Path, Path]:
     root = root or model_dir()
     enc = encoder_info()
     dest = originals_dir(root)
+    _check_offline("the shared encoders", dest, [f"{enc.hubert}/{f}" for f in enc.hubert_files]
+                   + [f"{enc.bert}/{f}" for f in enc.bert_files])
     for f in enc.hubert_files:
         _fetch(enc.repository, f"{enc.hubert}/{f}", dest, enc.revision)
     for f in enc.bert_files:
@@ -206,6 +225,11 @@ def download_voice(name: str, root: Path | None = None, convert: bool = True) ->
     """Download a preset voice and the shared encoders, then convert them to the MLX format once."""
     root = root or model_dir()
     spec = preset_voice(name, root)
+    if not _hub_reachable():  # offline: the same exact-missing-files message as a start without downloads
+        missing = spec.missing_files()
+        if missing:
+            raise DownloadError(f"{OFFLINE} to download voice {spec.name!r}.\n"
+                                + not_installed_message(spec, missing, root))
     download_encoders(root)
     for f in spec.files:
         _fetch(spec.repository, f, originals_dir(root), spec.revision)

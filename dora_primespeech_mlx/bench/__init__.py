@@ -89,12 +89,13 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "bench",
         help="benchmark every stage with real-size random-weight models (no download)",
-        description=__doc__.split("\n\n")[0],
+        description="How fast this machine is, stage by stage, with real-size v2 models built with random "
+        "weights (no download); --compare runs the original GPT-SoVITS and the peers side by side.",
     )
     p.add_argument("-n", "--repeat", type=int, default=5, help="timed runs per stage after one warm-up (default 5)")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.add_argument("--stages", default="hubert,bert,gpt,sovits,e2e", help="comma list (default: all)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"], help="MLX device (default auto)")
     p.add_argument("--no-stream", action="store_true", help="skip the streaming time-to-first-audio run")
     p.add_argument("--no-memory-probe", action="store_true", help="skip the lean-loading RSS probes")
     p.add_argument("--memory-levers", action="store_true",

@@ -190,10 +190,11 @@ CANDIDATES = ("mlx-native", "mlx-gemm", "onnxruntime", "onnxruntime-2d", "openvi
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=int, default=1)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("``", ""),
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads of every candidate")
     p.add_argument("--frames", type=int, default=200, help="latent frames (200 = 4 s of audio)")
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per layer and candidate")
     p.add_argument("--only", default=",".join(CANDIDATES), help="comma list of candidates")
     p.add_argument("--skip-slow-native", action="store_true", help="skip mlx-native dilated/transposed layers")
     args = p.parse_args(argv)

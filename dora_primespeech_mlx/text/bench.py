@@ -64,10 +64,11 @@ def bench(by_option: dict[str, list[str]], repeat: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("files", nargs="*", type=Path, help="JSONL files with text/language per line")
-    p.add_argument("-n", "--repeat", type=int, default=5)
-    p.add_argument("--json", action="store_true")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0].replace("``", ""))
+    p.add_argument("files", nargs="*", type=Path,
+                   help="JSONL files with text/language per line (default: built-in samples)")
+    p.add_argument("-n", "--repeat", type=int, default=5, help="timed runs per sentence (default: 5)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args(argv)
     rows = bench(load_cases(args.files) if args.files else SAMPLES, max(1, args.repeat))
     if args.json:
