@@ -310,6 +310,10 @@ VARS: tuple[Var, ...] = (
     Var("dora_sends", "PRIMESPEECH_DORA_SENDS", "auto", _choice(("auto", "worker", "main")),
         "Which thread calls dora's send_output: auto (worker on dora-rs >= 1, main on 0.3.x) | worker | main.",
         ()),
+    Var("dora_node_config", "DORA_NODE_CONFIG", None, _str,
+        "Read, never written: set by the dora daemon (or `dora run`) that spawned the node. When set, the node "
+        "exits (code 1) within a second of that parent process going away; it also exits when dora reports its "
+        "daemon connection broken.", ()),
     Var("voices_dir", "PRIMESPEECH_VOICES_DIR", None, _path,
         "An extra folder of user voice YAML files; by default per-request voices may also read the files in it "
         "(PRIMESPEECH_REQUEST_PATHS).", ()),
@@ -381,6 +385,7 @@ class Settings(defaults.RequestDefaults):
     g2pw_vocab: Path | None = None
     coreml_compute_units: str = COMPUTE_UNITS[0]
     dora_sends: str = "auto"
+    dora_node_config: str | None = None
     voices_dir: Path | None = None
     request_paths: tuple[Path, ...] | str | None = None
     text_data: Path | None = None

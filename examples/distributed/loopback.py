@@ -8,7 +8,8 @@ go over Zenoh/TCP). Used by tests/node/test_cluster.py and bench_wire.py; also u
 
 Everything runs in a scratch folder with its own HOME/XDG_CONFIG_HOME, so the coordinator's token file
 (``~/.config/dora/.dora-token``) never touches the real home directory. Every process is started in its own
-process group; ``stop()`` ends those groups (the daemon's nodes included).
+process group; ``stop()`` ends those groups, and every node process a daemon was seen to have spawned (dora 1.1
+starts each node in a process group of its own, so ending a daemon's group does not reach its nodes).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class Cluster:
         self.zenoh = f"tcp/127.0.0.1:{free_port()}"
         self.listen = {name: free_port() for name in self.DAEMONS}
         self.procs: dict[str, subprocess.Popen] = {}
+        self.nodes: dict[int, str] = {}  # pid -> /proc start time of every node process seen (see stop())
         self.token: str | None = None
         self.overlay = overlay  # zenoh settings of every daemon (None: dora's defaults)
         self.dora = dora_exe()
@@ -122,7 +124,9 @@ class Cluster:
         return self._spawn(name, self.daemon_args(name), work, self.env(token))
 
     def kill_daemon(self, name: str) -> None:
-        """The machine goes away: SIGKILL to the daemon's process group (the daemon and its nodes)."""
+        """The daemon dies: SIGKILL to its process group. Its nodes run in groups of their own: they are left to
+        notice (``stop()`` ends those still there)."""
+        self.node_pids(name)  # remember them for stop()
         proc = self.procs.pop(name)
         _killpg(proc, signal.SIGKILL)
         proc.wait(timeout=10)
@@ -159,6 +163,11 @@ class Cluster:
                 self.cli("stop", "--all", "--grace-duration", "5s", check=False, timeout=20)
             except subprocess.TimeoutExpired:
                 pass
+        for name in [n for n in self.procs if n != "coordinator"]:
+            try:
+                self.node_pids(name)  # the nodes still there, to end them below should their daemon not
+            except OSError:
+                pass
         for name in [n for n in self.procs if n != "coordinator"] + ["coordinator"]:
             proc = self.procs.pop(name, None)
             if proc is None:
@@ -170,6 +179,12 @@ class Cluster:
                 _killpg(proc, signal.SIGKILL)
                 proc.wait(timeout=10)
             _killpg(proc, signal.SIGKILL)  # nodes left in the group after their daemon ended
+        for pid, started in self.nodes.items():  # nodes in their own groups that outlived their daemon
+            if started is not None and _start_time(pid) == started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def __enter__(self) -> Cluster:
         return self.start()
@@ -208,6 +223,7 @@ class Cluster:
         for pid in pids:
             try:
                 found[pid] = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ").strip()
+                self.nodes.setdefault(pid, _start_time(pid))
             except OSError:
                 pass
         return found
@@ -225,6 +241,14 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"dataflow {name} still {status} after {timeout} s")
             time.sleep(0.5)
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (/proc/PID/stat field 22; tells a pid's process from a later one), None when gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 def _killpg(proc: subprocess.Popen, sig: int) -> None:
