@@ -52,6 +52,8 @@ class Cluster:
 
     DAEMONS = {"edge": {"role": "edge"}, "tts": {"tts": "true"}}
 
+    ADDRESS = "127.0.0.1"  # where the coordinator listens (and the daemons and the CLI reach it)
+
     def __init__(self, root: Path | None = None, overlay: Path | None = OVERLAY):
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="dora-loopback-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -93,7 +95,7 @@ class Cluster:
     def start(self, timeout: float = 60) -> Cluster:
         coord_dir = self.root / "coordinator"
         coord_dir.mkdir(exist_ok=True)
-        self._spawn("coordinator", ["coordinator", "--interface", "127.0.0.1", "--port", str(self.port), "--auth",
+        self._spawn("coordinator", ["coordinator", "--interface", self.ADDRESS, "--port", str(self.port), "--auth",
                                     "--store", "memory"], coord_dir, self.env(token=False) | {
                                         "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home / ".config")})
         token_file = coord_dir / ".dora-token"
@@ -113,7 +115,7 @@ class Cluster:
         labels = ",".join(f"{k}={v}" for k, v in self.DAEMONS.get(name, {}).items())
         port = self.listen.setdefault(name, free_port())
         return ["daemon", "--machine-id", name, *(["--labels", labels] if labels else []),
-                "--coordinator-addr", "127.0.0.1", "--coordinator-port", str(self.port),
+                "--coordinator-addr", self.ADDRESS, "--coordinator-port", str(self.port),
                 "--local-listen-port", str(port), "--zenoh-peer", self.zenoh, "--zenoh-no-multicast",
                 *(["--zenoh-config-overlay", str(self.overlay)] if self.overlay else [])]
 
@@ -198,7 +200,8 @@ class Cluster:
         """``dora ARGS --coordinator-port PORT`` as a client with (or without) the token."""
         cwd = cwd or self.root / ("client" if token is not False else "outsider")
         cwd.mkdir(exist_ok=True)
-        result = subprocess.run([self.dora, *args, "--coordinator-port", str(self.port)], cwd=cwd,
+        result = subprocess.run([self.dora, *args, "--coordinator-addr", self.ADDRESS, "--coordinator-port",
+                                 str(self.port)], cwd=cwd,
                                 env=self.env(token), capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
             raise RuntimeError(f"dora {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
