@@ -125,3 +125,52 @@ def test_node_exits_when_its_daemon_is_killed(model_dir, tmp_path, when):
         print(f"\nnode exited {time.monotonic() - t0:.2f} s after its daemon was SIGKILLed ({when})")
     finally:
         cluster.stop()  # ends the node too if it is still there
+
+
+# -- the two signals, without dora ---------------------------------------------------------------------------
+
+ORPHAN = """
+import sys, time
+from dora_primespeech_mlx.node import watch_parent
+from dora_primespeech_mlx.settings import Settings
+assert watch_parent(Settings()) is None  # not spawned by a daemon: no watch
+assert watch_parent(Settings(dora_node_config="dataflow_id: x")) is not None
+print("watching", flush=True)
+time.sleep(60)
+"""
+
+PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "watching"
+print(child.pid, flush=True)
+time.sleep(0.5)
+"""
+
+
+def test_daemon_lost_event():
+    from dora_primespeech_mlx.node import daemon_lost
+
+    error = ("fatal event stream error: daemon channel broken\n\nCaused by:\n    server disconnected unexpectedly\n\n"
+             "Location:\n    apis/rust/node/src/daemon_connection/tcp.rs:56:21")  # dora 1.1, verbatim
+    assert daemon_lost({"type": "ERROR", "error": error})
+    assert not daemon_lost({"type": "ERROR", "error": "Receiver timed out"})
+    assert not daemon_lost({"type": "INPUT", "id": "text", "error": error})
+
+
+def test_parent_watch_ends_an_orphan(tmp_path):
+    import signal
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    parent = subprocess.run([sys.executable, "-c", PARENT, ORPHAN], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert parent.returncode == 0, parent.stderr
+    orphan = int(parent.stdout.split()[0])
+    started = _start_time(orphan)
+    try:
+        if started is not None:  # (None: it was gone already)
+            wait("exit of the orphan", lambda: gone(orphan, started), timeout=EXIT_WITHIN_S)
+    finally:
+        if started is not None and _start_time(orphan) == started:
+            os.kill(orphan, signal.SIGKILL)
