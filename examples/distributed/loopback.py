@@ -247,11 +247,13 @@ class Cluster:
 
 
 def _start_time(pid: int) -> str | None:
-    """The process's start time (/proc/PID/stat field 22; tells a pid's process from a later one), None when gone."""
+    """The process's start time (/proc/PID/stat field 22; tells a pid's process from a later one), None when it has
+    ended (a zombie waiting for init to reap it counts as ended)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    return None if len(fields) < 20 or fields[0] == "Z" else fields[19]
 
 
 def _killpg(proc: subprocess.Popen, sig: int) -> None:
