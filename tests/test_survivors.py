@@ -7,8 +7,12 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pytest
 from conftest import SESSION_MARK, dora_processes
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
 
 
 def test_marked_dora_processes_are_found_and_others_are_not():

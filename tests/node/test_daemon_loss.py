@@ -21,7 +21,7 @@ from tiny_voice import VOICE, make_model_dir
 sys.path.insert(0, str(REPO / "examples" / "distributed"))
 from loopback import Cluster, _start_time, dora_exe  # noqa: E402
 
-pytestmark = pytest.mark.dora
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="watches processes through /proc")
 
 PROBE = REPO / "examples" / "distributed" / "audio_probe.py"
 SOURCE = REPO / "nodes" / "text_source.py"
@@ -94,6 +94,7 @@ def gone(pid: int, started: str) -> bool:
         return True
 
 
+@pytest.mark.dora
 @pytest.mark.parametrize("when", ["loading", "idle", "streaming"])
 def test_node_exits_when_its_daemon_is_killed(model_dir, tmp_path, when):
     try:
