@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_phones)
 
     # Sub-commands that live next to their implementation.
-    for module in ("bench", "coreml.cli"):
+    for module in ("bench", "coreml.cli", "cluster_keys"):
         try:
             mod = __import__(f"{__package__}.{module}", fromlist=["add_parser"])
         except ImportError:

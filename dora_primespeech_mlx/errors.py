@@ -23,6 +23,11 @@ class VoiceNotInstalledError(PrimeSpeechError, FileNotFoundError):
     """The voice is known but its files are not on this machine (download or point to them)."""
 
 
+class RequestPathError(VoiceNotInstalledError):
+    """A path in a request (``VOICE:CUSTOM`` / ``VOICE:TRAINED``) names no file inside the folders such requests may
+    read. One message for "missing" and "not allowed", so a request cannot probe what exists elsewhere."""
+
+
 class DownloadError(PrimeSpeechError):
     """A download failed (offline, missing file upstream, checksum mismatch)."""
 

@@ -16,6 +16,11 @@ Outputs: ``audio``, ``segment_complete``, ``status``, ``log`` (see the README an
 Stopping: when the inputs close (the upstream nodes finished) the queued texts are spoken first; on a STOP event
 (``dora stop``, Ctrl-C) the text in flight and every queued one are answered as cancelled and the node exits
 at once with code 0.
+
+Daemon loss: dora 1.1 reports a daemon that died as one ERROR event ("fatal event stream error: daemon channel
+broken") and then blocks in ``next()`` for ever; the node exits with code 1 on that event, and, when a daemon
+spawned it (``DORA_NODE_CONFIG`` set), as soon as its parent process is gone (checked every ``PARENT_WATCH_S``,
+also while the models load). Nothing can be answered then: the daemon that would carry the answers is gone.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import gc
 import importlib.metadata
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -38,6 +44,8 @@ from dora_primespeech_mlx.settings import Settings, use_reliable_zenoh
 
 POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worker is busy
 STOP_GRACE_S = 1.5  # after STOP, how long the worker may take to reach a cancellation point
+PARENT_WATCH_S = 0.5  # how often a daemon-spawned node checks that its parent process is still there
+DAEMON_LOST = ("daemon channel broken", "fatal event stream error")  # dora 1.1's ERROR event when the daemon died
 
 
 def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tuple[Any, Any]]:
@@ -109,6 +117,43 @@ def sends_from_worker(settings: Settings) -> bool:
         return True
 
 
+def daemon_lost(event: dict) -> bool:
+    """Whether an ERROR event says the connection to the daemon is gone (dora 1.1 then never sends another)."""
+    error = str(event.get("error", "")).lower()
+    return event.get("type") == "ERROR" and any(marker in error for marker in DAEMON_LOST)
+
+
+def leave_orphaned(reason: str) -> None:
+    """Exit at once (code 1) after losing the daemon: nothing can be sent any more, and a worker inside MLX must
+    not be torn down by the interpreter (see :func:`main`)."""
+    try:
+        sys.stderr.write(f"[primespeech] ERROR {reason}; exiting\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr was a pipe to the daemon
+        pass
+    os._exit(1)
+
+
+def watch_parent(settings: Settings, on_lost: Callable[[str], None] = leave_orphaned) -> threading.Thread | None:
+    """When a dora daemon spawned this process (``DORA_NODE_CONFIG``): a thread that calls ``on_lost`` once the
+    parent process is gone (the daemon was killed: this process is re-parented). None otherwise (a dynamic node,
+    the operator runtime's process, a parent that is already gone)."""
+    if settings.dora_node_config is None:
+        return None
+    parent = os.getppid()
+    if parent <= 1:
+        return None
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_WATCH_S)
+        on_lost(f"the dora daemon that started this node (pid {parent}) is gone")
+
+    thread = threading.Thread(target=watch, name="primespeech-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> int:
     """Console script ``dora-primespeech-mlx``: run as a Dora node until the dataflow stops."""
     from dora import Node
@@ -119,6 +164,7 @@ def main() -> int:
         settings, bad = Settings(), exc
     use_reliable_zenoh(settings)  # dora 1.x drops small outputs behind large ones with Zenoh's defaults
     node = Node()  # outside a dataflow this raises RuntimeError, as every dora node does
+    watch_parent(settings)
     if bad is not None:
         handler = MessageHandler(settings, lambda p: (None, None), DirectTransport(node.send_output))
         handler.log("ERROR", str(bad))
@@ -149,6 +195,8 @@ def main() -> int:
         elif kind == "STOP":
             stopped = time.monotonic()
             break
+        elif daemon_lost(event):
+            leave_orphaned(f"dora reports the daemon connection lost ({str(event.get('error')).splitlines()[0]})")
         elif kind == "ERROR" and "timed out" not in str(event.get("error", "")).lower():
             handler.log("WARNING", f"dora error event: {str(event.get('error'))[:300]}")
     if stopped is not None:

@@ -113,6 +113,16 @@ def _path(s: str) -> Path:
     return expand(s.strip())
 
 
+def _folders(s: str) -> tuple[Path, ...] | str:
+    """``*`` or folders separated by ``os.pathsep`` (``~`` and ``$VARS`` expanded: this is configuration)."""
+    if s.strip() == "*":
+        return "*"
+    found = tuple(expand(p.strip()) for p in s.split(os.pathsep) if p.strip())
+    if not found:
+        raise ValueError(f"expected * or folders separated by {os.pathsep!r}")
+    return found
+
+
 def _cache_under(s: str) -> Path:
     return expand(s.strip()) / "dora_primespeech_mlx"
 
@@ -292,8 +302,18 @@ VARS: tuple[Var, ...] = (
     Var("dora_sends", "PRIMESPEECH_DORA_SENDS", "auto", _choice(("auto", "worker", "main")),
         "Thread that calls send_output: auto (worker on dora-rs >= 1, main on 0.3.x) | worker | main.",
         ()),
+    Var("dora_node_config", "DORA_NODE_CONFIG", None, _str,
+        "Read, never written: set by the dora daemon (or `dora run`) that spawned the node. When set, the node "
+        "exits (code 1) within a second of that parent process going away; it also exits when dora reports its "
+        "daemon connection broken.", ()),
     Var("voices_dir", "PRIMESPEECH_VOICES_DIR", None, _path,
-        "An extra folder of user voice YAML files.", ()),
+        "An extra folder of user voice YAML files; by default per-request voices may also read the files in it "
+        "(PRIMESPEECH_REQUEST_PATHS).", ()),
+    Var("request_paths", "PRIMESPEECH_REQUEST_PATHS", None, _folders,
+        "Folders whose files the per-request voices `VOICE:CUSTOM` / `VOICE:TRAINED` may read (reference audio, "
+        "checkpoints), separated by `:` (`;` on Windows). Unset: the model directory and PRIMESPEECH_VOICES_DIR. "
+        "`*`: any file the node can read. Paths in messages are taken literally (no `~` or `$VAR`), resolved "
+        "(symlinks, `..`) before the check; a refused and a missing file get the same answer.", ()),
     Var("text_data", "PRIMESPEECH_TEXT_DATA", None, _path,
         "Folder with the original front end's dictionaries (unset: <model dir>/text-data, filled on first "
         "use).", ()),
@@ -357,7 +377,9 @@ class Settings(defaults.RequestDefaults):
     g2pw_vocab: Path | None = None
     coreml_compute_units: str = COMPUTE_UNITS[0]
     dora_sends: str = "auto"
+    dora_node_config: str | None = None
     voices_dir: Path | None = None
+    request_paths: tuple[Path, ...] | str | None = None
     text_data: Path | None = None
     cache_dir: Path = expand("~/.cache/dora_primespeech_mlx")
     zenoh_overlay: Path | None = None

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,52 @@ if "PRIMESPEECH_TEXT_DATA" not in os.environ and (_SHARED / "data" / "gpt-sovits
 # before any test module imports mlx; otherwise MLX keeps the netlib reference BLAS for the whole session, and
 # float32 results (other summation orders) would depend on which test file happens to be collected first.
 import dora_primespeech_mlx.models  # noqa: E402, F401
+
+# Every process a test starts inherits this mark (through os.environ), however far down (dora daemons pass their
+# environment to the nodes they spawn): the session looks for marked dora processes that outlive it.
+SESSION_MARK = "PRIMESPEECH_TEST_SESSION"
+os.environ[SESSION_MARK] = uuid.uuid4().hex
+SURVIVOR_GRACE_S = 5.0
+
+
+def dora_processes(mark: str | None = None) -> dict[int, str]:
+    """Live processes carrying this session's mark that belong to dora: the dora CLI, coordinator and daemons,
+    ``dora-primespeech-mlx``, and every node a daemon spawned (``DORA_NODE_CONFIG`` in its environment).
+    pid -> command line; empty where there is no /proc."""
+    wanted = f"{SESSION_MARK}={mark or os.environ[SESSION_MARK]}".encode()
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        if int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            if wanted not in env or (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if "dora" in cmd or any(v.startswith(b"DORA_NODE_CONFIG=") for v in env):
+            found[int(entry.name)] = cmd
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_dora_process_survives():
+    """At the end of the session no dora process started by a test may be left: survivors (after a grace of
+    SURVIVOR_GRACE_S) are SIGKILLed and the session fails, naming them."""
+    yield
+    deadline = time.monotonic() + SURVIVOR_GRACE_S
+    while (left := dora_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if left:
+        listing = "\n  ".join(f"{pid}: {cmd[:200]}" for pid, cmd in sorted(left.items()))
+        pytest.fail(f"{len(left)} dora process(es) outlived the tests that started them (now killed):\n  {listing}",
+                    pytrace=False)
 
 
 def fixtures_root() -> Path:

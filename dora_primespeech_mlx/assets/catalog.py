@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
-from ..paths import expand, model_dir, originals_dir, user_voices_dir
+from ..paths import expand, model_dir, originals_dir, request_path, user_voices_dir
 from ..settings import read as read_setting
 from ..text.langsplit import SUPPORTED_OPTIONS
 
@@ -301,9 +301,14 @@ def custom_voice(
     base: VoiceSpec | str | None = None,
     root: Path | None = None,
     name: str | None = None,
+    roots: tuple[Path, ...] | None = None,
 ) -> VoiceSpec:
     """A voice made on the fly: zero-shot cloning of ``reference`` with a base voice's weights
-    (``VOICE:CUSTOM``), or with own weights (``VOICE:TRAINED``)."""
+    (``VOICE:CUSTOM``), or with own weights (``VOICE:TRAINED``).
+
+    The paths are taken literally (no ``~`` or ``$VAR``) and must be files inside ``roots`` (None: anywhere; the
+    node passes ``PRIMESPEECH_REQUEST_PATHS``' folders): else :class:`RequestPathError`, the same for a missing
+    file and a refused one (:func:`..paths.request_path`)."""
     root = root or model_dir()
     if isinstance(base, VoiceSpec):
         base_spec = base
@@ -311,9 +316,9 @@ def custom_voice(
         base_spec = resolve_voice(base or DEFAULT_VOICE, root, require_installed=False)
     # The old node's rule: a known language passes, anything else becomes auto.
     lang = language if language in SUPPORTED_LANGS else "auto"
-    ref = expand(str(reference))
-    if not ref.is_file():
-        raise VoiceNotInstalledError(f"reference audio {ref} not found")
+    ref = request_path(reference, roots, "reference audio")
+    own_gpt = request_path(gpt, roots, "GPT checkpoint") if gpt else None
+    own_sovits = request_path(sovits, roots, "SoVITS checkpoint") if sovits else None
     spec = replace(
         base_spec,
         name=name or ("TRAINED" if gpt or sovits else "CUSTOM"),
@@ -321,8 +326,8 @@ def custom_voice(
         prompt_lang=lang,
         prompt_text=prompt_text,
         reference=ref,
-        gpt=expand(str(gpt)) if gpt else base_spec.gpt,
-        sovits=expand(str(sovits)) if sovits else base_spec.sovits,
+        gpt=own_gpt or base_spec.gpt,
+        sovits=own_sovits or base_spec.sovits,
         source="custom",
         repository=None,
         files=(),

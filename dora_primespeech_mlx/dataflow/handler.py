@@ -37,6 +37,7 @@ from ..errors import (
     VoiceNotFoundError,
     VoiceNotInstalledError,
 )
+from ..paths import request_roots
 from ..settings import LOG_LEVELS, Settings
 from ..text.speakable import has_speakable
 from .jobs import Job, JobQueue, QueueFull
@@ -376,7 +377,8 @@ class MessageHandler:
             self._skip(job)
             return
         except SynthesisError as exc:
-            self._fail(job, str(exc), getattr(exc, "stage", "synthesis"))
+            stage = getattr(exc, "stage", "synthesis")
+            self._fail(job, _request_voice_error(req, exc, stage) or str(exc), stage)
             return
         except (PrimeSpeechError, ValueError) as exc:  # text front end, bad request parameters
             self._fail(job, f"{exc}", "text" if type(exc).__module__.endswith("text.errors") else "request")
@@ -449,8 +451,9 @@ class MessageHandler:
             return resolve_voice(choice.name, root)
         # CUSTOM: zero-shot cloning with the current voice's weights (Doubao by default, as the old node);
         # TRAINED: own weights, the current voice's encoders.
+        roots = request_roots(root, self.settings.voices_dir, self.settings.request_paths)
         return custom_voice(choice.reference, choice.prompt_text or "", choice.lang or "auto",
-                            gpt=choice.gpt, sovits=choice.sovits, base=self.voice, root=root)
+                            gpt=choice.gpt, sovits=choice.sovits, base=self.voice, root=root, roots=roots)
 
     # -- control --------------------------------------------------------------------------------------
     def _run_control(self, cmd, md: dict) -> None:
@@ -490,6 +493,16 @@ class MessageHandler:
         self.log("INFO", f"voice changed to {spec.name} ({spec.language})")
         self.status("voice_changed", md, voice=spec.name, language=spec.language, previous=old.name,
                     message=f"voice {spec.name}")
+
+
+def _request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> str | None:
+    """For a voice built from a request's paths that fails to load: a message without the loader's details, which
+    may quote the file (its first bytes, say). None for every other failure (reported as it is)."""
+    if stage not in ("load", "reference") or req.voice is None or req.voice.kind not in ("custom", "trained"):
+        return None
+    cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else type(exc).__name__
+    return (f"VOICE:{req.voice.kind.upper()}: the files it names cannot be loaded as a voice ({cause}; the node's "
+            "operator can run `primespeech-mlx convert` on them to see why)")
 
 
 def _metadata(metadata: Any) -> dict:

@@ -8,7 +8,8 @@ go over Zenoh/TCP). Used by tests/node/test_cluster.py and bench_wire.py; also u
 
 Everything runs in a scratch folder with its own HOME/XDG_CONFIG_HOME, so the coordinator's token file
 (``~/.config/dora/.dora-token``) never touches the real home directory. Every process is started in its own
-process group; ``stop()`` ends those groups (the daemon's nodes included).
+process group; ``stop()`` ends those groups, and every node process a daemon was seen to have spawned (dora 1.1
+starts each node in a process group of its own, so ending a daemon's group does not reach its nodes).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class Cluster:
 
     DAEMONS = {"edge": {"role": "edge"}, "tts": {"tts": "true"}}
 
+    ADDRESS = "127.0.0.1"  # where the coordinator listens (and the daemons and the CLI reach it)
+
     def __init__(self, root: Path | None = None, overlay: Path | None = OVERLAY):
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="dora-loopback-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -60,6 +63,7 @@ class Cluster:
         self.zenoh = f"tcp/127.0.0.1:{free_port()}"
         self.listen = {name: free_port() for name in self.DAEMONS}
         self.procs: dict[str, subprocess.Popen] = {}
+        self.nodes: dict[int, str] = {}  # pid -> /proc start time of every node process seen (see stop())
         self.token: str | None = None
         self.overlay = overlay  # zenoh settings of every daemon (None: dora's defaults)
         self.dora = dora_exe()
@@ -91,7 +95,7 @@ class Cluster:
     def start(self, timeout: float = 60) -> Cluster:
         coord_dir = self.root / "coordinator"
         coord_dir.mkdir(exist_ok=True)
-        self._spawn("coordinator", ["coordinator", "--interface", "127.0.0.1", "--port", str(self.port), "--auth",
+        self._spawn("coordinator", ["coordinator", "--interface", self.ADDRESS, "--port", str(self.port), "--auth",
                                     "--store", "memory"], coord_dir, self.env(token=False) | {
                                         "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home / ".config")})
         token_file = coord_dir / ".dora-token"
@@ -111,7 +115,7 @@ class Cluster:
         labels = ",".join(f"{k}={v}" for k, v in self.DAEMONS.get(name, {}).items())
         port = self.listen.setdefault(name, free_port())
         return ["daemon", "--machine-id", name, *(["--labels", labels] if labels else []),
-                "--coordinator-addr", "127.0.0.1", "--coordinator-port", str(self.port),
+                "--coordinator-addr", self.ADDRESS, "--coordinator-port", str(self.port),
                 "--local-listen-port", str(port), "--zenoh-peer", self.zenoh, "--zenoh-no-multicast",
                 *(["--zenoh-config-overlay", str(self.overlay)] if self.overlay else [])]
 
@@ -122,7 +126,9 @@ class Cluster:
         return self._spawn(name, self.daemon_args(name), work, self.env(token))
 
     def kill_daemon(self, name: str) -> None:
-        """The machine goes away: SIGKILL to the daemon's process group (the daemon and its nodes)."""
+        """The daemon dies: SIGKILL to its process group. Its nodes run in groups of their own: they are left to
+        notice (``stop()`` ends those still there)."""
+        self.node_pids(name)  # remember them for stop()
         proc = self.procs.pop(name)
         _killpg(proc, signal.SIGKILL)
         proc.wait(timeout=10)
@@ -159,6 +165,11 @@ class Cluster:
                 self.cli("stop", "--all", "--grace-duration", "5s", check=False, timeout=20)
             except subprocess.TimeoutExpired:
                 pass
+        for name in [n for n in self.procs if n != "coordinator"]:
+            try:
+                self.node_pids(name)  # the nodes still there, to end them below should their daemon not
+            except OSError:
+                pass
         for name in [n for n in self.procs if n != "coordinator"] + ["coordinator"]:
             proc = self.procs.pop(name, None)
             if proc is None:
@@ -170,6 +181,12 @@ class Cluster:
                 _killpg(proc, signal.SIGKILL)
                 proc.wait(timeout=10)
             _killpg(proc, signal.SIGKILL)  # nodes left in the group after their daemon ended
+        for pid, started in self.nodes.items():  # nodes in their own groups that outlived their daemon
+            if started is not None and _start_time(pid) == started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def __enter__(self) -> Cluster:
         return self.start()
@@ -183,7 +200,8 @@ class Cluster:
         """``dora ARGS --coordinator-port PORT`` as a client with (or without) the token."""
         cwd = cwd or self.root / ("client" if token is not False else "outsider")
         cwd.mkdir(exist_ok=True)
-        result = subprocess.run([self.dora, *args, "--coordinator-port", str(self.port)], cwd=cwd,
+        result = subprocess.run([self.dora, *args, "--coordinator-addr", self.ADDRESS, "--coordinator-port",
+                                 str(self.port)], cwd=cwd,
                                 env=self.env(token), capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
             raise RuntimeError(f"dora {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -208,6 +226,7 @@ class Cluster:
         for pid in pids:
             try:
                 found[pid] = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ").strip()
+                self.nodes.setdefault(pid, _start_time(pid))
             except OSError:
                 pass
         return found
@@ -225,6 +244,16 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"dataflow {name} still {status} after {timeout} s")
             time.sleep(0.5)
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (/proc/PID/stat field 22; tells a pid's process from a later one), None when it has
+    ended (a zombie waiting for init to reap it counts as ended)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if len(fields) < 20 or fields[0] == "Z" else fields[19]
 
 
 def _killpg(proc: subprocess.Popen, sig: int) -> None:

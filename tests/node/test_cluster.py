@@ -6,11 +6,12 @@ dataflow started with ``dora start``, a voice built from the fixture models.
   for sample, what the same texts give in a single-machine ``dora run`` (fixed seed);
 - a ``dora start``/``dora stop``/``dora list`` without the token (or with a wrong one), and a daemon without
   it, are refused and the dataflow keeps running;
-- the TTS machine goes away in the middle of a streamed text (its daemon and the node SIGKILLed): coordinator
-  and ``edge`` survive, the text in flight gets no answer, the daemon comes back, dora re-spawns the node on it
-  and the next texts are served.
+- the TTS machine goes away in the middle of a streamed text (its daemon SIGKILLed; the node, in a process group
+  of its own, exits by itself within 3 s): coordinator and ``edge`` survive, the text in flight gets no answer,
+  the daemon comes back, dora re-spawns the node on it and the next texts are served.
 
-Everything the tests start runs in process groups that the fixture ends, also when a test fails.
+Everything the tests start is ended by the fixture (``Cluster.stop``: the process groups it started and every node
+process seen), also when a test fails; the session fixture in tests/conftest.py fails the run on any survivor.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from conftest import REPO
 from tiny_voice import VOICE, make_model_dir
 
 sys.path.insert(0, str(REPO / "examples" / "distributed"))
-from loopback import OVERLAY, Cluster, dora_exe  # noqa: E402
+from loopback import OVERLAY, Cluster, _start_time, dora_exe  # noqa: E402
 
 pytestmark = pytest.mark.dora
 
@@ -294,9 +295,11 @@ def test_tts_machine_goes_away_mid_stream(cluster, model_dir, tmp_path):
     # -- 2. the tts machine goes away mid-stream (daemon and node SIGKILLed), then comes back ------------
     long2 = ("1", "3")
     _wait("audio of the second long text", lambda: any(_is(e, "audio", long2) for e in _events(log)), timeout=180)
+    orphans = {pid: _start_time(pid) for pid, cmd in cluster.node_pids("tts").items() if "dora-primespeech-mlx" in cmd}
     t_down = time.time()
     cluster.kill_daemon("tts")
     time.sleep(3)
+    assert not [pid for pid, started in orphans.items() if _start_time(pid) == started], "the node outlived its daemon"
     assert coordinator.poll() is None and edge.poll() is None
     assert cluster.node_pids("edge") == edge_nodes and cluster.status(name) == "Running"
     assert "tts" not in cluster.connected_daemons()

@@ -141,9 +141,12 @@ def audio_of(report, seg):
 
 
 def test_node_form_end_to_end(tmp_path):
-    ref = reference_wav()
+    models = make_model_dir(tmp_path / "models")
+    own = models / "trained"  # per-request voices read only inside the model folder (PRIMESPEECH_REQUEST_PATHS)
+    own.mkdir()
+    gpt, sovits, ref = (Path(shutil.copy(p, own)) for p in (checkpoint("gpt"), checkpoint("sovits"), reference_wav()))
     prompt = e2e_case()["inputs"]["prompt_text"]
-    trained = f"VOICE:TRAINED|{checkpoint('gpt')}|{checkpoint('sovits')}|{ref}|{prompt}|en|Hello | world."
+    trained = f"VOICE:TRAINED|{gpt}|{sovits}|{ref}|{prompt}|en|Hello | world."
     script = "\n".join([
         "!list_voices",
         "!stats",
@@ -167,7 +170,8 @@ def test_node_form_end_to_end(tmp_path):
         "@wait synthesizing",
         "!reset",
     ]) + "\n"
-    rc, report, output, elapsed = run_flow(tmp_path, script, NODE_FORM, warmup=True, index_as_str=True)
+    rc, report, output, elapsed = run_flow(tmp_path, script, NODE_FORM, warmup=True, index_as_str=True,
+                                           model_dir=models)
     assert rc == 0, tail(output)
     assert report is not None, tail(output)
     segments = check_one_answer_per_text(report, output)

@@ -121,7 +121,8 @@ def test_flat_audio_format_and_volume(model_dir, shared_engine):
 
 
 def test_bad_inputs_are_answered_and_the_node_keeps_serving(model_dir, shared_engine):
-    handler, rec = make_handler(model_dir, shared_engine, MAX_TEXT_CHARS="1000")
+    handler, rec = make_handler(model_dir, shared_engine, MAX_TEXT_CHARS="1000",
+                                PRIMESPEECH_REQUEST_PATHS=str(reference_wav().parent))
     cases = [
         ("empty", "", "skipped"),
         ("punct", "。，！？...", "skipped"),
