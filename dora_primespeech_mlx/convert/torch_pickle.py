@@ -286,7 +286,9 @@ class _RestrictedUnpickler(pickle._Unpickler):  # the Python unpickler: its opco
             info = self._archive.getinfo(member)
         except KeyError:
             raise pickle.UnpicklingError(f"storage '{member}' is missing from the archive") from None
-        need = numel * _STORAGE_ITEMSIZE.get(storage_type.dtype, np.dtype(storage_type.dtype).itemsize)
+        itemsize = _STORAGE_ITEMSIZE[storage_type.dtype] if storage_type.dtype in _STORAGE_ITEMSIZE else \
+            np.dtype(storage_type.dtype).itemsize
+        need = numel * itemsize
         if info.file_size < need:
             raise pickle.UnpicklingError(f"storage '{member}' is truncated ({info.file_size} < {need} bytes)")
         if info.file_size != need:
@@ -573,7 +575,7 @@ def load_torch_file(path: str | os.PathLike) -> Any:
     except RecursionError:
         raise CheckpointError(path, "cannot read checkpoint: nested too deeply") from None
     except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
-        raise CheckpointError(path, f"cannot read checkpoint: {exc}") from None
+        raise CheckpointError(path, f"cannot read checkpoint: {exc or type(exc).__name__}") from None
     except Exception as exc:  # zlib.error, struct.error, TypeError, ... from a damaged file
         raise CheckpointError(path, f"corrupt checkpoint ({type(exc).__name__}: {exc})") from None
     finally:
