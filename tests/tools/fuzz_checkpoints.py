@@ -28,6 +28,7 @@ import os
 import pickle
 import random
 import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -35,6 +36,7 @@ import tempfile
 import time
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -509,15 +511,17 @@ def make_case(seed: int, index: int, bases: list[bytes], marker: Path) -> tuple[
     return kind, mutate_zip(b.archive(), b, rng)
 
 
-def run_cases(seed: int, start: int, count: int, workdir: Path) -> list[dict]:
-    """Run cases ``start .. start+count`` in this process; one result dict per case."""
+def run_cases(seed: int, start: int, count: int, workdir: Path) -> Iterator[dict]:
+    """Run cases ``start .. start+count`` in this process, yielding one result dict per case as it ends."""
     sys.path.insert(0, str(REPO))
     from dora_primespeech_mlx.convert.torch_pickle import CheckpointError, load_torch_file
 
     marker = workdir / "PAYLOAD-RAN"
     bases = fixture_bases()
-    results = []
+    crash_at = int(os.environ.get("FUZZ_SELF_TEST_CRASH_AT", "-1"))  # the harness's own test: a signal mid-batch
     for index in range(start, start + count):
+        if index == crash_at:
+            os.kill(os.getpid(), signal.SIGSEGV)
         kind, data = make_case(seed, index, bases, marker)
         path = workdir / f"case-{index}.ckpt"
         path.write_bytes(data)
@@ -535,9 +539,8 @@ def run_cases(seed: int, start: int, count: int, workdir: Path) -> list[dict]:
             outcome, detail = "payload", "a dangerous global ran"
         if seconds > MAX_SECONDS_PER_CASE:
             outcome, detail = "slow", f"{seconds:.1f} s; {outcome}: {detail}"
-        results.append({"index": index, "kind": kind, "outcome": outcome, "detail": detail,
-                         "seconds": round(seconds, 4), "bytes": len(data)})
-    return results
+        yield {"index": index, "kind": kind, "outcome": outcome, "detail": detail, "seconds": round(seconds, 4),
+               "bytes": len(data)}
 
 
 def _worker_limits() -> None:
@@ -570,11 +573,14 @@ class Report:
                 f"{len(self.failures)} failures")
 
 
-def _batch(seed: int, start: int, count: int) -> subprocess.Popen:
+def _batch(seed: int, start: int, count: int, results: Path) -> subprocess.Popen:
+    """A worker running ``count`` cases from ``start``, one JSON line per case into ``results`` (flushed, so a
+    crash leaves the cases before it)."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, __file__, "--worker", "--seed", str(seed), "--start", str(start), "--cases", str(count)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=_worker_limits)
+        [sys.executable, __file__, "--worker", "--seed", str(seed), "--start", str(start), "--cases", str(count),
+         "--results", str(results)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, preexec_fn=_worker_limits)
 
 
 def fuzz(cases: int, seed: int, batch: int = 500, workers: int = 1, timeout: float = 600.0) -> Report:
@@ -582,22 +588,24 @@ def fuzz(cases: int, seed: int, batch: int = 500, workers: int = 1, timeout: flo
     report = Report()
     t0 = time.perf_counter()
     pending = [(s, min(batch, cases - s)) for s in range(0, cases, batch)]
-    running: list[tuple[subprocess.Popen, int, int]] = []
+    running: list[tuple[subprocess.Popen, int, int, Path]] = []
+    tmp = tempfile.TemporaryDirectory(prefix="fuzz-results-")
     try:
         while pending or running:
             while pending and len(running) < workers:
                 s, n = pending.pop(0)
-                running.append((_batch(seed, s, n), s, n))
-            proc, s, n = running.pop(0)
+                out_file = Path(tmp.name) / f"batch-{s}.jsonl"
+                running.append((_batch(seed, s, n, out_file), s, n, out_file))
+            proc, s, n, out_file = running.pop(0)
             try:
-                out, err = proc.communicate(timeout=timeout)
+                _, err = proc.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
                 report.failures.append({"index": s, "kind": "batch", "outcome": "hang",
                                         "detail": f"batch {s}..{s + n} ran past {timeout} s"})
                 continue
-            lines = out.decode().splitlines()
+            lines = out_file.read_text().splitlines() if out_file.exists() else []
             done = [json.loads(line) for line in lines if line.startswith("{")]
             for r in done:
                 if "rss_mb" in r:
@@ -609,9 +617,10 @@ def fuzz(cases: int, seed: int, batch: int = 500, workers: int = 1, timeout: flo
                 report.failures.append({"index": crashed, "kind": "batch", "outcome": "crash",
                                         "detail": f"worker exit {proc.returncode}: {err.decode()[-400:]}"})
     finally:
-        for proc, _, _ in running:
+        for proc, *_ in running:
             proc.kill()
             proc.communicate()
+        tmp.cleanup()
     report.seconds = time.perf_counter() - t0
     if report.max_rss_mb > MAX_RSS_MB:
         report.failures.append({"index": -1, "kind": "batch", "outcome": "memory",
@@ -619,11 +628,12 @@ def fuzz(cases: int, seed: int, batch: int = 500, workers: int = 1, timeout: flo
     return report
 
 
-def _worker(seed: int, start: int, count: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="fuzz-ckpt-") as tmp:
+def _worker(seed: int, start: int, count: int, results: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="fuzz-ckpt-") as tmp, open(results, "w") as out:
         for r in run_cases(seed, start, count, Path(tmp)):
-            print(json.dumps(r), flush=True)
-    print(json.dumps({"rss_mb": peak_rss_mb()}), flush=True)
+            out.write(json.dumps(r) + "\n")
+            out.flush()
+        out.write(json.dumps({"rss_mb": peak_rss_mb()}) + "\n")
 
 
 def peak_rss_mb() -> float:
@@ -643,9 +653,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--results", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
-        _worker(a.seed, a.start, a.cases)
+        _worker(a.seed, a.start, a.cases, a.results)
         return 0
     report = fuzz(a.cases, a.seed, a.batch, a.workers)
     print(report.summary())
