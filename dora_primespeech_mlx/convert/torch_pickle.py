@@ -19,7 +19,8 @@ This reader treats every file as hostile:
   storage bytes plus :data:`MATERIALISE_ALLOWANCE`;
 - the zip archive's declared sizes are checked before anything is inflated: the sum of the members' sizes
   against the file's size (:data:`MAX_INFLATION`), each storage member against what its tensors record,
-  ``data.pkl`` against :data:`MAX_PICKLE_BYTES`.
+  ``data.pkl`` against :data:`MAX_PICKLE_BYTES` (with at most :data:`MAX_MARKS` open MARKs, its program stays
+  within a few seconds and ~100 MB).
 
 Every problem is a :class:`CheckpointError` naming the file. Tensors come back as numpy arrays in their
 stored dtype (usually float16; bfloat16 becomes float32).
@@ -80,7 +81,8 @@ VERSION_TAGS = {
     b"08": "v5",
 }
 
-MAX_PICKLE_BYTES = 64 << 20  # data.pkl holds names and config only (a released SoVITS file's: ~100 KB)
+MAX_PICKLE_BYTES = 4 << 20  # data.pkl holds names and config only (a released SoVITS file's: ~100 KB)
+MAX_MARKS = 256  # open MARKs (nested tuples/lists/dicts being built) at once
 MAX_INFLATION = 16  # the archive's members together may declare at most this many times the file's size ...
 INFLATION_ALLOWANCE = 16 << 20  # ... plus this (a small file of compressed zeros)
 MAX_MEMBERS = 100_000
@@ -357,6 +359,11 @@ class _RestrictedUnpickler(pickle._Unpickler):  # the Python unpickler: its opco
             raise pickle.UnpicklingError("NEWOBJ of a config object takes no arguments")
         self.append(cls.__new__(cls))
 
+    def _load_mark(self) -> None:
+        if len(self.metastack) >= MAX_MARKS:
+            raise pickle.UnpicklingError(f"more than {MAX_MARKS} nested MARKs")
+        pickle._Unpickler.load_mark(self)
+
     def _refuse(self) -> None:
         raise pickle.UnpicklingError("refusing a pickle opcode checkpoints do not use (INST/OBJ/NEWOBJ_EX/EXT)")
 
@@ -367,6 +374,7 @@ class _RestrictedUnpickler(pickle._Unpickler):  # the Python unpickler: its opco
     dispatch[pickle.APPENDS[0]] = _load_appends
     dispatch[pickle.ADDITEMS[0]] = _load_additems
     dispatch[pickle.NEWOBJ[0]] = _load_newobj
+    dispatch[pickle.MARK[0]] = _load_mark
     for _op in (pickle.INST, pickle.OBJ, pickle.NEWOBJ_EX, pickle.EXT1, pickle.EXT2, pickle.EXT4):
         dispatch[_op[0]] = _refuse
     del _op

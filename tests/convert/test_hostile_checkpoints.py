@@ -369,6 +369,18 @@ def test_oversized_pickle_is_refused(tmp_path, monkeypatch):
         load_torch_file(_write(tmp_path, _builder((2,)).archive()))
 
 
+@pytest.mark.parametrize("body", [b"(" * 100_000, b"N0" * 10])
+def test_pickle_programs_are_bounded(tmp_path, body):
+    """100k nested MARKs (one list each: ~6 MB per 100 KB of pickle) are refused; a plain program still runs."""
+    pkl = b"\x80\x02" + body + _builder((2,)).pickle()[2:]
+    archive = _builder((2,)).archive(pkl)
+    if body.startswith(b"("):
+        with pytest.raises(CheckpointError, match="nested MARKs"):
+            load_torch_file(_write(tmp_path, archive))
+    else:
+        assert "weight" in load_torch_file(_write(tmp_path, archive))
+
+
 def test_version_tagged_file_is_read_without_a_copy(tmp_path):
     """A GPT-SoVITS version tag over "PK": read through a patched view of the file (same tensors)."""
     b = _builder((3, 2))
