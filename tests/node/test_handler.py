@@ -227,10 +227,7 @@ def test_trained_voice_with_a_hostile_checkpoint_is_an_error_and_the_next_load_w
 
     folder = model_dir / "trained"
     folder.mkdir(exist_ok=True)
-    ref = folder / "ref.wav"
-    shutil.copy(reference_wav(), ref)
-    sovits = folder / "good.pth"
-    shutil.copy(checkpoint("sovits"), sovits)
+    ref, sovits = reference_wav(), checkpoint("sovits")  # the voice's own: loaded already
     gpts = {"offset": rewrite(checkpoint("gpt"), folder / "offset.ckpt", negative_offset=True),
             "nan": rewrite(checkpoint("gpt"), folder / "nan.ckpt", storage=NAN16),
             "good": folder / "good.ckpt"}
