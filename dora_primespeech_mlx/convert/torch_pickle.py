@@ -167,7 +167,6 @@ class _RestrictedUnpickler(pickle._Unpickler):  # the Python unpickler: its opco
         self._materialised = 0
         self._hparams = _fresh_hparams()
         self._dtypes: list[np.dtype] = []  # the dtypes this load made (BUILD on them is checked, not applied)
-        self._containers = (dict, OrderedDict, self._hparams, list, set)
         self._allowed = self._globals()
 
     # -- the globals a checkpoint may name: built per load ----------------------------------------------
