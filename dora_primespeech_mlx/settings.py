@@ -254,6 +254,10 @@ VARS: tuple[Var, ...] = (
     Var("max_cached_voices", "PRIMESPEECH_VOICE_CACHE", 2, _ranged(_int, 0, 64),
         "Voices used by per-request `VOICE:` prefixes that stay loaded besides the current one (least recently "
         "used first out); 0 loads them for each request.", ("GPTSVITS_VOICE_CACHE",)),
+    Var("max_converted_models", "PRIMESPEECH_CONVERTED_CACHE", 8, _ranged(_int, 0, 10000),
+        "Converted per-request checkpoints (`VOICE:TRAINED` files outside <model dir>/moyoyo and <model dir>/voices) "
+        "kept under <model dir>/mlx (least recently used first out; one loaded in the node is kept).",
+        ("GPTSVITS_CONVERTED_CACHE",)),
     Var("max_queued_texts", "MAX_QUEUED_TEXTS", 1000, _ranged(_int, 1),
         "Texts waiting to be spoken; one more is answered at once with segment_complete `error` (busy), "
         "never dropped.", ("GPTSVITS_MAX_QUEUED_TEXTS",)),
@@ -360,6 +364,7 @@ class Settings(defaults.RequestDefaults):
     sample_rate: int | None = None
     silence_on_skip: bool = True
     max_cached_voices: int = 2
+    max_converted_models: int = 8
     max_queued_texts: int = 1000
     threads: int | str = "auto"
     user_blas_threads: str | None = None

@@ -68,6 +68,43 @@ def _tensor_dict(path: Path, obj: Any, what: str) -> dict[str, np.ndarray]:
     return out
 
 
+MAX_CONFIG_LIST = 1024  # no list of a model config is longer (upsample rates, kernel sizes, conv layers: < 16)
+MIN_DIMENSION_BOUND = 1024  # a config integer may exceed every weight dimension up to this (EOS ids, layer counts)
+
+
+def check_config_scale(path: Path, config: Any, weights: dict[str, np.ndarray]) -> None:
+    """Refuse a model config that asks for more than its weights can hold, before any model is built from it:
+    every integer at most the larger of :data:`MIN_DIMENSION_BOUND` and the largest dimension of any weight,
+    every list at most :data:`MAX_CONFIG_LIST` long (a config of a million layers would build them all first)."""
+    biggest = max((max(w.shape, default=1) for w in weights.values()), default=1)
+    bound = max(MIN_DIMENSION_BOUND, biggest)
+    stack: list[tuple[str, Any]] = [("config", config)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            if len(value) > MAX_CONFIG_LIST:
+                raise CheckpointError(path, f"{where} lists {len(value)} values (at most {MAX_CONFIG_LIST})")
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, bool) and abs(int(value)) > bound:
+            raise CheckpointError(path, f"{where} = {int(value)} exceeds every dimension of the weights ({biggest})")
+
+
+def _check_gpt_config(path: Path, model: dict, weights: dict[str, np.ndarray]) -> None:
+    """The GPT's layer count and width are those of its weights (checked before the model is built)."""
+    layers = {int(m.group(1)) for k in weights if (m := re.match(r"model\.h\.layers\.(\d+)\.", k))}
+    try:
+        n_layer, hidden = int(model["n_layer"]), int(model["hidden_dim"])
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(path, "GPT config['model'] lacks a whole n_layer / hidden_dim") from None
+    if layers != set(range(n_layer)):
+        raise CheckpointError(path, f"GPT config says {n_layer} layers, the weights hold {len(layers)}")
+    emb = weights["model.ar_text_embedding.word_embeddings.weight"]
+    if emb.ndim != 2 or emb.shape[1] != hidden:
+        raise CheckpointError(path, f"GPT config says hidden_dim {hidden}, the text embedding is {emb.shape}")
+
+
 def _unsupported(path: Path, version: str) -> CheckpointError:
     return CheckpointError(
         path,
@@ -88,8 +125,10 @@ def read_gpt(path: str | os.PathLike) -> RawCheckpoint:
             raise CheckpointError(path, "this is a SoVITS (.pth) checkpoint, not a GPT (.ckpt)")
         raise CheckpointError(path, "not a GPT-SoVITS GPT checkpoint (no model.ar_text_embedding)")
     config = _plain(obj.get("config") or {})
-    if "model" not in config:
+    if not isinstance(config.get("model"), dict):
         raise CheckpointError(path, "GPT checkpoint has no config['model'] section")
+    check_config_scale(path, config["model"], weights)
+    _check_gpt_config(path, config["model"], weights)
     n_sym = weights["model.ar_text_embedding.word_embeddings.weight"].shape[0]
     version = "v1" if n_sym == 512 or config["model"].get("phoneme_vocab_size") == 512 else "v2"
     return RawCheckpoint(path, "gpt", weights, config, version, {"info": _plain(obj.get("info"))})
@@ -166,8 +205,9 @@ def read_sovits(path: str | os.PathLike) -> RawCheckpoint:
         raise _unsupported(path, "v3/v4 LoRA")
     config = _plain(obj.get("config") or {})
     version = sovits_version(path, weights, header, config, head_md5(path) if path.is_file() else None)
-    if "model" not in config or "data" not in config:
+    if not isinstance(config.get("model"), dict) or not isinstance(config.get("data"), dict):
         raise CheckpointError(path, "SoVITS checkpoint has no config['model'] / config['data'] section")
+    check_config_scale(path, config["model"], weights)
     return RawCheckpoint(path, "sovits", weights, config, version, {"info": _plain(obj.get("info"))})
 
 
@@ -240,6 +280,9 @@ def read_hf_dir(path: str | os.PathLike, kind: str) -> RawCheckpoint:
         if not bin_file.is_file():
             raise CheckpointError(path, "neither model.safetensors nor pytorch_model.bin is present")
         weights = _tensor_dict(bin_file, load_torch_file(bin_file), "pytorch_model.bin")
+    if not isinstance(config, dict):
+        raise CheckpointError(cfg_file, "config.json is not an object")
+    check_config_scale(cfg_file, config, weights)
     expected = {"hubert": "hubert", "bert": "bert"}.get(kind)
     model_type = str(config.get("model_type", ""))
     if expected and model_type and model_type != expected:

@@ -1,9 +1,11 @@
 """Load models from original files or from converted MLX files, converting once and caching.
 
 A converted model is a folder holding ``config.json`` (``{"kind": ..., "version": ..., "args": {...},
-"source": ...}``) and ``model.safetensors`` (the sanitized float32 weights). Loading a converted folder
-parses no pickle and does no key mapping. :func:`convert` writes one; the ``load_*`` functions accept
-either form and, given an original file, convert it into ``<model_dir>/mlx/`` the first time.
+"source": ...}``), ``model.safetensors`` (the sanitized float32 weights) and ``manifest.json`` (written last,
+see :mod:`.cache`). Loading a converted folder parses no pickle and does no key mapping. :func:`convert` writes
+one, from weights that passed the reader's checks and are all finite; the ``load_*`` functions accept either
+form and, given an original file, convert it into ``<model_dir>/mlx/`` the first time (:mod:`.cache`: an
+entry is served only when complete; per-request checkpoints' entries are bounded, least recently used out).
 :func:`from_checkpoint` builds a model from a checkpoint already read (``checkpoints.read_*``) the same way.
 
 This is the one loading path (product and tests). Options a model takes at load:
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..paths import mlx_cache_dir, model_dir
+from . import cache as entries
 from .checkpoints import RawCheckpoint, read_gpt, read_hf_dir, read_sovits, read_sv, sovits_needs_sv
 from .torch_pickle import CheckpointError, pickle_bytes
 
@@ -133,7 +136,17 @@ def sanitized(raw: RawCheckpoint) -> tuple[Any, dict[str, np.ndarray]]:
     weights = model_cls.sanitize(dict(raw.weights))
     if hasattr(args, "check_weights"):
         args.check_weights(weights)
+    check_finite(raw.path, weights)
     return args, weights
+
+
+def check_finite(source, weights: dict[str, np.ndarray]) -> None:
+    """Refuse weights holding NaN or infinity (a damaged or hostile file): nothing non-finite is converted,
+    cached or loaded."""
+    for name, w in weights.items():
+        arr = np.asarray(w)
+        if arr.dtype.kind in "fc" and arr.size and not np.isfinite(arr).all():
+            raise CheckpointError(source, f"weight {name!r} holds NaN or infinite values")
 
 
 def _check_options(kind: str, options: dict) -> None:
@@ -229,6 +242,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, kind: str | None = N
             for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
                 if (src / name).is_file():
                     shutil.copy2(src / name, tmp / name)
+        entries.write_manifest(tmp, kind, src)  # last: the folder is complete
         if dst.exists():
             shutil.rmtree(dst)
         os.replace(tmp, dst)
@@ -246,7 +260,7 @@ def onnx_cache_dir(sovits_path: str | os.PathLike, root: Path | None = None) -> 
         return p
     if p.is_file():
         target = _cache_path(p, "sovits", root)
-        if (target / "model.safetensors").is_file():
+        if entries.is_complete(target):
             return target
     return mlx_cache_dir(root) / "onnx"
 
@@ -266,26 +280,39 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
         raise CheckpointError(path, "not found")
     kind = kind or detect_kind(path)
     _check_options(kind, options)
+    entry = fresh = False
     if path.is_dir() and is_converted(path):
         converted = path
     else:
         if not cache:
             return from_checkpoint(read_original(path, kind), **options)
-        converted = _cache_path(path, kind, root)
-        if not is_converted(converted):
+        converted, entry = _cache_path(path, kind, root), True
+        if entries.is_complete(converted):
+            entries.mark_used(converted)
+        else:  # absent, or not written whole (a crash, an older version): converted again
             try:
                 convert(path, converted, kind)
+                fresh = True
                 log.info("converted %s -> %s", path, converted)
             except OSError as exc:  # read-only model dir: convert in memory
                 log.warning("cannot cache the converted %s (%s); converting in memory", path, exc)
                 return from_checkpoint(read_original(path, kind), **options)
-    meta = json.loads((converted / "config.json").read_text(encoding="utf-8"))
-    if meta.get("kind") != kind:
-        raise CheckpointError(converted, f"holds a {meta.get('kind')} model, expected {kind}")
-    args_cls, _ = _model_classes(kind)
-    args = args_cls.from_dict(meta["args"]) if hasattr(args_cls, "from_dict") else args_cls(**meta["args"])
-    model = _build(kind, args, _read_converted(converted / "model.safetensors"), converted, options)
+    try:
+        meta = json.loads((converted / "config.json").read_text(encoding="utf-8"))
+        if meta.get("kind") != kind:
+            raise CheckpointError(converted, f"holds a {meta.get('kind')} model, expected {kind}")
+        args_cls, _ = _model_classes(kind)
+        args = args_cls.from_dict(meta["args"]) if hasattr(args_cls, "from_dict") else args_cls(**meta["args"])
+        model = _build(kind, args, _read_converted(converted / "model.safetensors"), converted, options)
+    except (CheckpointError, OSError, ValueError, KeyError, TypeError):
+        if entry:  # a cache entry that does not load is never served again
+            entries.discard(converted)
+        raise
     model.weights_file = converted / "model.safetensors"  # where weights dropped later can be read back
+    if entry:
+        entries.hold(converted, model)
+        if fresh:
+            entries.prune(root or model_dir(), protect=converted)
     return model
 
 
@@ -339,5 +366,5 @@ def convert_voice(spec, root: Path | None = None) -> None:
         if Path(path).is_dir() and is_converted(path):
             continue
         target = _cache_path(Path(path), kind, root)
-        if not is_converted(target):
+        if not entries.is_complete(target):
             convert(path, target, kind)

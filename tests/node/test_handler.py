@@ -215,3 +215,34 @@ def test_reset_cancels_a_long_streaming_synthesis_and_the_queue(model_dir, share
     assert [m["fragment_num"] for m in after] == [i + 1 for i in range(len(after))]
     assert after[-1]["is_final"] and all(m["is_streaming"] for m in after)
     assert cancel_s < 60, f"reset took {cancel_s:.1f} s"
+
+
+def test_trained_voice_with_a_hostile_checkpoint_is_an_error_and_the_next_load_works(model_dir, shared_engine):
+    """``VOICE:TRAINED`` naming a GPT checkpoint with a negative storage offset or NaN weights is answered with an
+    error segment_complete, nothing of it is cached, and the next text with a clean checkpoint completes."""
+    import shutil
+
+    from tiny_voice import checkpoint, e2e_case
+
+    from tests.convert.test_converted_cache import NAN16, rewrite
+
+    folder = model_dir / "trained"
+    folder.mkdir(exist_ok=True)
+    ref, sovits = reference_wav(), checkpoint("sovits")  # the voice's own: loaded already
+    gpts = {"offset": rewrite(checkpoint("gpt"), folder / "offset.ckpt", negative_offset=True),
+            "nan": rewrite(checkpoint("gpt"), folder / "nan.ckpt", storage=NAN16),
+            "good": folder / "good.ckpt"}
+    shutil.copy(checkpoint("gpt"), gpts["good"])
+    prompt = e2e_case()["inputs"]["prompt_text"]
+    handler, rec = make_handler(model_dir, shared_engine)
+    for name, gpt in gpts.items():
+        text(handler, f"VOICE:TRAINED|{gpt}|{sovits}|{ref}|{prompt}|en|Hello world.", question_id=name)
+    rec.wait(lambda r: len(completes(r)) == len(gpts))
+    assert handler.finish(60)
+    got = {m["question_id"]: (a.to_pylist(), m) for a, m in completes(rec)}
+    assert got["offset"][0] == ["error"] and "negative storage offset" in got["offset"][1]["error"]
+    assert got["nan"][0] == ["error"] and "NaN" in got["nan"][1]["error"]
+    assert got["good"][0] == ["completed"]
+    cached = [p.name for p in (model_dir / "mlx").iterdir()]
+    assert any(n.startswith("gpt-good-") for n in cached)
+    assert not any(n.startswith(("gpt-offset-", "gpt-nan-")) for n in cached), cached

@@ -1,0 +1,184 @@
+"""The converted-model cache: ``<model_dir>/mlx/<kind>-<stem>-<digest>/``, one folder per original file.
+
+An entry is written whole or not at all: the converter fills a temporary folder beside it, writes
+:data:`MANIFEST` last (the size and modification time of every file it wrote), and renames the folder into
+place. An entry is served only when its manifest is there and every file it lists still has its size and time;
+anything else (a folder of an older version without a manifest, a truncated or rewritten file, a crashed
+conversion) is converted again. The converter only writes weights that passed the reader's checks and are
+finite (``convert.load``).
+
+Entries of per-request checkpoints (``VOICE:TRAINED`` files: any original outside ``<model_dir>/moyoyo`` and
+``<model_dir>/voices``) are bounded: at most :func:`max_entries` of them are kept (setting
+``PRIMESPEECH_CONVERTED_CACHE``), least recently used first out; an entry whose model is loaded in this process
+is never removed. The catalog's voices and the user voices in ``<model_dir>/voices`` are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ..paths import mlx_cache_dir, originals_dir, user_voices_dir
+from ..settings import read
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+STALE_TEMP_SECONDS = 3600  # a temporary folder this old is a crashed conversion's
+
+_held: dict[str, int] = {}  # entry folder -> models loaded from it that are alive in this process
+_lock = threading.Lock()
+
+
+def max_entries() -> int:
+    """How many converted per-request checkpoints are kept (``PRIMESPEECH_CONVERTED_CACHE``)."""
+    return read("max_converted_models")
+
+
+def write_manifest(folder: Path, kind: str, source: Path) -> None:
+    """Seal a finished conversion: record every file of ``folder``; written last."""
+    files = {}
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and p.name != MANIFEST:
+            st = p.stat()
+            files[p.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    meta = {"manifest_version": MANIFEST_VERSION, "kind": kind, "source": str(source), "files": files,
+            "weights": "finite"}
+    tmp = folder / (MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / MANIFEST)
+
+
+def manifest(entry: Path) -> dict[str, Any] | None:
+    """The manifest of a complete entry, or None (missing, unreadable, or a listed file changed)."""
+    try:
+        meta = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+        files = meta["files"]
+        if meta.get("manifest_version") != MANIFEST_VERSION or not {"config.json", "model.safetensors"} <= set(files):
+            return None
+        for name, stamp in files.items():
+            st = (entry / name).stat()
+            if st.st_size != stamp["size"] or st.st_mtime_ns != stamp["mtime_ns"]:
+                return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return meta
+
+
+def is_complete(entry: Path) -> bool:
+    return manifest(entry) is not None
+
+
+def mark_used(entry: Path) -> None:
+    """Record a use of ``entry``: its manifest's modification time orders the least recently used (the
+    manifest's own time is not among the stamps it checks)."""
+    try:
+        os.utime(entry / MANIFEST)
+    except OSError:
+        pass
+
+
+def last_used(entry: Path) -> float:
+    try:
+        return os.stat(entry / MANIFEST).st_mtime
+    except OSError:
+        try:
+            return os.stat(entry).st_mtime
+        except OSError:
+            return 0.0
+
+
+def hold(entry: Path, model: Any) -> None:
+    """Keep ``entry`` while ``model`` (loaded from it, which may read its weights back later) is alive."""
+    key = str(entry)
+    with _lock:
+        _held[key] = _held.get(key, 0) + 1
+    try:
+        weakref.finalize(model, _release, key)
+    except TypeError:  # not weak-referenceable: held for the life of the process
+        pass
+
+
+def _release(key: str) -> None:
+    with _lock:
+        n = _held.get(key, 0) - 1
+        if n > 0:
+            _held[key] = n
+        else:
+            _held.pop(key, None)
+
+
+def is_held(entry: Path) -> bool:
+    with _lock:
+        return str(entry) in _held
+
+
+def discard(entry: Path) -> None:
+    """Remove an entry (renamed away first, so no reader finds it half deleted)."""
+    gone = entry.with_name(f".{entry.name}.discarded-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.replace(entry, gone)
+    except OSError:
+        return
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def _per_request(meta: dict | None, root: Path) -> bool:
+    """Whether an entry converts a per-request checkpoint (neither the catalog's nor a user voice's file)."""
+    if meta is None:
+        return True  # incomplete: never served, always the first to go
+    source = Path(str(meta.get("source", "")))
+    for pinned in (originals_dir(root), user_voices_dir(root)):
+        try:
+            source.resolve().relative_to(pinned.resolve())
+            return False
+        except (ValueError, OSError):
+            continue
+    return True
+
+
+def prune(root: Path, keep: int | None = None, protect: Path | None = None) -> list[Path]:
+    """Remove the least recently used per-request entries beyond ``keep`` (default :func:`max_entries`),
+    never ``protect`` nor an entry held by a live model; also crashed conversions' temporary folders.
+    Returns the entries removed."""
+    keep = max_entries() if keep is None else keep
+    base = mlx_cache_dir(root)
+    try:
+        folders = [p for p in base.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+    now = time.time()
+    candidates = []
+    for p in folders:
+        if p.name.startswith("."):
+            try:
+                if now - p.stat().st_mtime > STALE_TEMP_SECONDS:
+                    shutil.rmtree(p, ignore_errors=True)
+            except OSError:
+                pass
+            continue
+        if not (p / "config.json").exists() and not (p / MANIFEST).exists():
+            continue  # not a converted model (e.g. the ONNX folder)
+        if _per_request(manifest(p), root):
+            candidates.append(p)
+    candidates.sort(key=last_used, reverse=True)
+    removed = []
+    kept = 0
+    for p in candidates:
+        if protect is not None and p == protect or is_held(p):
+            kept += 1
+            continue
+        if kept < keep:
+            kept += 1
+            continue
+        discard(p)
+        removed.append(p)
+    return removed
