@@ -291,6 +291,18 @@ VARS: tuple[Var, ...] = (
                                               "no": "0"}),
         "GPT decode step on the CPU with float16 weights and float32 accumulation (a small C kernel built once): "
         "auto (when the weights are float16 values, as in the released checkpoints) | 1 (always) | 0.", ()),
+    Var("isa", "PRIMESPEECH_ISA", "auto", _choice(("auto", "avx512", "avx2", "generic", "none")),
+        "Build of the float16-weight C kernels (GPT decode and prefill, RoBERTa on the CPU): auto (avx512 or avx2 by "
+        "this CPU's flags; none on other CPUs, Apple's included) | avx512 | avx2 | generic (portable C; NEON on "
+        "aarch64; speed unmeasured) | none (numpy float32 / MLX). A build this CPU cannot run is refused.", ()),
+    Var("gpt_prefill", "PRIMESPEECH_GPT_PREFILL", "auto", _choice(("auto", "float16", "float32")),
+        "GPT prefill with float16 weights on the CPU: float16 (the kernels' GEMM) | float32 (each weight upcast into a "
+        "scratch buffer, BLAS sgemm: the float32 model's products) | auto (the faster on this build, measured: "
+        "float16 on avx512, float32 on avx2 and generic). `primespeech-mlx bench` prints the path taken.", ()),
+    Var("bert_gemm", "PRIMESPEECH_BERT_GEMM", "auto", _choice(("auto", "float16", "float32")),
+        "RoBERTa with float16 weights on the CPU (PRIMESPEECH_BERT_HALF): float16 (the kernels' GEMM) | float32 (each "
+        "weight upcast into a scratch buffer, BLAS sgemm; the memory stays float16) | auto (the faster on this "
+        "build, measured). `primespeech-mlx bench` prints the path taken.", ()),
     Var("g2pw", "PRIMESPEECH_G2PW", False, _bool,
         "Chinese polyphones by g2pW (needs onnxruntime and <model dir>/G2PWModel) instead of pypinyin.", ()),
     Var("g2pw_vocab", "PRIMESPEECH_G2PW_VOCAB", None, _path,
@@ -320,7 +332,8 @@ VARS: tuple[Var, ...] = (
         "`bench --compare`: the original GPT-SoVITS checkout (unset: ~/.cache/primespeech-ref/gsv).", ()),
     Var("ref_big", "REF_BIG", None, _path,
         "`bench --compare`: the real-size random-weight set (unset: ~/.cache/primespeech-ref/ref-big).", ()),
-    Var("cc", "CC", None, _str, "C compiler used to build the BLAS shim (unset: cc, gcc or clang on PATH).", ()),
+    Var("cc", "CC", None, _str,
+        "C compiler used to build the BLAS shim and the float16 kernels (unset: cc, gcc or clang on PATH).", ()),
 )
 
 
@@ -361,6 +374,9 @@ class Settings(defaults.RequestDefaults):
     overlap: str = "auto"
     vocoder_parts: str = "1"
     gpt_half: str = "auto"
+    isa: str = "auto"
+    gpt_prefill: str = "auto"
+    bert_gemm: str = "auto"
     g2pw: bool = False
     g2pw_vocab: Path | None = None
     coreml_compute_units: str = COMPUTE_UNITS[0]

@@ -1,0 +1,78 @@
+"""Which product path each CPU stage takes with float16 weights, per kernel build, and why.
+
+The float16-weight kernels (``half_gemv``) halve the bytes read per weight; whether that wins depends on the
+stage and the CPU. The decode step (one row, memory-bound) gains on every build; a product of many rows
+(the GPT prefill: ~200 rows; RoBERTa: ~25 tokens) is bound by arithmetic, where BLAS ``sgemm`` on the weight
+upcast to float32 can beat the float16 GEMM. :data:`DEFAULTS` holds the faster path per (build, stage),
+measured alternately in one run with ``primespeech-mlx bench --stages bert,gpt`` (the figures in each reason);
+a fixed table, not a calibration at load, because a timing taken at load on a busy machine picks at random.
+``PRIMESPEECH_GPT_PREFILL`` / ``PRIMESPEECH_BERT_GEMM`` (or :func:`configure`) force a path.
+:func:`chosen` reports every stage's path and reason (``primespeech-mlx bench`` prints it).
+"""
+
+from __future__ import annotations
+
+from .. import native
+from . import half_gemv
+
+STAGES = ("gpt_prefill", "bert")
+PATHS = ("float16", "float32")
+
+# (build, stage) -> (path, why)
+DEFAULTS: dict[tuple[str, str], tuple[str, str]] = {
+    ("avx512", "gpt_prefill"): ("float16", "avx512: the 16-lane float16 GEMM beats float32 BLAS (issue 15's runs)"),
+    ("avx512", "bert"): ("float16", "avx512: the 16-lane float16 GEMM beats float32 MLX (issue 15's runs)"),
+    ("avx2", "gpt_prefill"): ("float32", "avx2: float16 GEMM slower than BLAS on the upcast weights (MEASURED)"),
+    ("avx2", "bert"): ("float32", "avx2: float16 GEMM slower than BLAS on the upcast weights (MEASURED)"),
+    ("generic", "gpt_prefill"): ("float32", "generic: the portable GEMM is not tuned; BLAS on the upcast weights"),
+    ("generic", "bert"): ("float32", "generic: the portable GEMM is not tuned; BLAS on the upcast weights"),
+}
+
+_FORCED: dict[str, str] = {}
+
+
+def configure(stage: str, path: str | None) -> None:
+    """Force ``stage``'s path (``float16``, ``float32``; ``auto`` or None: the default for the build)."""
+    if stage not in STAGES:
+        raise ValueError(f"stage {stage!r}: expected one of {', '.join(STAGES)}")
+    if path in (None, "auto"):
+        _FORCED.pop(stage, None)
+    elif path in PATHS:
+        _FORCED[stage] = path
+    else:
+        raise ValueError(f"{stage} path {path!r}: expected auto, float16 or float32")
+
+
+def path(stage: str) -> tuple[str, str]:
+    """(path, why) of a stage whose weights are float16 and run through the kernels: ``float16`` or ``float32``."""
+    if stage in _FORCED:
+        return _FORCED[stage], "configured"
+    asked = native.requested_path(stage)
+    setting = {"gpt_prefill": "PRIMESPEECH_GPT_PREFILL", "bert": "PRIMESPEECH_BERT_GEMM"}[stage]
+    if asked != "auto":
+        return asked, f"{setting}={asked}"
+    isa = half_gemv.isa()
+    return DEFAULTS.get((isa, stage), ("float32", f"{isa}: no float16 kernels"))
+
+
+def chosen(gpt_half: bool | None = None, bert_half: bool | None = None) -> dict[str, tuple[str, str]]:
+    """Every CPU stage's path and why: ``gpt_decode``, ``gpt_prefill``, ``bert`` -> (path, reason). ``gpt_half`` /
+    ``bert_half``: whether the loaded models hold float16 weights (None: as far as the kernels and settings
+    allow)."""
+    status = half_gemv.library_status()
+    build = f"{status['isa']} build ({status['isa_reason']})"
+    out: dict[str, tuple[str, str]] = {}
+    kernel = half_gemv.kernel()
+    if kernel is None or gpt_half is False:
+        why = half_gemv.status()["why_not"] or "the GPT's weights are not float16 values"
+        out["gpt_decode"] = ("float32", why)
+        out["gpt_prefill"] = ("float32", why)
+    else:
+        out["gpt_decode"] = ("float16", f"{build}: one-row products are memory-bound, float16 halves the bytes")
+        out["gpt_prefill"] = path("gpt_prefill")
+    if status["kernel"] and bert_half is not False:
+        p, why = path("bert")
+        out["bert"] = (f"{p} (float16 weights, numpy)", why)
+    else:
+        out["bert"] = ("float32 (MLX)", status["why_not"] or "PRIMESPEECH_BERT_HALF=0 or weights not float16 values")
+    return out
