@@ -184,11 +184,14 @@ static void gemm_block(const uint16_t *W, const float *X, float *Y, int64_t M, i
         if (m == 0 && (j & 31) == 0) /* the next tile's weight rows on their way from memory while this one computes:
                                         a tile is read from DRAM once, so a small M waits on every new row's start */
           for (int c = 0; c < NR; c++) PREFETCH(next[c] + j);
-        vec wv[NR];
-        for (int c = 0; c < NR; c++) wv[c] = VLOADW(w[c] + j);
-        for (int r = 0; r < MR; r++) {
-          const vec xv = VLOADX(x[r] + j);
-          for (int c = 0; c < NR; c++) acc[r][c] = VFMA(xv, wv[c], acc[r][c]);
+        /* the MR rows of X in registers, then one weight vector at a time: MR NR accumulators + MR + 1 vectors
+           live (AVX2: 12 + 3 + 1 = its 16 registers; holding all NR weight vectors instead spilled an
+           accumulator to the stack: 1.6-1.8x slower on an AVX2 EPYC, same values) */
+        vec xv[MR];
+        for (int r = 0; r < MR; r++) xv[r] = VLOADX(x[r] + j);
+        for (int c = 0; c < NR; c++) {
+          const vec wv = VLOADW(w[c] + j);
+          for (int r = 0; r < MR; r++) acc[r][c] = VFMA(xv[r], wv, acc[r][c]);
         }
       }
       for (int r = 0; r < MR && m + r < M; r++) {
