@@ -298,11 +298,12 @@ VARS: tuple[Var, ...] = (
     Var("gpt_prefill", "PRIMESPEECH_GPT_PREFILL", "auto", _choice(("auto", "float16", "float32")),
         "GPT prefill with float16 weights on the CPU: float16 (the kernels' GEMM) | float32 (each weight upcast into a "
         "scratch buffer, BLAS sgemm: the float32 model's products) | auto (the faster on this build, measured: "
-        "float16 on avx512, float32 on avx2 and generic). `primespeech-mlx bench` prints the path taken.", ()),
+        "float16 on avx512; float32 on avx2 and generic). `primespeech-mlx bench` prints the path taken.", ()),
     Var("bert_gemm", "PRIMESPEECH_BERT_GEMM", "auto", _choice(("auto", "float16", "float32")),
         "RoBERTa with float16 weights on the CPU (PRIMESPEECH_BERT_HALF): float16 (the kernels' GEMM) | float32 (each "
         "weight upcast into a scratch buffer, BLAS sgemm; the memory stays float16) | auto (the faster on this "
-        "build, measured). `primespeech-mlx bench` prints the path taken.", ()),
+        "build, measured: float16 on avx512 and avx2; float32 on generic). `primespeech-mlx bench` prints the path "
+        "taken.", ()),
     Var("g2pw", "PRIMESPEECH_G2PW", False, _bool,
         "Chinese polyphones by g2pW (needs onnxruntime and <model dir>/G2PWModel) instead of pypinyin.", ()),
     Var("g2pw_vocab", "PRIMESPEECH_G2PW_VOCAB", None, _path,
