@@ -297,8 +297,9 @@ VARS: tuple[Var, ...] = (
         "aarch64; speed unmeasured) | none (numpy float32 / MLX). A build this CPU cannot run is refused.", ()),
     Var("gpt_prefill", "PRIMESPEECH_GPT_PREFILL", "auto", _choice(("auto", "float16", "float32")),
         "GPT prefill with float16 weights on the CPU: float16 (the kernels' GEMM) | float32 (each weight upcast into a "
-        "scratch buffer, BLAS sgemm: the float32 model's products) | auto (the faster on this build, measured: "
-        "float16 on avx512; float32 on avx2 and generic). `primespeech-mlx bench` prints the path taken.", ()),
+        "scratch buffer, BLAS sgemm: the float32 model's products) | auto (the faster on this build and thread count, "
+        "measured: float16 on avx512; on avx2 float32 at 1 thread, float16 at 2 or more (BLAS's threads stall "
+        "beside busy neighbours); float32 on generic). `primespeech-mlx bench` prints the path taken.", ()),
     Var("bert_gemm", "PRIMESPEECH_BERT_GEMM", "auto", _choice(("auto", "float16", "float32")),
         "RoBERTa with float16 weights on the CPU (PRIMESPEECH_BERT_HALF): float16 (the kernels' GEMM) | float32 (each "
         "weight upcast into a scratch buffer, BLAS sgemm; the memory stays float16) | auto (the faster on this "

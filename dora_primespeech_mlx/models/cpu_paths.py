@@ -3,8 +3,10 @@
 The float16-weight kernels (``half_gemv``) halve the bytes read per weight; whether that wins depends on the
 stage and the CPU. The decode step (one row, memory-bound) gains on every build; a product of many rows
 (the GPT prefill: ~200 rows; RoBERTa: ~25 tokens) is bound by arithmetic, where BLAS ``sgemm`` on the weight
-upcast to float32 can beat the float16 GEMM. :data:`DEFAULTS` holds the faster path per (build, stage),
-measured alternately in one run with ``primespeech-mlx bench --stages bert,gpt`` (the figures in each reason);
+upcast to float32 can beat the float16 GEMM, on one thread: on several, BLAS's spinning threads lose most of
+their speed when a neighbour process holds a core, and the kernels' pool does not. :data:`DEFAULTS` holds the
+faster path per (build, stage, one or several threads), each measured alternately in one process (the figures in
+each reason: min of 6-8 rounds, 2-core VMs, AVX2 on a loaded AMD EPYC, AVX-512 from the README's kernel runs);
 a fixed table, not a calibration at load, because a timing taken at load on a busy machine picks at random.
 ``PRIMESPEECH_GPT_PREFILL`` / ``PRIMESPEECH_BERT_GEMM`` (or :func:`configure`) force a path.
 :func:`chosen` reports every stage's path and reason (``primespeech-mlx bench`` prints it).
@@ -18,16 +20,25 @@ from . import half_gemv
 STAGES = ("gpt_prefill", "bert")
 PATHS = ("float16", "float32")
 
-# (build, stage) -> (path, why)
-DEFAULTS: dict[tuple[str, str], tuple[str, str]] = {
-    ("avx512", "gpt_prefill"): ("float16", "avx512: 16-lane float16 GEMM, faster than float32 BLAS (issue 15 bench)"),
-    ("avx512", "bert"): ("float16", "avx512: 16-lane float16 GEMM, faster than float32 MLX (issue 15 bench)"),
-    ("avx2", "gpt_prefill"): ("float32", "avx2: BLAS on upcast weights 569 ms CPU vs float16 GEMM 722 ms "
-                                         "(AVX2 EPYC, 1 thread, 8 alternating rounds)"),
-    ("avx2", "bert"): ("float16", "avx2: float16 GEMM 223 ms CPU vs float32 MLX 411 ms, BLAS on upcast weights "
-                                  "457 ms (AVX2 EPYC, 1 thread, 8 alternating rounds)"),
-    ("generic", "gpt_prefill"): ("float32", "generic: the portable GEMM is untuned; BLAS on the upcast weights"),
-    ("generic", "bert"): ("float32", "generic: the portable GEMM is untuned; BLAS on the upcast weights"),
+# (build, stage, several threads) -> (path, why). Several threads: the kernels' pool keeps its speed beside busy
+# neighbours, BLAS's spinning threads do not (issue 15; below).
+DEFAULTS: dict[tuple[str, str, bool], tuple[str, str]] = {
+    ("avx512", "gpt_prefill", False): ("float16", "avx512: float16 GEMM 454 ms vs BLAS on upcast weights 473 ms"),
+    ("avx512", "gpt_prefill", True): ("float16", "avx512, 2 threads: float16 GEMM 464 ms vs BLAS 1181 ms"),
+    ("avx512", "bert", False): ("float16", "avx512: float16 GEMM 182 ms vs float32 MLX 393 ms"),
+    ("avx512", "bert", True): ("float16", "avx512, 2 threads: float16 GEMM 193 ms vs float32 MLX 1173 ms"),
+    ("avx2", "gpt_prefill", False): ("float32", "avx2: BLAS on upcast weights 569 ms vs float16 GEMM 722 ms "
+                                                "(CPU time)"),
+    ("avx2", "gpt_prefill", True): ("float16", "avx2, 2 threads: float16 GEMM 3.1 s vs BLAS on upcast weights "
+                                               "11.7 s beside busy neighbours"),
+    ("avx2", "bert", False): ("float16", "avx2: float16 GEMM 223 ms vs float32 MLX 411 ms, BLAS on upcast weights "
+                                         "457 ms (CPU time)"),
+    ("avx2", "bert", True): ("float16", "avx2, 2 threads: float16 GEMM 0.79 s vs float32 MLX 9.9 s beside busy "
+                                        "neighbours"),
+    ("generic", "gpt_prefill", False): ("float32", "generic: the portable GEMM is untuned; BLAS on upcast weights"),
+    ("generic", "gpt_prefill", True): ("float32", "generic: the portable GEMM is untuned; BLAS on upcast weights"),
+    ("generic", "bert", False): ("float32", "generic: the portable GEMM is untuned; BLAS on upcast weights"),
+    ("generic", "bert", True): ("float32", "generic: the portable GEMM is untuned; BLAS on upcast weights"),
 }
 
 _FORCED: dict[str, str] = {}
@@ -54,7 +65,7 @@ def path(stage: str) -> tuple[str, str]:
     if asked != "auto":
         return asked, f"{setting}={asked}"
     isa = half_gemv.isa()
-    return DEFAULTS.get((isa, stage), ("float32", f"{isa}: no float16 kernels"))
+    return DEFAULTS.get((isa, stage, half_gemv.threads() > 1), ("float32", f"{isa}: no float16 kernels"))
 
 
 def chosen(gpt_half: bool | None = None, bert_half: bool | None = None) -> dict[str, tuple[str, str]]:
