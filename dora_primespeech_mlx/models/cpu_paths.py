@@ -14,7 +14,7 @@ a fixed table, not a calibration at load, because a timing taken at load on a bu
 
 from __future__ import annotations
 
-from .. import native
+from .. import _blas, native
 from . import half_gemv
 
 STAGES = ("gpt_prefill", "bert")
@@ -65,7 +65,14 @@ def path(stage: str) -> tuple[str, str]:
     if asked != "auto":
         return asked, f"{setting}={asked}"
     isa = half_gemv.isa()
-    return DEFAULTS.get((isa, stage, half_gemv.threads() > 1), ("float32", f"{isa}: no float16 kernels"))
+    return DEFAULTS.get((isa, stage, several_blas_threads()), ("float32", f"{isa}: no float16 kernels"))
+
+
+def several_blas_threads() -> bool:
+    """Whether BLAS (the float32 path's products) runs on more than one thread (PRIMESPEECH_THREADS, or the library
+    default on machines with more than two CPUs)."""
+    n = _blas.thread_settings().get("blas_threads")
+    return not (isinstance(n, int) and n <= 1)
 
 
 def chosen(gpt_half: bool | None = None, bert_half: bool | None = None) -> dict[str, tuple[str, str]]:

@@ -150,7 +150,8 @@ def test_stage_paths_default_forced_and_reported(isa_reset, monkeypatch):
     assert all(isinstance(p, str) and why for p, why in chosen.values())
     if half_gemv.library() is not None:
         isa = half_gemv.isa()
-        assert cpu_paths.path("gpt_prefill") == cpu_paths.DEFAULTS[(isa, "gpt_prefill", half_gemv.threads() > 1)]
+        key = (isa, "gpt_prefill", cpu_paths.several_blas_threads())
+        assert cpu_paths.path("gpt_prefill") == cpu_paths.DEFAULTS[key]
         monkeypatch.setenv("PRIMESPEECH_GPT_PREFILL", "float16")
         assert cpu_paths.path("gpt_prefill") == ("float16", "PRIMESPEECH_GPT_PREFILL=float16")
         cpu_paths.configure("gpt_prefill", "float32")
