@@ -103,6 +103,96 @@ int main(void) {
   prefill_attention(qkv, Kc, Vc, O, scratch, T, D, H, CAP, NT, scale, 2);
   check("prefill_attention", O, oref, T * D, 1e-5);
 
+  /* one GPT decode step through every block (decode_layers) against a double-precision step */
+  {
+    enum { LAYERS = 2, DD = 32, HH = 2, HDD = DD / HH, FF = 64, CAPD = 8, TT = 3 };
+    static uint16_t wq[LAYERS][3 * DD * DD], wo[LAYERS][DD * DD], w1[LAYERS][FF * DD], w2[LAYERS][DD * FF];
+    static float bq[LAYERS][3 * DD], bo[LAYERS][DD], b1[LAYERS][FF], b2[LAYERS][DD];
+    static float n1w[LAYERS][DD], n1b[LAYERS][DD], n2w[LAYERS][DD], n2b[LAYERS][DD];
+    static float kc[LAYERS][HH * CAPD * HDD], vc[LAYERS][HH * CAPD * HDD], xs[DD];
+    static float step_scratch[5 * DD + FF + HH * CAPD];
+    static double kr[LAYERS][HH * CAPD * HDD], vr[LAYERS][HH * CAPD * HDD], xr[DD];
+    void *ptrs[LAYERS * 14];
+    for (int l = 0; l < LAYERS; l++) {
+      for (int i = 0; i < 3 * DD * DD; i++) wq[l][i] = f2h(0.2f * frand());
+      for (int i = 0; i < DD * DD; i++) wo[l][i] = f2h(0.2f * frand());
+      for (int i = 0; i < FF * DD; i++) w1[l][i] = f2h(0.2f * frand());
+      for (int i = 0; i < DD * FF; i++) w2[l][i] = f2h(0.2f * frand());
+      for (int i = 0; i < 3 * DD; i++) bq[l][i] = frand();
+      for (int i = 0; i < FF; i++) b1[l][i] = frand();
+      for (int i = 0; i < DD; i++) {
+        bo[l][i] = frand(), b2[l][i] = frand();
+        n1w[l][i] = 1.0f + 0.1f * frand(), n1b[l][i] = 0.1f * frand();
+        n2w[l][i] = 1.0f + 0.1f * frand(), n2b[l][i] = 0.1f * frand();
+      }
+      for (int i = 0; i < HH * CAPD * HDD; i++) {
+        kr[l][i] = kc[l][i] = frand();
+        vr[l][i] = vc[l][i] = frand();
+      }
+      void *q[14] = {wq[l], bq[l], wo[l], bo[l], n1w[l], n1b[l], w1[l],
+                     b1[l], w2[l], b2[l], n2w[l], n2b[l], kc[l], vc[l]};
+      for (int i = 0; i < 14; i++) ptrs[l * 14 + i] = q[i];
+    }
+    for (int i = 0; i < DD; i++) xr[i] = xs[i] = frand();
+    const double sc = 1.0 / sqrt((double)HDD), eps = 1e-5;
+    for (int l = 0; l < LAYERS; l++) {
+      double qkvr[3 * DD], orr[DD], yr[DD], hr[FF];
+      for (int i = 0; i < 3 * DD; i++) {
+        double a = bq[l][i];
+        for (int j = 0; j < DD; j++) a += (double)h2f(wq[l][i * DD + j]) * xr[j];
+        qkvr[i] = a;
+      }
+      for (int h = 0; h < HH; h++) {
+        for (int c = 0; c < HDD; c++) {
+          kr[l][(h * CAPD + TT) * HDD + c] = qkvr[DD + h * HDD + c];
+          vr[l][(h * CAPD + TT) * HDD + c] = qkvr[2 * DD + h * HDD + c];
+        }
+        double sr[TT + 1], mx = -INFINITY, sum = 0.0;
+        for (int r = 0; r <= TT; r++) {
+          double a = 0.0;
+          for (int c = 0; c < HDD; c++) a += kr[l][(h * CAPD + r) * HDD + c] * qkvr[h * HDD + c];
+          sr[r] = a * sc;
+          mx = sr[r] > mx ? sr[r] : mx;
+        }
+        for (int r = 0; r <= TT; r++) sum += (sr[r] = exp(sr[r] - mx));
+        for (int c = 0; c < HDD; c++) {
+          double o = 0.0;
+          for (int r = 0; r <= TT; r++) o += sr[r] / sum * vr[l][(h * CAPD + r) * HDD + c];
+          orr[h * HDD + c] = o;
+        }
+      }
+      for (int pass = 0; pass < 2; pass++) {
+        if (pass == 0) {
+          for (int i = 0; i < DD; i++) {
+            double a = bo[l][i];
+            for (int j = 0; j < DD; j++) a += (double)h2f(wo[l][i * DD + j]) * orr[j];
+            yr[i] = a;
+          }
+        } else {
+          for (int i = 0; i < FF; i++) {
+            double a = b1[l][i];
+            for (int j = 0; j < DD; j++) a += (double)h2f(w1[l][i * DD + j]) * xr[j];
+            hr[i] = a > 0 ? a : 0;
+          }
+          for (int i = 0; i < DD; i++) {
+            double a = b2[l][i];
+            for (int j = 0; j < FF; j++) a += (double)h2f(w2[l][i * FF + j]) * hr[j];
+            yr[i] = a;
+          }
+        }
+        double mu = 0.0, var = 0.0;
+        for (int i = 0; i < DD; i++) mu += (xr[i] += yr[i]);
+        mu /= DD;
+        for (int i = 0; i < DD; i++) var += (xr[i] - mu) * (xr[i] - mu);
+        const double rs = 1.0 / sqrt(var / DD + eps);
+        const float *nw = pass == 0 ? n1w[l] : n2w[l], *nb = pass == 0 ? n1b[l] : n2b[l];
+        for (int i = 0; i < DD; i++) xr[i] = (xr[i] - mu) * rs * nw[i] + nb[i];
+      }
+    }
+    decode_layers(ptrs, LAYERS, CAPD, TT, xs, step_scratch, DD, HH, FF, (float)sc, (float)eps, 2);
+    check("decode_layers (2 layers, 2 threads)", xs, xr, DD, 1e-5);
+  }
+
   printf(failures ? "%d check(s) FAILED\n" : "all checks passed\n", failures);
   return failures ? 1 : 0;
 }
