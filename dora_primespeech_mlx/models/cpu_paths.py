@@ -18,6 +18,7 @@ from .. import _blas, native
 from . import half_gemv
 
 STAGES = ("gpt_prefill", "bert")
+SETTINGS = {"gpt_prefill": "PRIMESPEECH_GPT_PREFILL", "bert": "PRIMESPEECH_BERT_GEMM"}
 PATHS = ("float16", "float32")
 
 # (build, stage, several threads) -> (path, why). Several threads: the kernels' pool keeps its speed beside busy
@@ -59,11 +60,10 @@ def configure(stage: str, path: str | None) -> None:
 def path(stage: str) -> tuple[str, str]:
     """(path, why) of a stage whose weights are float16 and run through the kernels: ``float16`` or ``float32``."""
     if stage in _FORCED:
-        return _FORCED[stage], "configured"
+        return _FORCED[stage], f"{SETTINGS[stage]}={_FORCED[stage]}"
     asked = native.requested_path(stage)
-    setting = {"gpt_prefill": "PRIMESPEECH_GPT_PREFILL", "bert": "PRIMESPEECH_BERT_GEMM"}[stage]
     if asked != "auto":
-        return asked, f"{setting}={asked}"
+        return asked, f"{SETTINGS[stage]}={asked}"
     isa = half_gemv.isa()
     return DEFAULTS.get((isa, stage, several_blas_threads()), ("float32", f"{isa}: no float16 kernels"))
 
