@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -38,7 +39,9 @@ def c_compiler() -> str | None:
 
 
 def source(name: str) -> Path:
-    """The path of ``csrc/<name>.c``."""
+    """The path of ``csrc/<name>.c`` (``name``: letters, digits and underscores)."""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+        raise BuildError(f"bad C source name {name!r} (letters, digits and underscores only)")
     path = CSRC / f"{name}.c"
     if not path.is_file():
         raise BuildError(f"no C source {path}")

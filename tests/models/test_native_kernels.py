@@ -86,8 +86,11 @@ def test_c_self_test_passes_for_each_build_this_cpu_runs(tmp_path, isa):
 
 
 def test_missing_source_and_compiler_are_clear_errors(monkeypatch):
+    for bad in ("../../etc/passwd", "half_gemv.c", "", "a b"):
+        with pytest.raises(native.BuildError, match="bad C source name"):
+            native.source(bad)
     with pytest.raises(native.BuildError, match="no C source"):
-        native.source("../../etc/passwd")
+        native.source("no_such_kernel")
     monkeypatch.setenv("CC", "/nonexistent/cc")
     with pytest.raises(native.BuildError, match="cannot run"):
         native.compile_shared("half_gemv", ["-DPRIMESPEECH_TEST_NO_CC"])
