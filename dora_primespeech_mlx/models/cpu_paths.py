@@ -6,7 +6,8 @@ stage and the CPU. The decode step (one row, memory-bound) gains on every build;
 upcast to float32 can beat the float16 GEMM, on one thread: on several, BLAS's spinning threads lose most of
 their speed when a neighbour process holds a core, and the kernels' pool does not. :data:`DEFAULTS` holds the
 faster path per (build, stage, one or several threads), each measured alternately in one process (the figures in
-each reason: min of 6-8 rounds, 2-core VMs, AVX2 on a loaded AMD EPYC, AVX-512 from the README's kernel runs);
+each reason: min of 6-8 rounds, 2-core VMs, AVX2 on a loaded AMD EPYC, AVX-512 from the README's kernel runs;
+``python tests/models/bench_cpu_paths.py`` repeats them for the build in use);
 a fixed table, not a calibration at load, because a timing taken at load on a busy machine picks at random.
 ``PRIMESPEECH_GPT_PREFILL`` / ``PRIMESPEECH_BERT_GEMM`` (or :func:`configure`) force a path.
 :func:`chosen` reports every stage's path and reason (``primespeech-mlx bench`` prints it).
