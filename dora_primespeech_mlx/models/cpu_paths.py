@@ -1,7 +1,7 @@
 """Which product path each CPU stage takes with float16 weights, per kernel build, and why.
 
 The float16-weight kernels (``half_gemv``) halve the bytes read per weight; whether that wins depends on the
-stage and the CPU. The decode step (one row, memory-bound) gains on every build; a product of many rows
+stage and the CPU. The decode step (one row, memory-bound) gains on AVX2 and AVX-512; a product of many rows
 (the GPT prefill: ~200 rows; RoBERTa: ~25 tokens) is bound by arithmetic, where BLAS ``sgemm`` on the weight
 upcast to float32 can beat the float16 GEMM, on one thread: on several, BLAS's spinning threads lose most of
 their speed when a neighbour process holds a core, and the kernels' pool does not. :data:`DEFAULTS` holds the
