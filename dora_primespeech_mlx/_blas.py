@@ -35,13 +35,9 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import hashlib
 import logging
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from .errors import ConfigError
@@ -52,23 +48,6 @@ log = logging.getLogger(__name__)
 _STATE: dict[str, str | None] = {"name": None, "path": None, "error": None}
 _THREADS: dict[str, object] = {}
 SMALL_MACHINE_CPUS = 2
-
-_SHIM_C = r"""
-#include <stdint.h>
-extern void scipy_cblas_sgemm64_(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
-                                 const float *, int64_t, float, float *, int64_t);
-extern void scipy_cblas_dgemm64_(int, int, int, int64_t, int64_t, int64_t, double, const double *, int64_t,
-                                 const double *, int64_t, double, double *, int64_t);
-void cblas_sgemm(int o, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                 const float *b, int ldb, float beta, float *c, int ldc) {
-  scipy_cblas_sgemm64_(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-void cblas_dgemm(int o, int ta, int tb, int m, int n, int k, double alpha, const double *a, int lda,
-                 const double *b, int ldb, double beta, double *c, int ldc) {
-  scipy_cblas_dgemm64_(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-"""
-
 
 def _has_symbol(lib: ctypes.CDLL, name: str) -> bool:
     try:
@@ -109,38 +88,10 @@ def _numpy_openblas() -> str | None:
     return str(hits[0]) if hits else None
 
 
-def _cache_root() -> Path:
-    return Path(read("cache_dir"))
-
-
-def c_compiler() -> str | None:
-    """The C compiler for the small native helpers (``CC``, else cc, gcc or clang on PATH)."""
-    return read("cc") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-
-
-def compile_shared(name: str, source: str, flags: list[str]) -> str:
-    """Build C ``source`` into a shared library once (cached per source and flags in the package's cache folder,
-    written atomically) and return its path."""
-    cc = c_compiler()
-    if not cc:
-        raise RuntimeError(f"no C compiler found to build {name} (install gcc)")
-    digest = hashlib.sha1((source + " ".join(flags)).encode()).hexdigest()[:12]
-    out = _cache_root() / f"{name}-{digest}.so"
-    if out.is_file():
-        return str(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        src = Path(tmp) / f"{name}.c"
-        src.write_text(source)
-        tmp_out = Path(tmp) / f"{name}.so"
-        subprocess.run([cc, "-O2", "-shared", "-fPIC", str(src), "-o", str(tmp_out), *flags], check=True,
-                       capture_output=True, timeout=60)
-        os.replace(tmp_out, out)
-    return str(out)
-
-
 def _build_shim(openblas: str) -> str:
-    return compile_shared("blas-shim", _SHIM_C, [openblas, f"-Wl,-rpath,{Path(openblas).parent}"])
+    from .native import compile_shared
+
+    return compile_shared("blas_shim", [], [openblas, f"-Wl,-rpath,{Path(openblas).parent}"])
 
 
 def usable_cpus() -> int:
@@ -245,7 +196,7 @@ def _preload() -> str | None:
             lib = _resolve(name, path, load=not late)
             if not _has_symbol(lib, "cblas_sgemm"):
                 raise RuntimeError(f"{lib._name} does not export cblas_sgemm")
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        except (OSError, RuntimeError) as exc:
             errors.append(f"{name}: {exc}")
             continue
         if late:

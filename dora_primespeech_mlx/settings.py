@@ -297,6 +297,15 @@ VARS: tuple[Var, ...] = (
                                               "no": "0"}),
         "GPT decode step on the CPU with float16 weights, float32 accumulation (C kernel): auto (when the "
         "weights are float16 values, as released) | 1 | 0.", ()),
+    Var("isa", "PRIMESPEECH_ISA", "auto", _choice(("auto", "avx512", "avx2", "generic", "none")),
+        "Build of the float16-weight C kernels: auto (avx512 or avx2 by the CPU's flags; none elsewhere) | avx512 | "
+        "avx2 | generic (portable C) | none (numpy float32 / MLX). A build the CPU cannot run is refused.", ()),
+    Var("gpt_prefill", "PRIMESPEECH_GPT_PREFILL", "auto", _choice(("auto", "float16", "float32")),
+        "GPT prefill with float16 weights on the CPU: float16 (kernel GEMM) | float32 (upcast per call, BLAS) | "
+        "auto (the faster measured for this build and thread count; `primespeech-mlx bench` prints it).", ()),
+    Var("bert_gemm", "PRIMESPEECH_BERT_GEMM", "auto", _choice(("auto", "float16", "float32")),
+        "RoBERTa with float16 weights on the CPU: float16 (kernel GEMM) | float32 (upcast per call, BLAS) | auto "
+        "(the faster measured for this build).", ()),
     Var("g2pw", "PRIMESPEECH_G2PW", False, _bool,
         "Chinese polyphones by g2pW (onnxruntime, <model dir>/G2PWModel) instead of pypinyin.", ()),
     Var("g2pw_vocab", "PRIMESPEECH_G2PW_VOCAB", None, _path,
@@ -336,7 +345,8 @@ VARS: tuple[Var, ...] = (
         "`bench --compare`: the original GPT-SoVITS checkout (unset: ~/.cache/primespeech-ref/gsv).", ()),
     Var("ref_big", "REF_BIG", None, _path,
         "`bench --compare`: the real-size random-weight set (unset: ~/.cache/primespeech-ref/ref-big).", ()),
-    Var("cc", "CC", None, _str, "C compiler used to build the BLAS shim (unset: cc, gcc or clang on PATH).", ()),
+    Var("cc", "CC", None, _str,
+        "C compiler used to build the BLAS shim and the float16 kernels (unset: cc, gcc or clang on PATH).", ()),
 )
 
 
@@ -378,6 +388,9 @@ class Settings(defaults.RequestDefaults):
     overlap: str = "auto"
     vocoder_parts: str = "1"
     gpt_half: str = "auto"
+    isa: str = "auto"
+    gpt_prefill: str = "auto"
+    bert_gemm: str = "auto"
     g2pw: bool = False
     g2pw_vocab: Path | None = None
     coreml_compute_units: str = COMPUTE_UNITS[0]

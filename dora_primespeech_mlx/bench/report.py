@@ -33,6 +33,7 @@ def environment() -> dict[str, Any]:
     import mlx.core as mx
 
     from .. import _blas
+    from ..models.cpu_paths import chosen as chosen_paths
 
     blas = _blas.report()
     return {
@@ -46,6 +47,7 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "paths": chosen_paths(),
     }
 
 
@@ -124,6 +126,7 @@ def table(report: dict[str, Any]) -> str:
         f"memory bandwidth: gemv {bw.get('gemv_gb_s', '-')} GB/s, 1-thread sum {bw.get('sum_1thread_gb_s', '-')} "
         f"GB/s; decode reads {bw.get('decode_bytes_per_token_mb', '-')} MB/token; loadavg at start "
         f"{report['loadavg_start']}, end {report['loadavg_end']}; repeat {report['repeat']}",
+        *[f"path {stage}: {path} ({why})" for stage, (path, why) in env.get("paths", {}).items()],
         "",
         f"{'stage':<40} {'unit':<14} {'min / median':>18} {'PyTorch CPU':>12} {'target':>8}",
     ]

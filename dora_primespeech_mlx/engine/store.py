@@ -141,11 +141,15 @@ def voice_id(spec: VoiceSpec) -> str:
 
 
 def configure_models(settings: Settings) -> None:
-    """The process-wide model options: the SoVITS convolution implementation, g2pW, float16 GPT decode."""
-    from ..models import half_gemv
+    """The process-wide model options: the SoVITS convolution implementation, g2pW, float16 GPT decode, the
+    float16 kernels' build and the CPU stages' product paths."""
+    from ..models import cpu_paths, half_gemv
     from ..models.conv import set_conv_impl
     from ..text import g2pw
 
     set_conv_impl(settings.conv_impl)
     g2pw.configure(settings.g2pw, settings.g2pw_vocab)
     half_gemv.configure(settings.gpt_half)  # float16 GPT decode weights (PRIMESPEECH_GPT_HALF)
+    half_gemv.configure_isa(settings.isa)  # which build of the kernels (PRIMESPEECH_ISA)
+    cpu_paths.configure("gpt_prefill", settings.gpt_prefill)  # PRIMESPEECH_GPT_PREFILL
+    cpu_paths.configure("bert", settings.bert_gemm)  # PRIMESPEECH_BERT_GEMM

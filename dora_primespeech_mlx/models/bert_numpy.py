@@ -1,9 +1,10 @@
 """RoBERTa (:class:`~.bert.BertModel`) with float16 weights on the CPU: numpy plus the float16-weight GEMM kernel.
 
 MLX keeps float16 weights only as storage on the CPU: each product upcasts the weight (23 tokens, 2-core VM:
-400 -> 760 ms), so float16 was off by default and RoBERTa-large held 1.19 GB. Here every Linear layer runs
-through ``half_gemv``'s small-M GEMM (``Y = X @ W.T + b``, W float16 converted in registers, float32
-accumulation, the configured threads; the FFN's exact GELU in the same call), and the rest (embeddings,
+400 -> 760 ms), and RoBERTa-large in float32 holds 1.19 GB. Here every Linear layer runs on the path
+``cpu_paths`` chooses for this CPU: ``half_gemv``'s small-M GEMM (``Y = X @ W.T + b``, W float16 converted in
+registers, float32 accumulation, the configured threads; the FFN's exact GELU in the same call), or BLAS on the
+weight upcast into a scratch buffer (``half_matrix``); the rest (embeddings,
 LayerNorm, the attention of ~23 tokens) in numpy float32. The weights are zero-copy numpy views of the
 model's float16 MLX arrays: 0.65 GB resident, and faster than the float32 MLX model (measured in
 ``primespeech-mlx bench --stages bert``; README, "Performance").
@@ -17,7 +18,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from .half_gemv import HalfMatrix
+from .cpu_paths import path as stage_path
+from .half_matrix import HalfMatrix
 
 
 def _np(a: mx.array) -> np.ndarray:
@@ -82,19 +84,20 @@ class NumpyBert:
         keep = None if attention_mask is None else (np.asarray(attention_mask) != 0)[:, None, None, :]
         scale = np.float32(hd**-0.5)
         hidden = [x.reshape(B, L, D)]
+        p = stage_path("bert")[0]  # float16 GEMM or BLAS on the upcast weight, per CPU (models/cpu_paths.py)
         for layer in self.layers:
-            q = layer.q.matmul_t(x, layer.qb).reshape(B, L, H, hd).transpose(0, 2, 1, 3)
-            k = layer.k.matmul_t(x, layer.kb).reshape(B, L, H, hd).transpose(0, 2, 3, 1)
-            v = layer.v.matmul_t(x, layer.vb).reshape(B, L, H, hd).transpose(0, 2, 1, 3)
+            q = layer.q.matmul_t(x, layer.qb, path=p).reshape(B, L, H, hd).transpose(0, 2, 1, 3)
+            k = layer.k.matmul_t(x, layer.kb, path=p).reshape(B, L, H, hd).transpose(0, 2, 3, 1)
+            v = layer.v.matmul_t(x, layer.vb, path=p).reshape(B, L, H, hd).transpose(0, 2, 1, 3)
             s = np.matmul(q * scale, k)  # (B, H, L, L)
             if keep is not None:
                 s = np.where(keep, s, np.float32(-np.inf))
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             o = np.matmul(s, v).transpose(0, 2, 1, 3).reshape(B * L, D)
-            x = _layer_norm(x + layer.out.matmul_t(o, layer.outb), layer.n1w, layer.n1b, self.eps)
-            h = layer.up.matmul_t(x, layer.upb, "gelu")
-            x = _layer_norm(x + layer.down.matmul_t(h, layer.downb), layer.n2w, layer.n2b, self.eps)
+            x = _layer_norm(x + layer.out.matmul_t(o, layer.outb, path=p), layer.n1w, layer.n1b, self.eps)
+            h = layer.up.matmul_t(x, layer.upb, "gelu", path=p)
+            x = _layer_norm(x + layer.down.matmul_t(h, layer.downb, path=p), layer.n2w, layer.n2b, self.eps)
             if output_hidden_states:
                 hidden.append(x.reshape(B, L, D))
         return hidden if output_hidden_states else x.reshape(B, L, D)

@@ -19,8 +19,9 @@ float16 weights (:func:`half_weights`, ``PRIMESPEECH_GPT_HALF``): where the ``ha
 the GPT's Linear weights are float16 values (as in the released checkpoints), they are stored as float16
 and the step reads them through that kernel (float32 accumulation): the same weights, half the bytes per
 token, ~2x faster steps and ~140 MB less memory for v2. Then the step runs every block in one kernel call
-(``decode_layers``, :data:`FUSED_STEP`) and the prefill's products go through the kernel's float16 GEMM, both on
-the kernels' threads (``half_gemv.threads``).
+(``decode_layers``, :data:`FUSED_STEP`) on the kernels' threads (``half_gemv.threads``); the prefill's products
+take the path ``cpu_paths`` chooses for this CPU (the kernel's float16 GEMM, or BLAS on each weight upcast into
+a scratch buffer, the float32 model's products).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _matrix(a: mx.array, fn):
     """A weight matrix for the step: a float16 one as a :class:`~.half_gemv.HalfMatrix` (zero-copy view,
     float16 reads with float32 accumulation) when the kernel ``fn`` is there, else a float32 view."""
     if fn is not None and a.dtype == mx.float16:
-        from .half_gemv import HalfMatrix
+        from .half_matrix import HalfMatrix
 
         mx.eval(a)
         return HalfMatrix(np.array(a, copy=False), fn)
@@ -126,13 +127,14 @@ class _Weights:
         self.source = model.predict.weight  # identity check for stale views
 
 
-def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False) -> np.ndarray:
-    """``x @ w.T + b`` (then ReLU) for the prefill's rows: a float16 weight through the kernel's small-M GEMM (float32
-    accumulation, both cores, no float32 copy of the weight), a float32 one through BLAS."""
-    from .half_gemv import HalfMatrix
+def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False, path: str = "float16") -> np.ndarray:
+    """``x @ w.T + b`` (then ReLU) for the prefill's rows: a float16 weight on ``path`` (``float16``: the kernel's
+    small-M GEMM, no float32 copy of the weight; ``float32``: upcast into a scratch buffer, BLAS; see
+    ``cpu_paths``), a float32 one through BLAS."""
+    from .half_matrix import HalfMatrix
 
     if isinstance(w, HalfMatrix):
-        return w.matmul_t(x, b, "relu" if relu else None)
+        return w.matmul_t(x, b, "relu" if relu else None, path=path)
     y = x @ w.T + b
     if relu:
         np.maximum(y, 0, out=y)
@@ -142,7 +144,7 @@ def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False) -> np.ndarray:
 def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
     """The decode step's ``fc2 @ relu(fc1 @ x + b1)`` (without fc2's bias, added by the caller as before): with float16
     weights one kernel call for both products (one parallel region), each value as the separate calls give it."""
-    from .half_gemv import HalfMatrix
+    from .half_matrix import HalfMatrix
 
     w1, w2 = layer.fc1_w, layer.fc2_w
     if isinstance(w1, HalfMatrix) and isinstance(w2, HalfMatrix):
@@ -159,7 +161,7 @@ def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 def _kernels(dec: _Weights):
     """The float16 kernel library when every block weight is a ``HalfMatrix``, else None."""
-    from .half_gemv import HalfMatrix
+    from .half_matrix import HalfMatrix
 
     if dec.layers and all(isinstance(m, HalfMatrix) for layer in dec.layers
                           for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
@@ -175,7 +177,7 @@ def _fused_pointers(dec: _Weights, keys: list[np.ndarray], values: list[np.ndarr
     cache), or None when the weights are not all float16 ``HalfMatrix`` objects."""
     import ctypes
 
-    from .half_gemv import HalfMatrix
+    from .half_matrix import HalfMatrix
 
     if not dec.layers or not all(isinstance(m, HalfMatrix) for layer in dec.layers
                                  for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
@@ -235,8 +237,11 @@ class NumpyDecoder:
         H, hd, D = w.num_heads, w.head_dim, w.dim
         fn = _kernels(w) if FUSED_STEP else None  # float16 weights: the attention in the kernel library too
         scratch = np.empty(H * (hd * T + T), dtype=np.float32) if fn is not None else None
+        from .cpu_paths import path as stage_path
+
+        gemm = stage_path("gpt_prefill")[0] if w.half else "float16"
         for layer, K, V in zip(w.layers, state.keys, state.values):
-            qkv = _linear(x, layer.qkv_w, layer.qkv_b)
+            qkv = _linear(x, layer.qkv_w, layer.qkv_b, path=gemm)
             if fn is not None:  # one head per chunk on the kernels' threads, BLAS's threads left alone
                 from .half_gemv import threads
 
@@ -252,9 +257,9 @@ class NumpyDecoder:
                 s = np.exp(s - s.max(axis=-1, keepdims=True))
                 s /= s.sum(axis=-1, keepdims=True)
                 o = np.matmul(s, V[:, :T]).transpose(1, 0, 2).reshape(T, D)
-            x = _layer_norm_rows(x + _linear(o, layer.out_w, layer.out_b), layer.n1_w, layer.n1_b)
-            h = _linear(x, layer.fc1_w, layer.fc1_b, relu=True)
-            x = _layer_norm_rows(x + _linear(h, layer.fc2_w, layer.fc2_b), layer.n2_w, layer.n2_b)
+            x = _layer_norm_rows(x + _linear(o, layer.out_w, layer.out_b, path=gemm), layer.n1_w, layer.n1_b)
+            h = _linear(x, layer.fc1_w, layer.fc1_b, relu=True, path=gemm)
+            x = _layer_norm_rows(x + _linear(h, layer.fc2_w, layer.fc2_b, path=gemm), layer.n2_w, layer.n2_b)
         state.offset = T
         return state, w.predict @ x[-1]
 

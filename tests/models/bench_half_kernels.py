@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     prompt = rng.integers(0, 1024, (1, bench.N_PROMPT_TOKENS)).astype(np.int32)
     new_linear, new_ffn = t2s_numpy._linear, t2s_numpy._ffn
 
-    def old_linear(x, w, b, relu=False):  # before: upcast the float16 weight, then BLAS
+    def old_linear(x, w, b, relu=False, path=None):  # before: upcast the float16 weight, then BLAS
         y = x @ w.T + b
         if relu:
             np.maximum(y, 0, out=y)

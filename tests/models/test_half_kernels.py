@@ -162,7 +162,18 @@ def _bert(float16_values: bool = True):
     return model
 
 
-def test_bert_auto_uses_float16_kernels_on_the_cpu_and_matches_float32(lib):
+@pytest.mark.parametrize("path", ["auto", "float16", "float32"])
+def test_bert_auto_uses_float16_kernels_on_the_cpu_and_matches_float32(lib, path):
+    from dora_primespeech_mlx.models import cpu_paths
+
+    cpu_paths.configure("bert", path)  # the numpy path's products: the default, the float16 GEMM, BLAS on upcasts
+    try:
+        _bert_matches_float32()
+    finally:
+        cpu_paths.configure("bert", None)
+
+
+def _bert_matches_float32():
     ids = mx.array(np.random.default_rng(1).integers(0, 300, (2, 17)).astype(np.int32))
     mask = np.ones((2, 17), np.int32)
     mask[1, 11:] = 0
@@ -291,3 +302,28 @@ def test_bert_auto_checks_the_word_embedding_too(lib):
     assert model.fast_path() is None
     assert emb.weight.dtype == mx.float32 and model.layers[0].ffn.up.weight.dtype == mx.float32  # put back
     np.testing.assert_array_equal(np.array(model.layers[0].ffn.up.weight), before)
+
+
+@pytest.mark.parametrize("path", ["float16", "float32"])
+def test_gpt_prefill_on_each_path_close_to_float32_model(lib, path):
+    """The prefill's products on either path (cpu_paths: the float16 GEMM, or BLAS on each weight upcast into a
+    scratch buffer) against the float32-weight decoder; the decode steps that follow agree as well."""
+    from dora_primespeech_mlx.models import cpu_paths
+    from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+
+    model = _gpt()
+    dec, ref = NumpyDecoder(model), NumpyDecoder(model, half=False)
+    assert dec.half
+    rng = np.random.default_rng(7)
+    phones = rng.integers(0, 700, (1, 33)).astype(np.int32)
+    bert = (0.1 * rng.standard_normal((1, 1024, 33))).astype(np.float32)
+    prompt = rng.integers(0, 1024, (1, 21)).astype(np.int32)
+    cpu_paths.configure("gpt_prefill", path)
+    try:
+        s, logits = dec.prefill(phones, bert, prompt, 5)
+    finally:
+        cpu_paths.configure("gpt_prefill", None)
+    s32, l32 = ref.prefill(phones, bert, prompt, 5)
+    np.testing.assert_allclose(logits, l32, rtol=1e-4, atol=1e-4)
+    for i, tok in enumerate(rng.integers(0, 1024, 5)):
+        np.testing.assert_allclose(s.step(int(tok), 21 + i), s32.step(int(tok), 21 + i), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,461 @@
+/* float16-weight products with float32 accumulation on the CPU (models/half_gemv.py loads this library).
+
+   - gemv_f16 / gemv_f16_mt: y = W x (+ b), rows split over threads; ffn_f16_mt: the decode step's fc1 -> ReLU -> fc2;
+   - decode_layers: every block of one GPT decode step in one call;
+   - gemm_f16: Y = act(X @ W.T + b) for small M (prefill rows, RoBERTa tokens), columns split over threads;
+     bias_act: the same bias and activation on a float32 product computed elsewhere (BLAS);
+   - prefill_attention: the GPT prefill's attention, one head per chunk;
+   - f16_to_f32, f32_to_f16_exact: conversions.
+
+   Work is split by rows (or columns, heads), never inside a sum: every value is bit-identical whatever the
+   thread count. simd.h picks the vector width from the compiler flags (AVX-512, AVX2 + FMA + F16C, portable);
+   hg_isa() names the variant built. */
+#include <math.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "simd.h"
+
+const char *hg_isa(void) { return HG_ISA; }
+
+#if HG_X86
+/* ---- gemv: y[i] = sum_j W[i, j] x[j] (+ b[i]); W float16 row-major (n x k), x, b, y float32 ---- */
+static void gemv_rows(const uint16_t *W, const float *x, const float *b, float *y, int64_t i0, int64_t i1,
+                      int64_t k) {
+  const int64_t k16 = k & ~(int64_t)15;
+  for (int64_t i = i0; i < i1; i++) {
+    const uint16_t *w = W + i * k;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int64_t j = 0; j < k16; j += 16) {
+      a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + j))), _mm256_loadu_ps(x + j), a0);
+      a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + j + 8))),
+                           _mm256_loadu_ps(x + j + 8), a1);
+    }
+    __m256 s = _mm256_add_ps(a0, a1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_hadd_ps(h, h);
+    h = _mm_hadd_ps(h, h);
+    float acc = _mm_cvtss_f32(h);
+    for (int64_t j = k16; j < k; j++) acc += _cvtsh_ss(w[j]) * x[j];
+    y[i] = b ? acc + b[i] : acc;
+  }
+}
+#else
+static void gemv_rows(const uint16_t *W, const float *x, const float *b, float *y, int64_t i0, int64_t i1,
+                      int64_t k) {
+  const int64_t k16 = k & ~(int64_t)15;
+  for (int64_t i = i0; i < i1; i++) {
+    const uint16_t *w = W + i * k;
+    vec a0 = VZERO(), a1 = VZERO();
+    for (int64_t j = 0; j < k16; j += 16) {
+      a0 = VFMA(VLOADW(w + j), VLOADX(x + j), a0);
+      a1 = VFMA(VLOADW(w + j + 8), VLOADX(x + j + 8), a1);
+    }
+    float acc = VSUM(VADDV(a0, a1));
+    for (int64_t j = k16; j < k; j++) acc += h2f(w[j]) * x[j];
+    y[i] = b ? acc + b[i] : acc;
+  }
+}
+#endif
+
+void gemv_f16(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k) {
+  gemv_rows(W, x, b, y, 0, n, k);
+}
+
+typedef struct {
+  const uint16_t *W;
+  const float *x, *b;
+  float *y;
+  int64_t n, k, rows;
+  int relu;
+} gemv_job;
+
+static void gemv_chunk(const void *p, int64_t c) {
+  const gemv_job *j = (const gemv_job *)p;
+  const int64_t i0 = c * j->rows, i1 = i0 + j->rows < j->n ? i0 + j->rows : j->n;
+  gemv_rows(j->W, j->x, j->b, j->y, i0, i1, j->k);
+  if (j->relu)
+    for (int64_t i = i0; i < i1; i++) j->y[i] = j->y[i] > 0.0f ? j->y[i] : 0.0f;
+}
+
+static void gemv_par(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k, int relu,
+                     int threads) {
+  if (threads <= 1 || n * k < (1 << 16)) threads = 1;
+  int64_t rows = threads == 1 ? n : (n + 4 * threads - 1) / (4 * threads);
+  rows = rows < 32 ? 32 : (rows + 15) & ~(int64_t)15;
+  gemv_job j = {W, x, b, y, n, k, rows, relu};
+  parallel(gemv_chunk, &j, (n + rows - 1) / rows, threads);
+}
+
+/* gemv_f16 on `threads` threads (rows in chunks: every y[i] is bit-identical to gemv_f16's) */
+void gemv_f16_mt(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k, int threads) {
+  gemv_par(W, x, b, y, n, k, 0, threads);
+}
+
+/* the decode step's feed-forward: h = relu(W1 x + b1) (n1 x k), y = W2 h + b2 (k x n1) */
+void ffn_f16_mt(const uint16_t *W1, const float *b1, const uint16_t *W2, const float *b2, const float *x, float *h,
+                float *y, int64_t k, int64_t n1, int threads) {
+  gemv_par(W1, x, b1, h, n1, k, 1, threads);
+  gemv_par(W2, h, b2, y, k, n1, 0, threads);
+}
+
+#if HG_X86
+/* dst[i] = (float)src[i]: the prefill's upcast of one weight (numpy's float16 astype is ~10x slower). */
+void f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+  for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
+}
+
+/* dst[i] = float16(src[i]) (round to nearest); returns 1 when every value converted exactly (src held float16
+   values), checked in the same pass: the loaders' test for "the weights are float16" */
+int f32_to_f16_exact(const float *src, uint16_t *dst, int64_t n) {
+  int exact = 1;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(src + i);
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128((__m128i *)(dst + i), h);
+    exact &= _mm256_movemask_ps(_mm256_cmp_ps(_mm256_cvtph_ps(h), v, _CMP_EQ_OQ)) == 0xff;
+  }
+  for (; i < n; i++) {
+    dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    exact &= _cvtsh_ss(dst[i]) == src[i];
+  }
+  return exact;
+}
+#else
+/* the same two conversions, portable */
+void f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) VSTORE(dst + i, VLOADW(src + i));
+  for (; i < n; i++) dst[i] = h2f(src[i]);
+}
+
+int f32_to_f16_exact(const float *src, uint16_t *dst, int64_t n) {
+  int exact = 1;
+  for (int64_t i = 0; i < n; i++) {
+    dst[i] = f2h(src[i]);
+    exact &= h2f(dst[i]) == src[i];
+  }
+  return exact;
+}
+#endif
+
+/* ---- small-M GEMM: Y[m, n] = act(sum_k X[m, k] W[n, k] + b[n]); W float16 (N x K), X, Y float32 ----
+   A tile of NR weight rows (converted in registers, NR x K float16 stays in L1) against MR rows of X at a time;
+   float32 accumulation; columns split over the pool's threads. act: 0 none, 1 ReLU, 2 exact GELU (erf: the
+   Eigen/XLA float32 rational approximation, as models/activations.py). */
+#define NR 4
+
+static inline float erf_f(float x) {
+  x = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+  const float x2 = x * x;
+  float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
+  p = x2 * p + -2.10102402082508e-06f;
+  p = x2 * p + -5.69250639462346e-05f;
+  p = x2 * p + -7.34990630326855e-04f;
+  p = x2 * p + -2.95459980854025e-03f;
+  p = x2 * p + -1.60960333262415e-02f;
+  p = x * p;
+  float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
+  q = x2 * q + -1.68282697438203e-03f;
+  q = x2 * q + -7.37332916720468e-03f;
+  q = x2 * q + -1.42647390514189e-02f;
+  return p / q;
+}
+
+static void gemm_block(const uint16_t *W, const float *X, float *Y, int64_t M, int64_t N, int64_t K,
+                       int64_t n0, int64_t n1) {
+  const int64_t kv = K - K % VW;
+  for (int64_t n = n0; n < n1; n += NR) {
+    const uint16_t *w[NR], *next[NR];
+    for (int c = 0; c < NR; c++) {
+      w[c] = W + (n + c < N ? n + c : N - 1) * K;
+      next[c] = W + (n + NR + c < n1 ? n + NR + c : n1 - 1) * K;
+    }
+    for (int64_t m = 0; m < M; m += MR) {
+      const float *x[MR];
+      for (int r = 0; r < MR; r++) x[r] = X + (m + r < M ? m + r : M - 1) * K;
+      vec acc[MR][NR];
+      for (int r = 0; r < MR; r++)
+        for (int c = 0; c < NR; c++) acc[r][c] = VZERO();
+      for (int64_t j = 0; j < kv; j += VW) {
+        if (m == 0 && (j & 31) == 0) /* the next tile's weight rows on their way from memory while this one computes:
+                                        a tile is read from DRAM once, so a small M waits on every new row's start */
+          for (int c = 0; c < NR; c++) PREFETCH(next[c] + j);
+        /* the MR rows of X in registers, then one weight vector at a time: MR NR accumulators + MR + 1 vectors
+           live (AVX2: 12 + 3 + 1 = its 16 registers; holding all NR weight vectors instead spilled an
+           accumulator to the stack: 1.6-1.8x slower on an AVX2 EPYC, same values) */
+        vec xv[MR];
+        for (int r = 0; r < MR; r++) xv[r] = VLOADX(x[r] + j);
+        for (int c = 0; c < NR; c++) {
+          const vec wv = VLOADW(w[c] + j);
+          for (int r = 0; r < MR; r++) acc[r][c] = VFMA(xv[r], wv, acc[r][c]);
+        }
+      }
+      for (int r = 0; r < MR && m + r < M; r++) {
+        float sums[NR];
+        vsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], sums);
+        for (int c = 0; c < NR && n + c < n1; c++) {
+          float s = sums[c];
+          for (int64_t j = kv; j < K; j++) s += x[r][j] * h2f(w[c][j]);
+          Y[(m + r) * N + n + c] = s;
+        }
+      }
+    }
+  }
+}
+
+static void epilogue(float *Y, const float *b, int64_t M, int64_t N, int64_t n0, int64_t n1, int act) {
+  for (int64_t m = 0; m < M; m++) {
+    float *y = Y + m * N;
+    if (b)
+      for (int64_t n = n0; n < n1; n++) y[n] += b[n];
+    if (act == 1)
+      for (int64_t n = n0; n < n1; n++) y[n] = y[n] > 0.0f ? y[n] : 0.0f;
+    else if (act == 2)
+      for (int64_t n = n0; n < n1; n++) y[n] = 0.5f * y[n] * (1.0f + erf_f(y[n] * 0.70710678118654752f));
+  }
+}
+
+typedef struct {
+  const uint16_t *W;
+  const float *X, *b;
+  float *Y;
+  int64_t M, N, K, cols;
+  int act;
+} gemm_job;
+
+static void gemm_chunk(const void *p, int64_t c) {
+  const gemm_job *j = (const gemm_job *)p;
+  const int64_t n0 = c * j->cols, n1 = n0 + j->cols < j->N ? n0 + j->cols : j->N;
+  gemm_block(j->W, j->X, j->Y, j->M, j->N, j->K, n0, n1);
+  epilogue(j->Y, j->b, j->M, j->N, n0, n1, j->act);
+}
+
+void gemm_f16(const uint16_t *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K, int act,
+              int threads) {
+  if (M <= 0 || N <= 0) return;
+  if (threads <= 1 || M * N * K < (1 << 18)) threads = 1;
+  int64_t cols = threads == 1 ? N : (N + 8 * threads - 1) / (8 * threads);
+  cols = (cols + NR - 1) / NR * NR;
+  gemm_job j = {W, X, b, Y, M, N, K, cols, act};
+  parallel(gemm_chunk, &j, (N + cols - 1) / cols, threads);
+}
+
+/* Y = act(Y + b) in place (Y: M x N float32, b: N or NULL): gemm_f16's epilogue for a product computed elsewhere
+   (the float32 path: BLAS on weights upcast from float16) */
+void bias_act(float *Y, const float *b, int64_t M, int64_t N, int act) {
+  if (M > 0 && N > 0) epilogue(Y, b, M, N, 0, N, act);
+}
+
+/* ---- the whole GPT decode step's blocks in one call (models/t2s_numpy.py, float16 weights): per layer
+   qkv = Wqkv x + b; the new k, v into cache row t; attention of each head over rows 0..t; x = LN1(x + Wo o + bo);
+   x = LN2(x + W2 relu(W1 x + b1) + b2). The products on `threads` threads (the pool), the rest on the caller's.
+   p: per layer 14 pointers (qkv_w, qkv_b, out_w, out_b, n1_w, n1_b, fc1_w, fc1_b, fc2_w, fc2_b, n2_w, n2_b, K, V);
+   K, V (H, cap, hd) float32; scratch: 5 D + F + H cap floats. ---- */
+typedef struct {
+  const float *qkv;
+  const float *K, *V;
+  float *o, *s;
+  int64_t cap, n, hd, D;
+  float scale;
+} attn_job;
+
+static void attn_head(const void *p, int64_t h) {
+  const attn_job *j = (const attn_job *)p;
+  const float *q = j->qkv + h * j->hd;
+  const float *K = j->K + h * j->cap * j->hd, *V = j->V + h * j->cap * j->hd;
+  float *s = j->s + h * j->cap, *o = j->o + h * j->hd;
+  float mx = -INFINITY;
+  for (int64_t r = 0; r < j->n; r++) {
+    float acc = 0.0f;
+    for (int64_t c = 0; c < j->hd; c++) acc += K[r * j->hd + c] * q[c];
+    s[r] = acc * j->scale;
+    mx = s[r] > mx ? s[r] : mx;
+  }
+  float sum = 0.0f;
+  for (int64_t r = 0; r < j->n; r++) {
+    s[r] = expf(s[r] - mx);
+    sum += s[r];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t c = 0; c < j->hd; c++) o[c] = 0.0f;
+  for (int64_t r = 0; r < j->n; r++) {
+    const float w = s[r] * inv;
+    for (int64_t c = 0; c < j->hd; c++) o[c] += w * V[r * j->hd + c];
+  }
+}
+
+static void layer_norm_add(float *x, const float *y, const float *b, const float *w, const float *nb, int64_t D,
+                           float eps) {
+  double mu = 0.0;
+  for (int64_t i = 0; i < D; i++) {
+    x[i] = (x[i] + y[i]) + b[i];
+    mu += x[i];
+  }
+  const float m = (float)(mu / (double)D);
+  double var = 0.0;
+  for (int64_t i = 0; i < D; i++) {
+    const float d = x[i] - m;
+    var += (double)d * d;
+  }
+  const float r = 1.0f / sqrtf((float)(var / (double)D) + eps);
+  for (int64_t i = 0; i < D; i++) x[i] = (x[i] - m) * (w[i] * r) + nb[i];
+}
+
+void decode_layers(void *const *p, int64_t layers, int64_t cap, int64_t t, float *x, float *scratch, int64_t D,
+                   int64_t H, int64_t F, float scale, float eps, int threads) {
+  float *qkv = scratch, *o = qkv + 3 * D, *y = o + D, *h = y + D, *s = h + F;
+  const int64_t hd = D / H;
+  for (int64_t l = 0; l < layers; l++) {
+    void *const *w = p + 14 * l;
+    float *K = (float *)w[12], *V = (float *)w[13];
+    gemv_par((const uint16_t *)w[0], x, (const float *)w[1], qkv, 3 * D, D, 0, threads);
+    for (int64_t hh = 0; hh < H; hh++)
+      for (int64_t c = 0; c < hd; c++) {
+        K[(hh * cap + t) * hd + c] = qkv[D + hh * hd + c];
+        V[(hh * cap + t) * hd + c] = qkv[2 * D + hh * hd + c];
+      }
+    attn_job aj = {qkv, K, V, o, s, cap, t + 1, hd, D, scale};
+    parallel(attn_head, &aj, H, (t + 1) * D >= (1 << 16) ? threads : 1);
+    gemv_par((const uint16_t *)w[2], o, NULL, y, D, D, 0, threads);
+    layer_norm_add(x, y, (const float *)w[3], (const float *)w[4], (const float *)w[5], D, eps);
+    gemv_par((const uint16_t *)w[6], x, (const float *)w[7], h, F, D, 1, threads);
+    gemv_par((const uint16_t *)w[8], h, NULL, y, D, F, 0, threads);
+    layer_norm_add(x, y, (const float *)w[9], (const float *)w[10], (const float *)w[11], D, eps);
+  }
+}
+
+/* ---- the prefill's attention, one head per chunk: the new keys/values into the KV cache (H, cap, hd), then for
+   each row i the scores against keys 0..len_i (len_i = n_text for text rows, i + 1 for audio rows: the prefix
+   mask), softmax, and the weighted values into O (T x D). qkv: T x 3D. scratch: H (hd T + T) floats. ---- */
+static inline float exp_neg(float x) { /* exp(x) for x <= 0 (Cephes expf: ~1 ulp); vectorizable */
+  x = x < -87.3f ? -87.3f : x;
+  const float n = floorf(fmaf(x, 1.44269504088896341f, 0.5f));
+  const float r = fmaf(n, 2.12194440e-4f, fmaf(n, -0.693359375f, x));
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  const float e = fmaf(p * r, r, r) + 1.0f;
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = (uint32_t)((int32_t)n + 127) << 23;
+  return e * v.f;
+}
+
+
+static inline vec exp_neg_v(vec x) { /* exp_neg on a vector (the same operations) */
+  x = VMAXV(x, VSET1(-87.3f));
+  const vec n = VFLOOR(VFMA(x, VSET1(1.44269504088896341f), VSET1(0.5f)));
+  const vec r = VFMA(n, VSET1(2.12194440e-4f), VFMA(n, VSET1(-0.693359375f), x));
+  vec p = VSET1(1.9875691500E-4f);
+  p = VFMA(p, r, VSET1(1.3981999507E-3f));
+  p = VFMA(p, r, VSET1(8.3334519073E-3f));
+  p = VFMA(p, r, VSET1(4.1665795894E-2f));
+  p = VFMA(p, r, VSET1(1.6666665459E-1f));
+  p = VFMA(p, r, VSET1(5.0000001201E-1f));
+  const vec e = VADDV(VFMA(VMULV(p, r), r, r), VSET1(1.0f));
+  return VMULV(e, VPOW2(n));
+}
+
+/* s[0..n) = exp(s - max(s)); returns their sum */
+static float softmax_exp(float *s, int64_t n) {
+  float buf[VW];
+  vec m = VSET1(-INFINITY);
+  int64_t r = 0;
+  for (; r + VW <= n; r += VW) m = VMAXV(m, VLOADX(s + r));
+  VSTORE(buf, m);
+  float mx = -INFINITY;
+  for (int u = 0; u < VW; u++) mx = buf[u] > mx ? buf[u] : mx;
+  for (; r < n; r++) mx = s[r] > mx ? s[r] : mx;
+  const vec mv = VSET1(mx);
+  vec acc = VZERO();
+  for (r = 0; r + VW <= n; r += VW) {
+    const vec e = exp_neg_v(VSUBV(VLOADX(s + r), mv));
+    VSTORE(s + r, e);
+    acc = VADDV(acc, e);
+  }
+  float sum = VSUM(acc);
+  for (; r < n; r++) {
+    s[r] = exp_neg(s[r] - mx);
+    sum += s[r];
+  }
+  return sum;
+}
+
+typedef struct {
+  const float *qkv;
+  float *K, *V, *O, *scratch;
+  int64_t T, D, hd, cap, n_text;
+  float scale;
+} pattn_job;
+
+static void pattn_head(const void *p, int64_t h) {
+  const pattn_job *j = (const pattn_job *)p;
+  const int64_t T = j->T, D = j->D, hd = j->hd, cap = j->cap;
+  float *kt = j->scratch + h * (hd * T + T), *s = kt + hd * T;
+  float *K = j->K + h * cap * hd, *V = j->V + h * cap * hd;
+  for (int64_t t = 0; t < T; t++) {
+    const float *row = j->qkv + t * 3 * D + h * hd;
+    for (int64_t c = 0; c < hd; c++) {
+      K[t * hd + c] = row[D + c];
+      kt[c * T + t] = row[D + c];
+      V[t * hd + c] = row[2 * D + c];
+    }
+  }
+  for (int64_t i = 0; i < T; i++) {
+    const int64_t len = i < j->n_text ? (j->n_text < T ? j->n_text : T) : i + 1;
+    const float *q = j->qkv + i * 3 * D + h * hd;
+    int64_t r = 0;
+    for (; r + VW <= len; r += VW) { /* VW scores at a time, accumulated in a register */
+      vec acc = VZERO();
+      for (int64_t c = 0; c < hd; c++) acc = VFMA(VSET1(q[c]), VLOADX(kt + c * T + r), acc);
+      VSTORE(s + r, VMULV(acc, VSET1(j->scale)));
+    }
+    for (; r < len; r++) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < hd; c++) acc += q[c] * kt[c * T + r];
+      s[r] = acc * j->scale;
+    }
+    const float inv = 1.0f / softmax_exp(s, len);
+    float *o = j->O + i * D + h * hd;
+    if (hd % VW == 0 && hd <= 4 * VW) { /* the output row in registers, two rows of V at a time */
+      const int nv = (int)(hd / VW);
+      vec a[4], b[4];
+      for (int u = 0; u < 4; u++) a[u] = b[u] = VZERO();
+      int64_t r2 = 0;
+      for (; r2 + 2 <= len; r2 += 2) {
+        const vec w0 = VSET1(s[r2] * inv), w1 = VSET1(s[r2 + 1] * inv);
+        for (int u = 0; u < nv; u++) {
+          a[u] = VFMA(w0, VLOADX(V + r2 * hd + u * VW), a[u]);
+          b[u] = VFMA(w1, VLOADX(V + (r2 + 1) * hd + u * VW), b[u]);
+        }
+      }
+      if (r2 < len) {
+        const vec w0 = VSET1(s[r2] * inv);
+        for (int u = 0; u < nv; u++) a[u] = VFMA(w0, VLOADX(V + r2 * hd + u * VW), a[u]);
+      }
+      for (int u = 0; u < nv; u++) VSTORE(o + u * VW, VADDV(a[u], b[u]));
+    } else {
+      for (int64_t c = 0; c < hd; c++) o[c] = 0.0f;
+      for (int64_t r2 = 0; r2 < len; r2++) {
+        const float w = s[r2] * inv;
+        const float *v = V + r2 * hd;
+        for (int64_t c = 0; c < hd; c++) o[c] += w * v[c];
+      }
+    }
+  }
+}
+
+void prefill_attention(const float *qkv, float *K, float *V, float *O, float *scratch, int64_t T, int64_t D, int64_t H,
+                       int64_t cap, int64_t n_text, float scale, int threads) {
+  pattn_job j = {qkv, K, V, O, scratch, T, D, D / H, cap, n_text, scale};
+  parallel(pattn_head, &j, H, T * T * D >= (1 << 18) ? threads : 1);
+}

@@ -1,0 +1,105 @@
+"""Which product path each CPU stage takes with float16 weights, per kernel build, and why.
+
+The float16-weight kernels (``half_gemv``) halve the bytes read per weight; whether that wins depends on the
+stage and the CPU. The decode step (one row, memory-bound) gains on AVX2 and AVX-512; a product of many rows
+(the GPT prefill: ~200 rows; RoBERTa: ~25 tokens) is bound by arithmetic, where BLAS ``sgemm`` on the weight
+upcast to float32 can beat the float16 GEMM, on one thread: on several, BLAS's spinning threads lose most of
+their speed when a neighbour process holds a core, and the kernels' pool does not. :data:`DEFAULTS` holds the
+faster path per (build, stage, one or several threads), each measured alternately in one process (the figures in
+each reason: min of 6-8 rounds, 2-core VMs, AVX2 on a loaded AMD EPYC, AVX-512 from the README's kernel runs;
+``python tests/models/bench_cpu_paths.py`` repeats them for the build in use);
+a fixed table, not a calibration at load, because a timing taken at load on a busy machine picks at random.
+``PRIMESPEECH_GPT_PREFILL`` / ``PRIMESPEECH_BERT_GEMM`` (or :func:`configure`) force a path.
+:func:`chosen` reports every stage's path and reason (``primespeech-mlx bench`` prints it).
+"""
+
+from __future__ import annotations
+
+from .. import _blas, native
+from . import half_gemv
+
+STAGES = ("gpt_prefill", "bert")
+SETTINGS = {"gpt_prefill": "PRIMESPEECH_GPT_PREFILL", "bert": "PRIMESPEECH_BERT_GEMM"}
+PATHS = ("float16", "float32")
+
+# (build, stage, several threads) -> (path, why). Several threads: the kernels' pool keeps its speed beside busy
+# neighbours, BLAS's spinning threads do not (issue 15; below).
+DEFAULTS: dict[tuple[str, str, bool], tuple[str, str]] = {
+    ("avx512", "gpt_prefill", False): ("float16", "avx512: float16 GEMM 454 ms vs BLAS on upcast weights 473 ms"),
+    ("avx512", "gpt_prefill", True): ("float16", "avx512, 2 threads: float16 GEMM 464 ms vs BLAS 1181 ms"),
+    ("avx512", "bert", False): ("float16", "avx512: float16 GEMM 182 ms vs float32 MLX 393 ms"),
+    ("avx512", "bert", True): ("float16", "avx512, 2 threads: float16 GEMM 193 ms vs float32 MLX 1173 ms"),
+    ("avx2", "gpt_prefill", False): ("float32", "avx2: BLAS on upcast weights 569 ms vs float16 GEMM 722 ms "
+                                                "(CPU time)"),
+    ("avx2", "gpt_prefill", True): ("float16", "avx2, 2 threads: float16 GEMM 3.1 s vs BLAS on upcast weights "
+                                               "11.7 s beside busy neighbours"),
+    ("avx2", "bert", False): ("float16", "avx2: float16 GEMM 223 ms vs float32 MLX 411 ms, BLAS on upcast weights "
+                                         "457 ms (CPU time)"),
+    ("avx2", "bert", True): ("float16", "avx2, 2 threads: float16 GEMM 0.79 s vs float32 MLX 9.9 s beside busy "
+                                        "neighbours"),
+    ("generic", "gpt_prefill", False): ("float32", "generic: the portable GEMM is untuned; BLAS on upcast weights"),
+    ("generic", "gpt_prefill", True): ("float32", "generic: the portable GEMM is untuned; BLAS on upcast weights"),
+    ("generic", "bert", False): ("float32", "generic: the portable GEMM is untuned; BLAS on upcast weights"),
+    ("generic", "bert", True): ("float32", "generic: the portable GEMM is untuned; BLAS on upcast weights"),
+}
+
+_FORCED: dict[str, str] = {}
+
+
+def configure(stage: str, path: str | None) -> None:
+    """Force ``stage``'s path (``float16``, ``float32``; ``auto`` or None: the default for the build)."""
+    if stage not in STAGES:
+        raise ValueError(f"stage {stage!r}: expected one of {', '.join(STAGES)}")
+    if path in (None, "auto"):
+        _FORCED.pop(stage, None)
+    elif path in PATHS:
+        _FORCED[stage] = path
+    else:
+        raise ValueError(f"{stage} path {path!r}: expected auto, float16 or float32")
+
+
+def path(stage: str) -> tuple[str, str]:
+    """(path, why) of a stage whose weights are float16 and run through the kernels: ``float16`` or ``float32``."""
+    if stage in _FORCED:
+        return _FORCED[stage], f"{SETTINGS[stage]}={_FORCED[stage]}"
+    asked = native.requested_path(stage)
+    if asked != "auto":
+        return asked, f"{SETTINGS[stage]}={asked}"
+    isa = half_gemv.isa()
+    return DEFAULTS.get((isa, stage, several_blas_threads()), ("float32", f"{isa}: no float16 kernels"))
+
+
+def several_blas_threads() -> bool:
+    """Whether BLAS (the float32 path's products) runs on more than one thread (PRIMESPEECH_THREADS, or the library
+    default on machines with more than two CPUs)."""
+    n = _blas.thread_settings().get("blas_threads")
+    return not (isinstance(n, int) and n <= 1)
+
+
+def chosen(gpt_half: bool | None = None, bert_half: bool | None = None) -> dict[str, tuple[str, str]]:
+    """Every CPU stage's path and why: ``gpt_decode``, ``gpt_prefill``, ``bert`` -> (path, reason). ``gpt_half`` /
+    ``bert_half``: whether the loaded models hold float16 weights (None: as far as the kernels and settings
+    allow). On a GPU every stage is MLX's (float32 compute) and the kernels are not used."""
+    import mlx.core as mx
+
+    if mx.default_device().type != mx.cpu:
+        why = f"MLX on {mx.default_device()}: the CPU kernels are not used"
+        return {stage: ("mlx", why) for stage in ("gpt_decode", "gpt_prefill", "bert")}
+    status = half_gemv.library_status()
+    build = f"{status['isa']} build ({status['isa_reason']})"
+    out: dict[str, tuple[str, str]] = {}
+    kernel = half_gemv.kernel()
+    if kernel is None or gpt_half is False:
+        why = half_gemv.status()["why_not"] or "the GPT's weights are not float16 values"
+        out["gpt_decode"] = ("float32", why)
+        out["gpt_prefill"] = ("float32", why)
+    else:
+        out["gpt_decode"] = ("float16", f"{build}: one-row products are memory-bound, float16 halves the bytes "
+                                         "(AVX2 EPYC: 14.0 vs 23.8 ms/step)")
+        out["gpt_prefill"] = path("gpt_prefill")
+    if status["kernel"] and bert_half is not False:
+        p, why = path("bert")
+        out["bert"] = (f"{p} (float16 weights, numpy)", why)
+    else:
+        out["bert"] = ("float32 (MLX)", status["why_not"] or "PRIMESPEECH_BERT_HALF=0 or weights not float16 values")
+    return out
