@@ -55,7 +55,9 @@ TOOL_TAGS = ("tool_call", "tool_calls", "function_call", "function_calls", "tool
 _BLOCK_NAMES = "|".join(sorted(THINK_TAGS + TOOL_TAGS, key=len, reverse=True))
 _BLOCK_OPEN_RE = re.compile(rf"<({_BLOCK_NAMES})(?:\s[^<>\n]*)?>", re.IGNORECASE)
 _BLOCK_ANY_RE = re.compile(rf"<(/?)({_BLOCK_NAMES})(?:\s[^<>\n]*)?(/?)>", re.IGNORECASE)
-_FENCE_OPEN_RE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})([^\n]*)$", re.MULTILINE)
+# a fence line: 3+ backticks or tildes, then at most a language tag ("python", "c++", "{.js}"), nothing else
+_FENCE_OPEN_RE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})[ \t]*([\w+#.-]*[ \t]*(?:\{[^}\n]*\})?)[ \t]*$",
+                            re.MULTILINE)
 
 SENTENCE_ENDS = "。！？.!?…"
 PAUSE_MARKS = ",，、;；:："
@@ -77,13 +79,12 @@ _LINK_DEF_RE = re.compile(r"^[ \t]{0,3}\[(?!\^)[^\]\n]+\]:[ \t]+\S+.*$")
 _FOOTNOTE_DEF_RE = re.compile(r"^[ \t]{0,3}\[\^[^\]\s]+\]:[ \t]*")
 
 # -- inline forms ---------------------------------------------------------------------------------------
-_CODE_SPAN_RE = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
-_IMAGE_RE = re.compile(r"!\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*(?:[ \t]+\"[^\"\n]*\")?\)")
-_LINK_RE = re.compile(r"\[([^\]\n]+)\]\((?:[^()\s]|\([^()\s]*\))*(?:[ \t]+\"[^\"\n]*\")?\)")
-_REF_LINK_RE = re.compile(r"(?<!\])\[([^\]\n^][^\]\n]*)\]\[[^\]\n]*\]")
-_FOOTNOTE_RE = re.compile(r"\[\^[^\]\s]+\]")
+_CODE_SPAN_RE = re.compile(r"(`{1,16})(?!`)(.{1,1000}?)(?<!`)\1(?!`)")
+_IMAGE_RE = re.compile(r"!\[([^\]\n]{0,300})\]\((?:[^()\s]|\([^()\s]*\))*(?:[ \t]+\"[^\"\n]*\")?\)")
+_LINK_RE = re.compile(r"\[([^\]\n]{1,300})\]\((?:[^()\s]|\([^()\s]*\))*(?:[ \t]+\"[^\"\n]*\")?\)")
+_REF_LINK_RE = re.compile(r"(?<!\])\[([^\]\n^][^\]\n]{0,300})\]\[[^\]\n]{0,100}\]")
+_FOOTNOTE_RE = re.compile(r"\[\^[^\]\s]{1,100}\]")
 _AUTOLINK_RE = re.compile(r"<((?:https?|ftp)://[^\s<>]+|mailto:[^\s<>]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+)>")
-_HTML_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 _HTML_BLOCK_TAGS = ("address|article|aside|blockquote|br|caption|dd|details|div|dl|dt|figcaption|figure|footer|"
                     "h[1-6]|header|hr|li|ol|p|pre|section|summary|table|tbody|td|tfoot|th|thead|tr|ul")
 _HTML_INLINE_TAGS = ("a|abbr|b|big|cite|code|del|dfn|em|font|i|img|ins|kbd|mark|q|s|samp|small|span|strike|"
@@ -93,11 +94,15 @@ _HTML_BLOCK_RE = re.compile(rf"</?(?:{_HTML_BLOCK_TAGS}){_HTML_ATTRS}>", re.IGNO
 _HTML_INLINE_RE = re.compile(rf"</?(?:{_HTML_INLINE_TAGS}){_HTML_ATTRS}>", re.IGNORECASE)
 _ENTITY_RE = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _ESCAPE_RE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~<>])")
-_STRONG_RE = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
-_UNDER_STRONG_RE = re.compile(r"(?<![A-Za-z0-9_])__(?=\S)(.+?)(?<=\S)__(?![A-Za-z0-9_])")
-_EM_RE = re.compile(r"(?<![A-Za-z0-9*\\])\*(?=[^\s*])(.+?)(?<=[^\s*\\])\*(?![A-Za-z0-9*])")
-_UNDER_EM_RE = re.compile(r"(?<![A-Za-z0-9_\\])_(?=[^\s_])(.+?)(?<=[^\s_\\])_(?![A-Za-z0-9_])")
-_STRIKE_RE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+_STRONG_RE = re.compile(r"\*\*(?=\S)(.{1,300}?)(?<=\S)\*\*")
+_UNDER_STRONG_RE = re.compile(r"(?<![A-Za-z0-9_])__(?=\S)(.{1,300}?)(?<=\S)__(?![A-Za-z0-9_])")
+# single * and _: the emphasised words start with a word character (or a quote/bracket) and end with one (or a
+# sentence mark), so "^_^", "3 * 4 * 5" and "~_~" stay
+_EM_OPEN = r"(?=[\w\"'“‘(（])"
+_EM_CLOSE = r"(?<=[\w.!?。！？)）\"'”’])"
+_EM_RE = re.compile(rf"(?<![A-Za-z0-9*\\])\*{_EM_OPEN}(.{{1,300}}?){_EM_CLOSE}\*(?![A-Za-z0-9*])")
+_UNDER_EM_RE = re.compile(rf"(?<![A-Za-z0-9_\\])_{_EM_OPEN}(.{{1,300}}?){_EM_CLOSE}_(?![A-Za-z0-9_])")
+_STRIKE_RE = re.compile(r"~~(?=\S)(.{1,300}?)(?<=\S)~~")
 # a "**" left over from emphasis cut between two messages (never between two ASCII letters or digits: 2**3)
 _LONE_STRONG_RE = re.compile(r"(?<![A-Za-z0-9*])\*\*(?=\S)(?!\*)|(?<=\S)(?<!\*)\*\*(?![A-Za-z0-9*])")
 
@@ -115,9 +120,10 @@ _EMOJI_CHARS = (
     "\uFE0E\uFE0F\u200D\u20E3"  # variation selectors, zero-width joiner, keycap
     "\U000E0020-\U000E007F"  # tag characters (subdivision flags)
 )
-_EMOJI_RUN_RE = re.compile(rf"[ \t]*(?:[{_EMOJI_CHARS}]+[ \t]*)+")
-# an emoji run opening a line with a pause mark after it ("👍，好的"): the front end would speak a stray pause
-_LEADING_EMOJI_RE = re.compile(rf"^[ \t]*(?:[{_EMOJI_CHARS}]+[ \t]*)+[{PAUSE_MARKS}]+[ \t]*")
+_EMOJI_RUN_RE = re.compile(rf"[ \t]*(?:[{_EMOJI_CHARS}][ \t]*)+")
+# an emoji run opening a line with a pause mark after it ("👍，好的": the front end would speak a stray pause), or a
+# line of emoji only (a message the node then skips)
+_LEADING_EMOJI_RE = re.compile(rf"^[ \t]*(?:[{_EMOJI_CHARS}][ \t]*)+(?:[{PAUSE_MARKS}]+[ \t]*|$)")
 _HOLE = "\uE000"  # stands where something unspeakable was removed, until the pauses around it are tidied
 _HOLES_RE = re.compile(rf"([ \t]*){_HOLE}(?:[ \t]*{_HOLE})*([ \t]*)([{PAUSE_MARKS}]*)[ \t]*")
 
@@ -164,7 +170,8 @@ def _pause(cell: str) -> str:
 
 
 def _domain_words(host: str, family: str) -> str:
-    host = host.lower().removeprefix("www.").strip(".")
+    """A host name (or an e-mail's user part) with its dots read: "example dot com"."""
+    host = host.removeprefix("www.").removeprefix("WWW.").strip(".")
     return _DOT[family].join(part for part in host.split(".") if part)
 
 
@@ -196,7 +203,7 @@ def _replace_urls(line: str, family: str) -> str:
         if at is None:
             return m.group(0)
         user = m.group(0).split("@", 1)[0]
-        words = user.strip(".") + at + _domain_words(m.group(1), family)
+        words = _domain_words(user, family) + at + _domain_words(m.group(1), family)
         return _spaced(words, m.string[: m.start()], m.string[m.end():])
 
     def autolink(m: re.Match) -> str:
@@ -222,8 +229,21 @@ def _inline(line: str, family: str) -> str:
                    for i, p in enumerate(parts))
 
 
+def _drop_comments(line: str) -> str:
+    """HTML comments (``<!-- ... -->``) replaced by a hole; an unclosed one is left as it is."""
+    out, pos = [], 0
+    while True:
+        start = line.find("<!--", pos)
+        end = line.find("-->", start + 4) if start >= 0 else -1
+        if start < 0 or end < 0:
+            return "".join(out) + line[pos:]
+        out.append(line[pos:start] + _HOLE)
+        pos = end + 3
+
+
 def _inline_text(line: str, family: str) -> str:
-    line = _HTML_COMMENT_RE.sub(_HOLE, line)
+    if "<!--" in line:
+        line = _drop_comments(line)
     line = _IMAGE_RE.sub(lambda m: m.group(1).strip() or _HOLE, line)
     line = _LINK_RE.sub(lambda m: m.group(1), line)
     line = _REF_LINK_RE.sub(lambda m: m.group(1), line)
@@ -307,7 +327,7 @@ def _markdown(text: str, family: str) -> str:
     changed = False
     for line in text.split("\n"):
         spoken, phrase = _line(line, family)
-        spoken = _drop_holes(spoken) if spoken != line else _LEADING_EMOJI_RE.sub("", line)
+        spoken = _drop_holes(spoken) if spoken != line or _HOLE in line else _LEADING_EMOJI_RE.sub("", line)
         if spoken != line:
             changed = True
             if not spoken.strip():
@@ -384,9 +404,11 @@ class StreamFilter:
         return spoken
 
     def _split_blocks(self, text: str) -> str:
-        """``text`` with every block (and the open one's part) replaced by a line break."""
+        """``text`` with every block (and the open one's part) replaced by a line break. Linear in the text: the
+        candidate tags and fences are found once."""
         if self._block is None and "<" not in text and "`" not in text and "~" not in text:
             return text
+        scan = _Scan(text)
         pieces: list[str] = []
         pos, n = 0, len(text)
         if self._block is not None:
@@ -401,7 +423,7 @@ class StreamFilter:
                 pos, self._block = m.end(), None
                 pieces.append("\n")
                 continue
-            found = self._next_opener(text, pos)
+            found = scan.next_opener(pos)
             if found is None:
                 pieces.append(_strip_stray_tags(text[pos:]))
                 break
@@ -415,30 +437,49 @@ class StreamFilter:
             block.messages = 1
         return "".join(pieces)
 
-    def _next_opener(self, text: str, pos: int) -> tuple[int, int, _Block | None] | None:
+
+class _Scan:
+    """The block tags and fence lines of one text, found once; :meth:`next_opener` walks them in order."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.tags = list(_BLOCK_ANY_RE.finditer(text)) if "<" in text else []
+        self.fences = [m for m in _FENCE_OPEN_RE.finditer(text) if not (m.group(1)[0] == "`" and "`" in m.group(2))]
+        self.last_close: dict[str, int] = {}  # closing tag name -> end of its last occurrence
+        for m in self.tags:
+            if m.group(1):
+                self.last_close[m.group(2).lower()] = m.end()
+        self.ti = self.fi = 0
+
+    def _closed_later(self, name: str, end: int) -> bool:
+        names = THINK_TAGS if name in THINK_TAGS else (name,)
+        return any(self.last_close.get(n, -1) > end for n in names)
+
+    def next_opener(self, pos: int) -> tuple[int, int, _Block | None] | None:
         """(start, end, block) of the first block opener from ``pos`` (block None: an orphan ``</think>``)."""
-        tag = None
-        for m in _BLOCK_ANY_RE.finditer(text, pos):
-            closing, name, selfclosing = m.group(1), m.group(2), m.group(3)
+        text, tag = self.text, None
+        while self.ti < len(self.tags) and self.tags[self.ti].start() < pos:
+            self.ti += 1
+        for i in range(self.ti, len(self.tags)):
+            m = self.tags[i]
+            closing, name, selfclosing = m.group(1), m.group(2).lower(), m.group(3)
             if selfclosing:
                 continue
             if closing:
-                if name.lower() in THINK_TAGS:
+                if name in THINK_TAGS:
                     tag = (m.start(), m.end(), None)
                     break
                 continue
-            closer = _tag_closer(name)
-            if closer.search(text, m.end()) or _opens_line(text, m.start(), m.end()):
-                kind = "think" if name.lower() in THINK_TAGS else "tool"
-                tag = (m.start(), m.end(), _Block(kind, closer))
+            if self._closed_later(name, m.end()) or _opens_line(text, m.start(), m.end()):
+                tag = (m.start(), m.end(), _Block("think" if name in THINK_TAGS else "tool", _tag_closer(name)))
                 break
+        while self.fi < len(self.fences) and self.fences[self.fi].start() < pos:
+            self.fi += 1
         fence = None
-        for m in _FENCE_OPEN_RE.finditer(text, pos):
-            if m.group(1)[0] == "`" and "`" in m.group(2):
-                continue  # ```code``` on one line is inline code
+        if self.fi < len(self.fences):
+            m = self.fences[self.fi]
             end = m.end() + (1 if m.end() < len(text) else 0)
             fence = (m.start(), end, _Block("code", _fence_closer(m.group(1))))
-            break
         if tag is None or (fence is not None and fence[0] < tag[0]):
             return fence
         return tag
