@@ -15,11 +15,13 @@ What each form becomes:
   line, follows a sentence end or ends its line; elsewhere (``the <think> tag``) it is a stray tag, removed.
 - Code blocks (fences of 3+ backticks or tildes, at a line start): nothing, also across messages; inline code:
   its text.
-- Markdown: emphasis marks (``**``, ``__``, ``*``, ``_``, ``~~``) go, their words stay; headings, list items
-  (``-``, ``*``, ``+``, ``1.``, ``1)``, task boxes) and table rows become phrases of their own, ended with a
-  sentence mark when they have none ("。" after Chinese or Japanese, "." otherwise); table cells are read as
-  phrases ("，" / "," between them), separator rows dropped; blockquote marks, horizontal rules, setext
-  underlines, footnote markers ``[^1]``, link definitions and backslash escapes go.
+- Markdown: emphasis marks (``**``, ``__``, ``*``, ``_``, ``~~``) go, their words stay; headings, bullet items
+  (``-``, ``*``, ``+``, task boxes) and table rows become phrases of their own: their marks go and, when more text
+  follows, they end with a sentence mark if they have none ("。" after Chinese or Japanese, "." otherwise; the
+  front end ends the last one). Numbered items (``1.``, ``2)``) are phrases too and keep their number, read as
+  the step's number (prose enumerates "1. ... 2. ..." as well). Table cells are read as phrases ("，" / ","
+  between them), separator rows dropped; blockquote marks, horizontal rules, setext underlines, footnote markers
+  ``[^1]``, link definitions and backslash escapes go.
 - Links ``[text](url)``: the text; images: the alt text; HTML tags: removed (block tags and ``<br>`` end a
   phrase), comments dropped, entities (``&amp;``, ``&#39;``) decoded.
 - Bare URLs (``http(s)://``, ``ftp://``, ``www.``) and ``<url>`` autolinks: their domain, read as words
@@ -27,11 +29,18 @@ What each form becomes:
   E-mail addresses: "user at example dot com" (Chinese "user 艾特 example 点 com", Japanese "user アット example
   ドット com"); in Korean text they are left to the Korean front end, which already reads them as words
   ("test example com").
-- Emoji (pictographs, dingbats, flags, keycaps, skin tones, ZWJ sequences): dropped, with the spaces and the
-  pause mark they would leave behind ("👍，好的" -> "好的", "I ❤️ NY" -> "I NY").
+- Emoji (pictographs, dingbats, flags, keycaps, skin tones, ZWJ sequences): dropped with the spaces and the
+  pause mark they would leave behind in every line the stage rewrites ("- 🎉 Done!" -> "Done!"), at the start of
+  a line before a pause mark ("👍，好的" -> "好的") and where a line is only emoji. In plain prose they are left
+  to the front end, which drops them silently (the Korean one reads them as a short pause, as the original
+  does): removing them there would change the original's phone ids (its sentence-start and retry rules count
+  them).
 
 Plain text is left exactly as it is: every transformation needs unambiguous markup ("3 * 4", "a_b", "C#",
-"x < y", "#话题#", "^_^" stay), and a line without markup is returned byte for byte.
+"x < y", "if a<b and c>d", "#话题#", "^_^", "1. First item 2. Second item", "~~~ is a tilde" stay), and a line
+without markup, URL or e-mail address is returned byte for byte (every fixture sentence of the original's front
+end is, tests/text/test_llm_parity.py). In a stream, every message starts a line (segmenters cut at line
+breaks and drop them).
 """
 
 from __future__ import annotations
