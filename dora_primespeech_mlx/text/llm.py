@@ -84,6 +84,10 @@ _BULLET_RE = re.compile(r"^[ \t]*[-*+][ \t]+(?:\[[ xX]\][ \t]+)?(?=\S)")
 _NUMBERED_RE = re.compile(r"^[ \t]*\d{1,3}[.)][ \t]+(?=\S)")
 _TABLE_ROW_RE = re.compile(r"^[ \t]*\|.*\|[ \t]*$")
 _TABLE_SEP_CELL_RE = re.compile(r"^[ \t]*:?-+:?[ \t]*$")
+# a separator row without outer pipes ("---|:---:"): the rows around it are a table's, pipes or not
+_TABLE_SEP_RE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*$")
+# a line that is one bold span ("**1. 准备材料**", "**Step 2:**"): a heading in all but name
+_BOLD_LINE_RE = re.compile(r"^[ \t]*(\*\*|__)(?=\S)[^\n]{1,300}(?<=\S)\1[ \t]*[:：]?[ \t]*$")
 _LINK_DEF_RE = re.compile(r"^[ \t]{0,3}\[(?!\^)[^\]\n]+\]:[ \t]+\S+.*$")
 _FOOTNOTE_DEF_RE = re.compile(r"^[ \t]{0,3}\[\^[^\]\s]+\]:[ \t]*")
 
@@ -116,7 +120,7 @@ _STRIKE_RE = re.compile(r"~~(?=\S)(.{1,300}?)(?<=\S)~~")
 _LONE_STRONG_RE = re.compile(r"(?<![A-Za-z0-9*])\*\*(?=\S)(?!\*)|(?<=\S)(?<!\*)\*\*(?![A-Za-z0-9*])")
 
 _URL_STOP = "\\s<>()\\[\\]{}\"'，。！？、；：（）【】「」『』《》"
-_URL_RE = re.compile(rf"(?<![\w@/.])(?:(?:https?|ftp)://|www\.)[^{_URL_STOP}]+")
+_URL_RE = re.compile(rf"(?<![A-Za-z0-9_@/.])(?:(?:https?|ftp)://|www\.)[^{_URL_STOP}]+")
 _EMAIL_RE = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
                        r"(?![A-Za-z0-9-]|\.[A-Za-z0-9])")
 
@@ -281,12 +285,13 @@ def _table_row(line: str, family: str) -> str:
     return out + (spoken[-1] if spoken else "")
 
 
-def _line(line: str, family: str) -> tuple[str, bool]:
+def _line(line: str, family: str, table: bool = False) -> tuple[str, bool]:
     """One line outside any block: (its spoken form, whether it is a phrase of its own: a heading, list item or
-    table row). A line without markup comes back as it is."""
-    if _HR_RE.match(line) or _LINK_DEF_RE.match(line):
+    table row). ``table``: the line belongs to a table (its separator row was seen). A line without markup comes
+    back as it is."""
+    if _HR_RE.match(line) or _LINK_DEF_RE.match(line) or _TABLE_SEP_RE.match(line):
         return "", False
-    if _TABLE_ROW_RE.match(line):
+    if _TABLE_ROW_RE.match(line) or (table and "|" in line):
         return _table_row(line, family), True
     body, phrase = line, False
     quote = _QUOTE_RE.match(body)
@@ -303,6 +308,7 @@ def _line(line: str, family: str) -> tuple[str, bool]:
         marker = _BULLET_RE.match(body) or _FOOTNOTE_DEF_RE.match(body)
         if marker:
             body, phrase = body[marker.end():], True
+    phrase = phrase or bool(_BOLD_LINE_RE.match(body))
     return _inline(body, family), phrase
 
 
@@ -328,14 +334,21 @@ def _drop_holes(text: str) -> str:
     return _HOLES_RE.sub(tidy, text)
 
 
-def _markdown(text: str, family: str) -> str:
-    """The spoken form of text outside blocks, line by line; unchanged lines stay byte for byte. A heading, list
-    item or table row followed by more text ends with a sentence mark (the last line of a text needs none: the
-    front end ends every text with one)."""
+def _markdown(text: str, family: str, table: bool = False) -> tuple[str, bool]:
+    """The spoken form of text outside blocks, line by line, and whether a table is still open at its end
+    (``table``: one is open at its start); unchanged lines stay byte for byte. A heading, list item or table row
+    followed by more text ends with a sentence mark (the last line of a text needs none: the front end ends every
+    text with one)."""
     out: list[tuple[str, bool]] = []
     changed = False
-    for line in text.split("\n"):
-        spoken, phrase = _line(line, family)
+    lines_in = text.split("\n")
+    header = {i - 1 for i, line in enumerate(lines_in) if i and "|" in line and _TABLE_SEP_RE.match(line)}
+    for i, line in enumerate(lines_in):
+        if _TABLE_SEP_RE.match(line):
+            table = True
+        elif "|" not in line:
+            table = False
+        spoken, phrase = _line(line, family, table or i in header)
         spoken = _drop_holes(spoken) if spoken != line or _HOLE in line else _LEADING_EMOJI_RE.sub("", line)
         if spoken != line:
             changed = True
@@ -343,7 +356,7 @@ def _markdown(text: str, family: str) -> str:
                 spoken = ""
         out.append((spoken, phrase))
     if not changed:
-        return text
+        return text, table
     lines: list[str] = []
     for i, (spoken, phrase) in enumerate(out):
         if phrase and any(later.strip() for later, _ in out[i + 1:]):
@@ -351,7 +364,7 @@ def _markdown(text: str, family: str) -> str:
             changed = True
         lines.append(spoken)
     joined = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
-    return joined.strip("\n") if joined.strip() else ""
+    return (joined.strip("\n") if joined.strip() else ""), table
 
 
 @dataclass
@@ -385,6 +398,7 @@ class StreamFilter:
         self.max_messages = max_messages
         self.max_chars = max_chars
         self._block: _Block | None = None
+        self._table = False  # a table's separator row was seen and its rows go on
         self.overflows = 0
 
     @property
@@ -394,6 +408,7 @@ class StreamFilter:
 
     def reset(self) -> None:
         self._block = None
+        self._table = False
 
     def feed(self, text: str) -> str:
         """The spoken form of the next message ("" when it is only markup or reasoning)."""
@@ -407,7 +422,7 @@ class StreamFilter:
             self._block = None
             self.overflows += 1
         outside = self._split_blocks(text)
-        spoken = _markdown(outside, language_family(self.lang_hint, text))
+        spoken, self._table = _markdown(outside, language_family(self.lang_hint, text), self._table)
         if outside != text:  # blocks became line breaks: no blank lines at the ends, at most one between
             spoken = re.sub(r"\n[ \t]*(?:\n[ \t]*)+", "\n\n", spoken).strip()
         return spoken
