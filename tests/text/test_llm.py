@@ -57,6 +57,7 @@ def test_corpus_size_and_languages():
 def test_corpus_whole(row):
     spoken = clean(row["input"], row["lang"])
     assert _ws(spoken) == _ws(row["expected"])
+    assert _ws(clean(row["input"])) == _ws(row["expected"])  # without a hint the text's scripts choose the same
     assert "<" not in spoken or "<" in row["expected"]
     if "\\" not in row["input"]:  # (an escaped "\*" becomes a literal "*", which a second pass would read as markup)
         assert clean(spoken, row["lang"]) == spoken  # what the stage leaves is plain text: a second pass keeps it
@@ -66,13 +67,14 @@ def test_corpus_whole(row):
                          ids=[r["id"] for r in CORPUS if r.get("stream", True)])
 def test_corpus_streamed(row):
     messages = cut(row["input"])
-    f = StreamFilter(row["lang"])
-    spoken = [f.feed(m) for m in messages]
-    assert _sentences("\n".join(spoken)) == _sentences(row["expected"]), list(zip(messages, spoken))
-    # the node answers a message with nothing speakable as skipped: markup and reasoning alone say nothing
-    for m, s in zip(messages, spoken):
-        if not has_speakable(s):
-            assert s.strip() == "", (m, s)
+    for hint in (row["lang"], None):  # the node's filters have no language hint: each message's scripts decide
+        f = StreamFilter(hint)
+        spoken = [f.feed(m) for m in messages]
+        assert _sentences("\n".join(spoken)) == _sentences(row["expected"]), (hint, list(zip(messages, spoken)))
+        # the node answers a message with nothing speakable as skipped: markup and reasoning alone say nothing
+        for m, s in zip(messages, spoken):
+            if not has_speakable(s):
+                assert s.strip() == "", (m, s)
 
 
 def test_corpus_covers_every_form():
