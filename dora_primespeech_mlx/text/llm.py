@@ -255,20 +255,30 @@ def _drop_comments(line: str) -> str:
 
 
 def _inline_text(line: str, family: str) -> str:
+    # each rule runs only where its mark is present (the text is scanned once per rule that can apply)
     if "<!--" in line:
         line = _drop_comments(line)
-    line = _IMAGE_RE.sub(lambda m: m.group(1).strip() or _HOLE, line)
-    line = _LINK_RE.sub(lambda m: m.group(1), line)
-    line = _REF_LINK_RE.sub(lambda m: m.group(1), line)
-    line = _FOOTNOTE_RE.sub("", line)
-    line = _replace_urls(line, family)
-    line = _HTML_BLOCK_RE.sub("\n", line)
-    line = _HTML_INLINE_RE.sub("", line)
-    for pattern in (_STRONG_RE, _UNDER_STRONG_RE, _STRIKE_RE, _EM_RE, _UNDER_EM_RE):
-        line = pattern.sub(lambda m: m.group(1), line)
-    line = _LONE_STRONG_RE.sub("", line)
-    line = _ESCAPE_RE.sub(lambda m: m.group(1), line)
-    return _ENTITY_RE.sub(lambda m: html.unescape(m.group(0)).replace("\xa0", " "), line)
+    if "](" in line:
+        line = _IMAGE_RE.sub(lambda m: m.group(1).strip() or _HOLE, line)
+        line = _LINK_RE.sub(lambda m: m.group(1), line)
+    if "][" in line:
+        line = _REF_LINK_RE.sub(lambda m: m.group(1), line)
+    if "[^" in line:
+        line = _FOOTNOTE_RE.sub("", line)
+    if "://" in line or "www." in line or "@" in line or "<" in line:
+        line = _replace_urls(line, family)
+    if "<" in line:
+        line = _HTML_BLOCK_RE.sub("\n", line)
+        line = _HTML_INLINE_RE.sub("", line)
+    for mark, pattern in (("**", _STRONG_RE), ("__", _UNDER_STRONG_RE), ("~~", _STRIKE_RE), ("*", _EM_RE),
+                          ("_", _UNDER_EM_RE), ("**", _LONE_STRONG_RE)):
+        if mark in line:
+            line = pattern.sub(lambda m: m.group(1) if m.groups() else "", line)
+    if "\\" in line:
+        line = _ESCAPE_RE.sub(lambda m: m.group(1), line)
+    if "&" in line:
+        line = _ENTITY_RE.sub(lambda m: html.unescape(m.group(0)).replace("\xa0", " "), line)
+    return line
 
 
 def _table_row(line: str, family: str) -> str:
