@@ -300,6 +300,9 @@ def phones_json(text: str, language: str, version: str = "v2", method: str | Non
 
         text = clean(sanitize(text), language)
         out["spoken_text"] = text
+        if not text.strip():
+            raise TextFrontendError("nothing to speak: the LLM text stage leaves nothing of this text (reasoning, "
+                                    "tool calls, code or markup only)")
     out.update(_result_json(get_phones(text, language, version)))
     if method is not None:
         chunks = preprocess(text, language, method, version)

@@ -200,3 +200,23 @@ def test_random_markup_soup_terminates_and_is_stable():
 def test_non_str_is_refused():
     with pytest.raises(TypeError):
         StreamFilter().feed(b"bytes")  # type: ignore[arg-type]
+
+
+def test_cli_phones_shows_the_spoken_text(capsys, monkeypatch):
+    from dora_primespeech_mlx.cli import main
+
+    text = "<think>让我想想</think>**你好**，访问 https://example.com/a?b=c 获取更多。"
+    monkeypatch.delenv("PRIMESPEECH_LLM_TEXT", raising=False)
+    assert main(["phones", text, "--lang", "zh"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["text"] == text and out["spoken_text"] == "你好，访问 example 点 com 获取更多。"
+    assert "think" not in out["norm_text"] and "http" not in out["norm_text"] and "你好" in out["norm_text"]
+    for argv, env in ((["phones", text, "--lang", "zh", "--raw"], None), (["phones", text, "--lang", "zh"], "false")):
+        if env is not None:
+            monkeypatch.setenv("PRIMESPEECH_LLM_TEXT", env)
+        assert main(argv) == 0
+        raw = json.loads(capsys.readouterr().out)
+        assert "spoken_text" not in raw and "think" in raw["norm_text"]  # the original's reading of the raw text
+    monkeypatch.delenv("PRIMESPEECH_LLM_TEXT")
+    assert main(["phones", "```\nprint(1)\n```", "--lang", "zh"]) == 2
+    assert "nothing to speak" in capsys.readouterr().err
