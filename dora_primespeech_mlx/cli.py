@@ -102,9 +102,11 @@ def cmd_zenoh_overlay(args) -> int:
 
 
 def cmd_phones(args) -> int:
+    from . import settings
     from .text import phones_json
 
-    print(json.dumps(phones_json(args.text, args.lang, version=args.version), ensure_ascii=False, indent=2))
+    llm = settings.read("llm_text") and not args.raw  # PRIMESPEECH_LLM_TEXT: what the node and `say` speak
+    print(json.dumps(phones_json(args.text, args.lang, version=args.version, llm=llm), ensure_ascii=False, indent=2))
     return 0
 
 
@@ -200,10 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "(DORA_ZENOH_CONFIG_OVERLAY / --zenoh-config-overlay: no dropped messages)")
     s.set_defaults(func=cmd_zenoh_overlay)
 
-    s = sub.add_parser("phones", help="print the phonemes of a text as JSON (debugging voices)")
+    s = sub.add_parser("phones", help="print the phonemes of a text as JSON (debugging voices); spoken_text and "
+                       "norm_text show what is said after the LLM text stage")
     s.add_argument("text", help="text to convert")
     s.add_argument("--lang", default="zh", help=f"text language: {LANGS}")
     s.add_argument("--version", default="v2", choices=["v1", "v2"], help="symbol set of the model version")
+    s.add_argument("--raw", action="store_true", help="skip the LLM text stage (as PRIMESPEECH_LLM_TEXT=false): "
+                   "phonemise the text exactly as given")
     s.set_defaults(func=cmd_phones)
 
     # Sub-commands that live next to their implementation.

@@ -221,6 +221,11 @@ VARS: tuple[Var, ...] = (
         "Streaming: size the chunks from the measured speed so a stream keeps up once started; false: fixed "
         "steps (earliest first audio, gaps where the machine is slow).",
         ("GPTSVITS_STREAM_PACE",)),
+    Var("llm_text", "PRIMESPEECH_LLM_TEXT", True, _bool,
+        "Speak LLM output as prose (text/llm.py): `<think>`/reasoning and tool-call blocks and code blocks are not "
+        "spoken (also when they span several `text` messages of a question), markdown, HTML, links, URLs and "
+        "e-mails become the words they show; plain text passes unchanged. Node, engine and CLI; false: the "
+        "original's exact behaviour on raw text.", ("GPTSVITS_LLM_TEXT",)),
     Var("max_text_chars", "MAX_TEXT_CHARS", 5000, _ranged(_int, 1),
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
         ("GPTSVITS_MAX_TEXT_CHARS",)),
@@ -362,6 +367,7 @@ class Settings(defaults.RequestDefaults):
     streaming: bool = False
     stream_chunk_tokens: int | None = None
     stream_pace: bool = True
+    llm_text: bool = True
     max_text_chars: int = 5000
     warmup: bool = True
     auto_download: bool = True

@@ -39,6 +39,7 @@ from ..errors import (
 )
 from ..paths import request_roots
 from ..settings import LOG_LEVELS, Settings
+from ..text import llm
 from ..text.speakable import has_speakable
 from .jobs import Job, JobQueue, QueueFull
 from .messages import (
@@ -85,6 +86,8 @@ class MessageHandler:
         self.parked = threading.Event()  # the worker has finished for good (the process may exit now)
         self._warned_rate = False
         self._warned_index = False
+        # PRIMESPEECH_LLM_TEXT: one LLM stream filter per session and question (text/llm.py), fed on the input thread
+        self.llm = llm.Sessions() if settings.llm_text else None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -226,7 +229,7 @@ class MessageHandler:
         md.setdefault("session_status", "unknown")
         job = Job("text", md, seq=self._seq)
         try:
-            job.request = parse_text(decode_text_value(value))
+            job.request = self._parse(decode_text_value(value), md)
         except InputError as exc:
             job.error = str(exc)
         except Exception as exc:  # anything a hostile payload provokes (RecursionError from deep JSON, ...)
@@ -239,6 +242,26 @@ class MessageHandler:
         except QueueFull as exc:
             self._count("busy")
             self._fail(job, str(exc), "busy")
+
+    def _parse(self, raw: str, md: dict) -> TextRequest:
+        """The request of one text; with PRIMESPEECH_LLM_TEXT its text is what the session's LLM filter leaves of it
+        (reasoning, tool calls and code spanning messages dropped; "" makes it a skipped text)."""
+        if self.llm is None or len(raw) > self.settings.max_text_chars:  # too long: refused with an error anyway
+            return parse_text(raw)
+        stream = self.llm.get(md.get("session_id", "default"), md.get("question_id"))
+        try:
+            req = parse_text(raw)
+        except InputError:
+            if stream.in_block is None:
+                raise
+            req = TextRequest(text=raw)  # a tool call's JSON arguments, a line of code: part of the open block
+        overflows = stream.overflows
+        req.text = stream.feed(req.text)
+        if stream.overflows != overflows:
+            self.log("WARNING", f"a reasoning/tool-call/code block open for {llm.MAX_BLOCK_MESSAGES} messages or "
+                                f"{llm.MAX_BLOCK_CHARS} characters was closed ({_describe(md)})")
+        req.overrides["llm_text"] = False  # cleaned here; the engine does not clean it again
+        return req
 
     def _on_control(self, value: Any, md: dict) -> None:
         try:
@@ -257,6 +280,8 @@ class MessageHandler:
             self._run_control(command, md)
 
     def _reset(self, md: dict) -> None:
+        if self.llm is not None:
+            self.llm.reset()  # open reasoning/code blocks are forgotten with the texts
         n = self._cancel_texts(CANCELLED, "reset")
         self.log("INFO", f"reset: {n} text(s) cancelled")
         self.status("reset", md, message=f"reset: {n} text(s) cancelled", cancelled=n)

@@ -40,6 +40,9 @@ class SynthesisConfig(defaults.RequestDefaults):
     # pace the windows by the measured speeds (engine/pacing.py): a first window large enough that the stream
     # keeps up where the machine is slow, later windows cut just in time; False: the fixed steps above
     stream_pace: bool = True
+    # the LLM text stage (text/llm.py) on the text before the front end; None: the engine's settings
+    # (PRIMESPEECH_LLM_TEXT). The node passes False: its per-session stream filter has cleaned the text already
+    llm_text: bool | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -71,6 +74,8 @@ class SynthesisConfig(defaults.RequestDefaults):
                 fail(name, rng.describe() + extra)
         if not isinstance(self.stream_pace, (bool, np.bool_)):
             fail("stream_pace", "must be true or false")
+        if self.llm_text is not None and not isinstance(self.llm_text, (bool, np.bool_)):
+            fail("llm_text", "must be true, false or None for the engine's setting")
         if self.text_split_method not in TEXT_SPLIT_METHODS:
             fail("text_split_method", f"must be one of {', '.join(TEXT_SPLIT_METHODS)}")
 

@@ -35,6 +35,7 @@ from ..assets.catalog import VoiceSpec
 from ..errors import ConfigError, SynthesisCancelled
 from ..paths import model_dir as default_model_dir
 from ..settings import Settings
+from ..text import llm as llm_text
 from . import overlap, pacing, pipeline, streaming
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference
@@ -128,8 +129,10 @@ class GPTSoVITSEngine:
         models = self.store.models(spec)
         ref = self.store.reference(spec, models, cfg.prompt_lang or spec.prompt_lang or spec.language, timer)
         pipeline.check_cancel(cancel)
-        chunks = pipeline.text_chunks(text, cfg.text_lang or spec.language, cfg.text_split_method, spec, models,
-                                      timer, bert_upto)
+        lang = cfg.text_lang or spec.language
+        if isinstance(text, str) and (self.settings.llm_text if cfg.llm_text is None else cfg.llm_text):
+            text = llm_text.clean(text, lang)  # speak an LLM's prose, not its markup and reasoning
+        chunks = pipeline.text_chunks(text, lang, cfg.text_split_method, spec, models, timer, bert_upto)
         speed = float(cfg.speed_factor if cfg.speed_factor is not None else spec.speed_factor)
         seed = cfg.seed if cfg.seed != -1 else secrets.randbelow(2**31)
         return _Request(cfg, spec, models, ref, chunks, speed, seed)

@@ -288,11 +288,21 @@ def _result_json(r: PhoneResult) -> dict:
     }
 
 
-def phones_json(text: str, language: str, version: str = "v2", method: str | None = None) -> dict:
+def phones_json(text: str, language: str, version: str = "v2", method: str | None = None, llm: bool = False) -> dict:
     """A JSON-ready description of how ``text`` is phonemised (the layout of the text fixtures).
 
-    With ``method`` (e.g. "cut5") the target-text chunks of :func:`preprocess` are included."""
+    With ``method`` (e.g. "cut5") the target-text chunks of :func:`preprocess` are included. With ``llm`` the text
+    first passes the LLM text stage (:func:`~.llm.clean`); ``spoken_text`` is what it leaves, ``norm_text`` its
+    normalised form."""
     out = {"text": text, "language": language, "version": version}
+    if llm:
+        from .llm import clean
+
+        text = clean(sanitize(text), language)
+        out["spoken_text"] = text
+        if not text.strip():
+            raise TextFrontendError("nothing to speak: the LLM text stage leaves nothing of this text (reasoning, "
+                                    "tool calls, code or markup only)")
     out.update(_result_json(get_phones(text, language, version)))
     if method is not None:
         chunks = preprocess(text, language, method, version)

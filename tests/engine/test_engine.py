@@ -249,6 +249,23 @@ def test_gpt_gets_request_settings(engine, case, monkeypatch):
     assert (p.top_k, p.temperature, spy.calls[-1]["seed"]) == (3, 0.7, 9)
 
 
+def test_llm_text_stage_before_the_front_end(engine, monkeypatch):
+    """PRIMESPEECH_LLM_TEXT (on by default): the GPT gets the phones of the prose, not of the reasoning and the
+    markup; ``llm_text=False`` (what the node passes after its own stream filter) phonemises the text as given."""
+    spy = GenerateSpy(monkeypatch)
+    assert engine.settings.llm_text is True
+    engine.synthesize("Hello there, my friend.", text_split_method="cut0")
+    engine.synthesize("<think>The user says hi.</think>\n**Hello there**, my [friend](https://x.io).",
+                      text_split_method="cut0")
+    engine.synthesize("<think>The user says hi.</think>\n**Hello there**, my [friend](https://x.io).",
+                      text_split_method="cut0", llm_text=False)
+    plain, cleaned, *raw = (c["phones"] for c in spy.calls)
+    np.testing.assert_array_equal(cleaned, plain)
+    assert sum(r.shape[1] for r in raw) > plain.shape[1]  # the raw text's reasoning and URL are phonemised too
+    with pytest.raises(ConfigError, match="llm_text"):
+        engine.synthesize("Hello.", llm_text="yes")
+
+
 # ---- requests -------------------------------------------------------------------------------------
 
 

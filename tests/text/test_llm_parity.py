@@ -1,0 +1,80 @@
+"""The LLM text stage (text/llm.py) is a no-op on plain text: every fixture sentence (text/cases_v2.jsonl,
+text/cases_v2_jkc.jsonl, text/splits.jsonl, whichever fixture set PRIMESPEECH_FIXTURES names) gives upstream's
+phone ids through the stage and the front end, for the whole-text path (get_phones) and every recorded
+preprocess method; the stage returns every sentence unchanged."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from conftest import fixtures_required, load_jsonl, require_case
+
+from dora_primespeech_mlx.text import TextFrontendError, get_phones, preprocess, split_text
+from dora_primespeech_mlx.text.llm import StreamFilter, clean
+
+CASE_FILES = ("text/cases_v2.jsonl", "text/cases_v2_jkc.jsonl")
+SPLITS = "text/splits.jsonl"
+_ROWS = [(path, row) for path in CASE_FILES for row in load_jsonl(path)]
+_OPTION_EXTRA = {"all_ja": "ja", "ja": "ja", "all_ko": "ko", "ko": "ko", "all_yue": "yue", "yue": "yue"}
+_EXTRA_MODULES = {"ja": ("pyopenjtalk",), "ko": ("g2pk2", "mecab", "jamo"), "yue": ("ToJyutping",)}
+
+
+def _params():
+    params = []
+    for path in CASE_FILES:
+        mine = [pytest.param(row, id=row["id"]) for p, row in _ROWS if p == path]
+        params += mine or [pytest.param(None, id=f"missing:{path}")]
+    return params
+
+
+def _need_extra(row) -> None:
+    extra = _OPTION_EXTRA.get(row["language"])
+    absent = [m for m in _EXTRA_MODULES.get(extra, ()) if importlib.util.find_spec(m) is None]
+    if absent:
+        msg = f"the {extra!r} extra is not installed ({', '.join(absent)} missing)"
+        if fixtures_required():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+
+
+@pytest.mark.parametrize("row", _params())
+def test_fixture_sentence_is_untouched(row):
+    row = require_case(row, "text/cases_v2.jsonl")
+    text, lang = row["text"], row["language"]
+    for hint in (lang, None):
+        cleaned = clean(text, hint)
+        assert cleaned == text, hint
+        assert StreamFilter(hint).feed(text) == cleaned  # one message: the stream filter says the same
+
+
+@pytest.mark.parametrize("row", _params())
+def test_fixture_phones_through_the_stage(row):
+    row = require_case(row, "text/cases_v2.jsonl")
+    _need_extra(row)
+    text, lang = row["text"], row["language"]
+    cleaned = clean(text, lang)
+    if "error" in row:
+        with pytest.raises(TextFrontendError):
+            get_phones(cleaned, lang)
+        return
+    assert list(get_phones(cleaned, lang).phone_ids) == row["phone_ids"], cleaned
+    for rec in row.get("preprocess", []):
+        if "chunks" not in rec:  # upstream raised
+            with pytest.raises(TextFrontendError):
+                preprocess(cleaned, lang, rec["method"])
+            continue
+        chunks = preprocess(cleaned, lang, rec["method"])
+        kept = [c for c in rec["chunks"] if c.get("norm_text")]
+        assert [list(c.phone_ids) for c in chunks] == [c["phone_ids"] for c in kept], rec["method"]
+
+
+def test_fixture_paragraphs_are_untouched():
+    rows = load_jsonl(SPLITS)
+    if not rows:
+        require_case(None, SPLITS)
+    for row in rows:
+        cleaned = clean(row["text"], row["language"])
+        assert cleaned == row["text"], row["id"]
+        for method, rec in row["methods"].items():
+            assert split_text(cleaned, method, row["language"]) == rec["pre_seg_text"], (row["id"], method)
