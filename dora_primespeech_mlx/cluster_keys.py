@@ -200,8 +200,10 @@ def add_parser(sub) -> None:
                    help="a machine: its dora machine id and where the others reach it (repeat for each)")
     s.add_argument("--coordinator", help="the machine that runs the coordinator (default: the first)")
     s.add_argument("--subnet", default=SUBNET, help=f"tunnel addresses (default {SUBNET})")
-    s.add_argument("--wireguard-port", type=int, default=WG_PORT)
-    s.add_argument("--zenoh-port", type=int, default=ZENOH_PORT)
-    s.add_argument("--coordinator-port", type=int, default=COORDINATOR_PORT)
+    s.add_argument("--wireguard-port", type=int, default=WG_PORT, help=f"WireGuard UDP port (default {WG_PORT})")
+    s.add_argument("--zenoh-port", type=int, default=ZENOH_PORT,
+                   help=f"daemons' Zenoh port on the tunnel (default {ZENOH_PORT})")
+    s.add_argument("--coordinator-port", type=int, default=COORDINATOR_PORT,
+                   help=f"coordinator port on the tunnel (default {COORDINATOR_PORT})")
     s.add_argument("--force", action="store_true", help="replace existing files")
     s.set_defaults(func=cmd_cluster_keys)
