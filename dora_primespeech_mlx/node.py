@@ -37,7 +37,7 @@ from dora_primespeech_mlx.errors import ConfigError, VoiceNotFoundError, VoiceNo
 from dora_primespeech_mlx.settings import Settings, use_reliable_zenoh
 
 POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worker is busy
-STOP_GRACE_S = 1.5  # after STOP, how long the worker may take to reach a cancellation point
+STOP_GRACE_S = 0.7  # after STOP, how long the worker may take to reach a cancellation point (exit within 1 s)
 
 
 def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tuple[Any, Any]]:
