@@ -164,7 +164,10 @@ class MessageHandler:
             if not job.claim():
                 return False
             if before is not None:
-                before()
+                try:
+                    before()
+                except Exception as exc:  # the answer itself goes out whatever happened to what precedes it
+                    self.log("ERROR", f"text #{job.seq}: {type(exc).__name__}: {exc}")
             self._send_complete(job, outcome)
             return True
 
