@@ -2,9 +2,11 @@
 
 Promises (tested with a fake engine and a fake transport, and under a real ``dora run``):
 
-- **Exactly one ``segment_complete`` per ``text``**, in input order: ``completed``, ``skipped`` (nothing to
-  speak) or ``error`` (bad input, unknown voice, synthesis failure, queue full, cancelled by ``reset`` or by
-  STOP, or an internal error). Every answer passes :meth:`Job.claim`, so no path answers twice; any exception
+- **Exactly one ``segment_complete`` per ``text``**, in the order the texts are spoken (a text that arrives
+  after a reset sent later than it is answered at once): ``completed``, ``skipped`` (nothing to speak, or
+  phones of punctuation only: text its language cannot read) or ``error`` (bad input, unknown voice, synthesis
+  failure, queue full, cancelled by ``reset`` or by STOP, or an internal error). Every answer claims the job
+  (:meth:`Job.claim`) before anything of it is sent, so no path answers twice; any exception
   while running or answering a job is logged and answered, and a supervisor thread replaces a dead worker
   within a second, answering the text it held.
 - **Control is prompt**: ``stats`` and ``list_voices`` are answered from the input thread at once, also with a
