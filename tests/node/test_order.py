@@ -291,3 +291,42 @@ def test_engine_stats_count_what_happened(real):
     delta = {k: after[k] - before[k] for k in ("requests", "cancelled", "failures", "skipped")}
     assert delta["requests"] >= 1 and delta["cancelled"] + delta["failures"] + delta["skipped"] <= delta["requests"]
     assert after["cancelled"] <= after["requests"], after
+
+
+def _worst_wake_up(work) -> float:
+    """The longest another thread waited to wake from a 1 ms sleep while ``work`` ran (how long the GIL was
+    held in one piece, plus the OS's own delays)."""
+    stop, worst = threading.Event(), [0.0]
+
+    def probe():
+        while not stop.is_set():
+            t = time.perf_counter()
+            time.sleep(0.001)
+            worst[0] = max(worst[0], time.perf_counter() - t - 0.001)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    try:
+        work()
+    except Exception:  # a refused text is fine: what counts is how long it held the GIL
+        pass
+    finally:
+        stop.set()
+        thread.join()
+    return worst[0]
+
+
+def test_the_front_end_never_holds_the_gil_for_long():
+    """The text front end on the slowest texts found (and the ones that froze the node before) lets another thread
+    run every few milliseconds: the input thread is never starved."""
+    from dora_primespeech_mlx.text import preprocess
+
+    preprocess("Hello qwzrtpxkvb world.", "en")  # loads what the front end loads once (dictionaries, predictor)
+    idle = _worst_wake_up(lambda: time.sleep(1.0))
+    for name, text in SLOW_TEXTS.items():
+        t0 = time.perf_counter()
+        piece = text if name != "oov-words" else text[:1500]
+        busy = _worst_wake_up(lambda piece=piece: preprocess(piece, "en"))
+        print(f"{name}: {time.perf_counter() - t0:.2f} s of front end, worst wake-up {busy * 1000:.1f} ms "
+              f"(idle {idle * 1000:.1f} ms)")
+        assert busy < 0.1 + idle, name
