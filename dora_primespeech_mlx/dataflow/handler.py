@@ -56,7 +56,7 @@ from .messages import (
     parse_text,
     sanitize_metadata,
 )
-from .order import Stamp, stamp
+from .order import TIMESTAMP_KEY, Stamp, stamp
 
 NODE_NAME = "primespeech"
 CANCELLED = "cancelled by reset"
@@ -536,10 +536,15 @@ class MessageHandler:
 
 
 def _metadata(metadata: Any) -> dict:
+    """The input's metadata as the node echoes it on its outputs, without dora's send ``timestamp``: dora keeps a
+    sender's own ``timestamp`` key instead of stamping the send time, so an echoed one would make every output
+    (and any text a client sends with metadata copied from it) look sent when the input was."""
     try:
-        return sanitize_metadata(metadata)
+        md = sanitize_metadata(metadata)
     except Exception:
         return {}
+    md.pop(TIMESTAMP_KEY, None)
+    return md
 
 
 def _describe(md: dict) -> str:

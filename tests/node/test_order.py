@@ -274,23 +274,51 @@ def test_text_its_language_cannot_read_is_skipped(real, text, language):
     assert all(md.get("silent") for _, md in rec.of("audio"))  # at most the skip's short silence
 
 
+_STATS_RUN = """
+import json, sys
+import pyarrow as pa
+from test_handler import LONG, make_handler
+from dora_primespeech_mlx.node import engine_factory
+from dora_primespeech_mlx.settings import Settings
+from tiny_voice import VOICE
+model_dir = sys.argv[1]
+settings = Settings.from_env({"VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": model_dir, "GPTSVITS_WARMUP": "false",
+                              "TOP_K": "1"})
+pair = engine_factory(settings)(lambda m: None)
+handler, rec = make_handler(model_dir, pair)
+for i in range(4):
+    handler.on_input("text", pa.array([LONG]), {"question_id": f"q{i}"})
+    rec.wait(lambda r, n=i + 1: sum(s["status"] == "synthesizing" for s in r.statuses()) == n, 60)
+    handler.on_input("control", pa.array(["reset"]), {})  # inside the engine now
+    assert handler.jobs.wait_idle(10)
+handler.on_input("text", pa.array(["Hello world."]), {"question_id": "last"})
+rec.wait(lambda r: len(r.of("segment_complete")) == 5, 120)
+print("STATS " + json.dumps(pair[0].stats(), default=str), flush=True)
+"""
+
+
 def test_engine_stats_count_what_happened(real):
-    """Cancelled requests are requests: no outcome count exceeds ``requests`` (205 cancelled vs 27 before)."""
-    model_dir, pair = real
-    engine = pair[0]
-    handler, rec = make_handler(model_dir, pair)
-    before = engine.stats()
-    for i in range(4):
-        handler.on_input("text", pa.array(["One small test. Two small tests. Three small tests."]),
-                         {"question_id": f"q{i}"})
-        time.sleep(0.3)
-        handler.on_input("control", pa.array(["reset"]), {})
-    handler.on_input("text", pa.array(["Hello world."]), {"question_id": "last"})
-    rec.wait(lambda r: len(r.of("segment_complete")) == 5, 120)
-    after = engine.stats()
-    delta = {k: after[k] - before[k] for k in ("requests", "cancelled", "failures", "skipped")}
-    assert delta["requests"] >= 1 and delta["cancelled"] + delta["failures"] + delta["skipped"] <= delta["requests"]
-    assert after["cancelled"] <= after["requests"], after
+    """Cancelled requests are requests: no outcome count exceeds ``requests`` (205 cancelled vs 27 before). In a
+    child process: one whose engine had a synthesis cancelled mid-way aborts at interpreter exit ("terminate
+    called without an active exception", MLX's thread teardown; also before these changes)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model_dir, _ = real
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), str(here.parent), str(here),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", _STATS_RUN, str(model_dir)], cwd=here, env=env,
+                          capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("STATS ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    st = json.loads(lines[0][6:])
+    print(f"engine stats over 4 texts reset mid-synthesis and 1 spoken: requests {st['requests']}, "
+          f"cancelled {st['cancelled']}, failures {st['failures']}, skipped {st['skipped']}")
+    assert st["cancelled"] >= 1 and st["requests"] == 5, st
+    assert st["cancelled"] + st["failures"] + st["skipped"] <= st["requests"], st
 
 
 def _worst_wake_up(work) -> float:
@@ -330,3 +358,16 @@ def test_the_front_end_never_holds_the_gil_for_long():
         print(f"{name}: {time.perf_counter() - t0:.2f} s of front end, worst wake-up {busy * 1000:.1f} ms "
               f"(idle {idle * 1000:.1f} ms)")
         assert busy < 0.1 + idle, name
+
+
+def test_outputs_do_not_echo_the_send_timestamp(monkeypatch):
+    """dora keeps a sender's own ``timestamp`` metadata key instead of its send time: echoing the text's would make
+    the answers (and texts a client sends with metadata copied from them) look as old as the text."""
+    engine = FakeEngine()
+    handler, rec = fake_handler(engine, monkeypatch)
+    handler.on_input("text", pa.array(["hello"]), at(0, question_id="q", custom=1))
+    rec.wait(lambda r: len(r.of("segment_complete")) == 1, 30)
+    for output in ("segment_complete", "audio", "status"):
+        for _, md in rec.of(output):
+            assert "timestamp" not in md, (output, md)
+    assert rec.of("segment_complete")[0][1]["custom"] == 1
