@@ -204,48 +204,79 @@ def real(tmp_path_factory):
     return model_dir, engine_factory(settings)(lambda m: None)
 
 
+_CONTROLS_RUN = """
+import json, sys, time
+import pyarrow as pa
+from test_handler import make_handler
+from test_order import SLOW_TEXTS
+from dora_primespeech_mlx.node import engine_factory
+from dora_primespeech_mlx.settings import Settings
+from tiny_voice import VOICE
+model_dir, name = sys.argv[1], sys.argv[2]
+settings = Settings.from_env({"VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": model_dir, "GPTSVITS_WARMUP": "false",
+                              "TOP_K": "1"})
+handler, rec = make_handler(model_dir, engine_factory(settings)(lambda m: None))
+handler.on_input("text", pa.array([json.dumps({"prompt": SLOW_TEXTS[name], "language": "en"})]), {"question_id": name})
+rec.wait(lambda r: any(s["status"] == "synthesizing" for s in r.statuses()), 30)
+time.sleep(0.3)  # inside the front end now
+latencies = []
+for i in range(10):
+    if handler.jobs.idle():
+        break
+    t0 = time.perf_counter()
+    handler.on_input("control", pa.array(["stats" if i % 2 == 0 else "list_voices"]), {})
+    latencies.append(time.perf_counter() - t0)
+    time.sleep(0.1)
+busy = not handler.jobs.idle()
+t0 = time.perf_counter()
+handler.on_input("control", pa.array(["reset"]), {})
+answered = time.perf_counter() - t0
+idle = handler.jobs.wait_idle(5.0)
+freed = time.perf_counter() - t0
+answers = [md for _, md in rec.of("segment_complete")]
+print("RESULT " + json.dumps({"latencies": latencies, "busy": busy, "answered": answered, "idle": idle,
+                              "freed": freed, "answers": answers}, default=str), flush=True)
+"""
+
+
 @pytest.mark.parametrize("name", list(SLOW_TEXTS))
 def test_controls_stay_prompt_and_reset_stops_the_front_end(real, name):
     """While the worker runs the real engine's text front end on a hostile text, ``stats`` and ``list_voices``
     are answered at once (nothing the worker runs holds the GIL for long), and a ``reset`` answers the text at
-    once and frees the worker at the front end's next checkpoint."""
-    model_dir, engine = real
-    handler, rec = make_handler(model_dir, engine)
-    payload = json.dumps({"prompt": SLOW_TEXTS[name], "language": "en"})
-    handler.on_input("text", pa.array([payload]), {"question_id": name})
-    rec.wait(lambda r: any(s["status"] == "synthesizing" for s in r.statuses()), 30)
-    time.sleep(0.3)  # inside the front end now
-    latencies = []
-    for i in range(10):
-        if handler.jobs.idle():
-            break
-        t0 = time.perf_counter()
-        handler.on_input("control", pa.array(["stats" if i % 2 == 0 else "list_voices"]), {})
-        latencies.append(time.perf_counter() - t0)
-        time.sleep(0.1)
-    busy = not handler.jobs.idle()
-    t0 = time.perf_counter()
-    handler.on_input("control", pa.array(["reset"]), {})
-    answered = time.perf_counter() - t0
-    assert handler.jobs.wait_idle(5.0)
-    freed = time.perf_counter() - t0
-    outcome = rec.of("segment_complete")[0][1].get("error", "completed")
+    once and frees the worker at the front end's next checkpoint. In a child process: one whose engine had a
+    synthesis cancelled mid-way aborts at interpreter exit (MLX's thread teardown; also before these changes)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model_dir, _ = real
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), str(here.parent), str(here),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", _CONTROLS_RUN, str(model_dir), name], cwd=here, env=env,
+                          capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    r = json.loads(lines[0][7:])
+    latencies, answers = r["latencies"], r["answers"]
+    outcome = answers[0].get("error", "completed") if answers else None
     print(f"{name}: worst control latency {max(latencies, default=0) * 1000:.1f} ms over {len(latencies)} controls; "
-          f"reset answered in {answered * 1000:.1f} ms, worker free {freed:.2f} s after it "
-          f"(busy at the reset: {busy}); outcome: {outcome}")
-    assert len(rec.of("segment_complete")) == 1
+          f"reset answered in {r['answered'] * 1000:.1f} ms, worker free {r['freed']:.2f} s after it "
+          f"(busy at the reset: {r['busy']}); outcome: {outcome}")
+    assert r["idle"] and len(answers) == 1
     # The node promises 100 ms; on a CPU shared with other work (this suite's machine: load 8 on 2 cores) the OS
     # alone delays a thread by more now and then, so the median is held to 100 ms and the worst to 1 s (before:
-    # 16.7 s, and more than 200 s for 5 000 nines).
+    # 9-17 s, and more than 200 s for 5 000 nines).
     if not latencies:  # the front end refused the text before the first control (a number inflect cannot read)
-        assert outcome != "completed" and "text" in rec.of("segment_complete")[0][1].get("error_stage", "")
+        assert outcome != "completed" and answers[0].get("error_stage") == "text"
         return
     assert sorted(latencies)[len(latencies) // 2] < 0.1, latencies
     assert max(latencies) < 1.0, latencies
-    assert answered < 0.1
-    assert freed < 3.0  # the front end's next checkpoint: after the word in hand (one neural prediction)
+    assert r["answered"] < 0.1
+    assert r["freed"] < 3.0  # the front end's next checkpoint: after the word in hand (one neural prediction)
     if name == "oov-words":
-        assert busy and outcome == CANCELLED  # the slowest text: the reset did stop it
+        assert r["busy"] and outcome == CANCELLED  # the slowest text: the reset did stop it
 
 
 def test_the_front_end_budget_is_an_error_naming_it(real):
