@@ -43,7 +43,7 @@ from dora_primespeech_mlx.errors import ConfigError, VoiceNotFoundError, VoiceNo
 from dora_primespeech_mlx.settings import Settings, use_reliable_zenoh
 
 POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worker is busy
-STOP_GRACE_S = 1.5  # after STOP, how long the worker may take to reach a cancellation point
+STOP_GRACE_S = 0.7  # after STOP, how long the worker may take to reach a cancellation point (exit within 1 s)
 PARENT_WATCH_S = 0.5  # how often a daemon-spawned node checks that its parent process is still there
 DAEMON_LOST = ("daemon channel broken", "fatal event stream error")  # dora 1.1's ERROR event when the daemon died
 

@@ -229,6 +229,9 @@ VARS: tuple[Var, ...] = (
     Var("max_text_chars", "MAX_TEXT_CHARS", 5000, _ranged(_int, 1),
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
         ("GPTSVITS_MAX_TEXT_CHARS",)),
+    Var("max_text_seconds", "MAX_TEXT_SECONDS", 30.0, _ranged(_number, 0.1),
+        "Seconds the text front end may spend on one text (normalisation and phonemes); a text that needs more "
+        "is answered with an error naming this limit (segment_complete `error`, stage `text`).", ()),
     Var("warmup", "GPTSVITS_WARMUP", True, _bool, "Run one short synthesis at start.", ("WARMUP",)),
     Var("auto_download", "PRIMESPEECH_AUTO_DOWNLOAD", True, _bool,
         "Download a missing preset voice (and the encoders) from Hugging Face at start; false: fail with "
@@ -369,6 +372,7 @@ class Settings(defaults.RequestDefaults):
     stream_pace: bool = True
     llm_text: bool = True
     max_text_chars: int = 5000
+    max_text_seconds: float = 30.0
     warmup: bool = True
     auto_download: bool = True
     device: str = "auto"

@@ -19,6 +19,7 @@ or any ``*.yaml`` in ``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or re
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
@@ -116,15 +117,29 @@ class EncoderInfo:
     sv: str = "sv/pretrained_eres2netv2w24s4ep4.ckpt"  # v2Pro voices' speaker-verification model (same repo)
 
 
+_YAML_CACHE: dict[str, tuple[tuple[int, int], dict]] = {}  # path -> ((mtime_ns, size), parsed mapping)
+_YAML_CACHE_MAX = 512
+
+
 def _read_yaml(path: Path) -> dict:
+    """The mapping in a voice file; parsed once per (path, mtime, size), so listing the voices (the node's
+    ``list_voices``) costs a ``stat`` per file, not a YAML parse. Callers get their own copy."""
     try:
+        st = os.stat(path)
+        version = (st.st_mtime_ns, st.st_size)
+        hit = _YAML_CACHE.get(str(path))
+        if hit is not None and hit[0] == version:
+            return copy.deepcopy(hit[1])
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read voice file ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a voice file must be a YAML mapping")
-    return data
+    if len(_YAML_CACHE) >= _YAML_CACHE_MAX:
+        _YAML_CACHE.clear()
+    _YAML_CACHE[str(path)] = (version, data)
+    return copy.deepcopy(data)
 
 
 @lru_cache(maxsize=1)

@@ -2,15 +2,22 @@
 
 Promises (tested with a fake engine and a fake transport, and under a real ``dora run``):
 
-- **Exactly one ``segment_complete`` per ``text``**, in input order: ``completed``, ``skipped`` (nothing to
-  speak) or ``error`` (bad input, unknown voice, synthesis failure, queue full, cancelled by ``reset`` or by
-  STOP, or an internal error). Every answer passes :meth:`Job.claim`, so no path answers twice; any exception
+- **Exactly one ``segment_complete`` per ``text``**, in the order the texts are spoken (a text that arrives
+  after a reset sent later than it is answered at once): ``completed``, ``skipped`` (nothing to speak, or
+  phones of punctuation only: text its language cannot read) or ``error`` (bad input, unknown voice, synthesis
+  failure, queue full, cancelled by ``reset`` or by STOP, or an internal error). Every answer claims the job
+  (:meth:`Job.claim`) before anything of it is sent, so no path answers twice; any exception
   while running or answering a job is logged and answered, and a supervisor thread replaces a dead worker
   within a second, answering the text it held.
-- **Control is prompt**: ``stats``, ``list_voices`` and ``cleanup`` are answered from the input thread at once,
-  also with a long text backlog; ``change_voice`` takes its place in the text queue (texts sent before it
-  speak with the old voice, texts after it with the new one); ``reset`` cancels the text being spoken (the
-  engine stops within one GPT token, one streamed window or one sentence's decode) and every queued one.
+- **Control is prompt**: ``stats`` and ``list_voices`` are answered from the input thread at once, also with a
+  long text backlog and while the worker is busy (nothing the worker runs holds the GIL for long);
+  ``cleanup`` runs on the worker before the next queued job (never in the middle of a text's audio).
+- **Send order across inputs** (:mod:`.order`): dora does not keep it between ``text`` and ``control`` under a
+  backlog, so every input is stamped with its send time (dora's metadata ``timestamp``, then the sender's
+  ``seq``, then arrival). ``reset`` cancels exactly the texts sent before it — the one being spoken (the
+  engine and the text front end stop at their next checkpoint), the queued ones, and any that arrive later —
+  never one sent after it; ``change_voice`` takes its place among the texts by send order (texts sent before
+  it speak with the old voice, texts sent after it with the new one).
 - **Bounded**: at most ``MAX_QUEUED_TEXTS`` texts wait; one more is answered at once with ``error`` (busy).
 """
 
@@ -51,6 +58,7 @@ from .messages import (
     parse_text,
     sanitize_metadata,
 )
+from .order import TIMESTAMP_KEY, Stamp, stamp
 
 NODE_NAME = "primespeech"
 CANCELLED = "cancelled by reset"
@@ -59,6 +67,7 @@ WATCH_S = 0.5  # the supervisor looks at the worker this often
 SEND_TRIES = 3
 SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
 SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' rate)
+VOICE_LOG = 16  # voice changes remembered for texts that arrive after a change_voice sent later than them
 
 EngineFactory = Callable[[Callable[[str], None]], tuple[Any, Any]]  # progress -> (engine, start VoiceSpec)
 
@@ -73,6 +82,9 @@ class MessageHandler:
         self.transport = transport
         self.jobs = JobQueue(settings.max_queued_texts)
         self._seq = 0
+        self._arrivals = 0  # inputs received (the order fallback)
+        self._reset_mark: Stamp | None = None  # the latest reset: texts sent before it are cancelled on arrival
+        self._voice_log: list[tuple[Stamp | None, Any]] = []  # (change_voice's stamp, the voice before it)
         self._lock = threading.Lock()  # counts
         self._answer_lock = threading.RLock()  # segment_complete answers, in input order
         self.engine: Any = None
@@ -150,15 +162,22 @@ class MessageHandler:
         with self._lock:
             self.counts[name] += n
 
-    def _complete(self, job: Job, outcome: str, error: str | None = None, stage: str | None = None) -> bool:
-        """Send the job's one ``segment_complete`` (False if it was answered already). Answers are sent under one
+    def _complete(self, job: Job, outcome: str, before: Callable[[], None] | None = None) -> bool:
+        """Claim the job, then send what goes with its answer (``before``: silence, a status) and its one
+        ``segment_complete``; False (and nothing sent) if it was answered already. Answers are sent under one
         lock, so a reset on the input thread never overtakes the worker's answer to an earlier text."""
         with self._answer_lock:
-            return self._complete_locked(job, outcome, error, stage)
+            if not job.claim():
+                return False
+            if before is not None:
+                try:
+                    before()
+                except Exception as exc:  # the answer itself goes out whatever happened to what precedes it
+                    self.log("ERROR", f"text #{job.seq}: {type(exc).__name__}: {exc}")
+            self._send_complete(job, outcome)
+            return True
 
-    def _complete_locked(self, job: Job, outcome: str, error: str | None, stage: str | None) -> bool:
-        if not job.claim():
-            return False
+    def _send_complete(self, job: Job, outcome: str, error: str | None = None, stage: str | None = None) -> None:
         md = dict(job.metadata)
         if outcome == "error":
             md.update(session_status="error", error=error or "error", error_stage=stage or "synthesis")
@@ -166,15 +185,15 @@ class MessageHandler:
         for attempt in range(SEND_TRIES):
             try:
                 self.send("segment_complete", pa.array([outcome]), md)
-                return True
+                return
             except Exception as exc:
                 print(f"[{NODE_NAME}] ERROR segment_complete of text #{job.seq} not sent (try {attempt + 1}): "
                       f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return True
 
     def _silence(self, job: Job) -> None:
-        """SILENCE_ON_SKIP: one short silent ``audio`` message for a text that produced no audio."""
-        if not self.settings.silence_on_skip or job.answered:
+        """SILENCE_ON_SKIP: one short silent ``audio`` message for a text that produced no audio (sent by the
+        caller that claimed the job)."""
+        if not self.settings.silence_on_skip:
             return
         voice = self.voice
         rate = SAMPLE_RATE
@@ -188,36 +207,42 @@ class MessageHandler:
         except Exception as exc:
             self.log("ERROR", f"silent audio for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
 
-    def _fail(self, job: Job, error: str, stage: str) -> None:
-        if job.answered:
-            return
-        if stage not in ("reset", "stop"):
-            self._silence(job)
-        level = "WARNING" if stage in ("reset", "stop", "busy") else "ERROR"
-        self.log(level, f"text #{job.seq} ({_describe(job.metadata)}): {stage} error: {error}")
-        try:
-            self.status("error", job.metadata, level=level, message=error, error=error, error_stage=stage,
-                        seq=job.seq)
-        except Exception as exc:
-            self.log("ERROR", f"status for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
-        self._complete(job, "error", error, stage)
+    def _fail(self, job: Job, error: str, stage: str) -> bool:
+        """Answer ``job`` with an error: claimed first, so a text gets one ``status: error`` and one
+        ``segment_complete`` whoever else (worker, reset, STOP, supervisor) tries to answer it at the same time."""
+        with self._answer_lock:
+            if not job.claim():
+                return False
+            if stage not in ("reset", "stop"):
+                self._silence(job)
+            level = "WARNING" if stage in ("reset", "stop", "busy") else "ERROR"
+            self.log(level, f"text #{job.seq} ({_describe(job.metadata)}): {stage} error: {error}")
+            try:
+                self.status("error", job.metadata, level=level, message=error, error=error, error_stage=stage,
+                            seq=job.seq)
+            except Exception as exc:
+                self.log("ERROR", f"status for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
+            self._send_complete(job, "error", error, stage)
+            return True
 
     # -- input thread ---------------------------------------------------------------------------------
     def on_input(self, input_id: str, value: Any, metadata: Any) -> None:
         """Handle one INPUT event. Never raises; every text is answered."""
         try:
+            self._arrivals += 1
+            st = stamp(metadata, self._arrivals)
             if input_id == "text":
-                self._on_text(value, metadata)
+                self._on_text(value, metadata, st)
             elif input_id == "control":
-                self._on_control(value, _metadata(metadata))
+                self._on_control(value, _metadata(metadata), st)
             elif input_id == "reset":
-                self._reset(_metadata(metadata))
+                self._reset(_metadata(metadata), st)
             else:
                 self.log("DEBUG", f"ignoring input {input_id!r} (this node reads text, control and reset)")
         except Exception as exc:  # keep serving whatever happens
             self.log("ERROR", f"input {input_id!r} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
 
-    def _on_text(self, value: Any, metadata: Any) -> None:
+    def _on_text(self, value: Any, metadata: Any, st: Stamp | None = None) -> None:
         self._seq += 1
         self._count("texts")
         md = _metadata(metadata)
@@ -227,7 +252,7 @@ class MessageHandler:
                                 "(players compute segment_index + 1)")
         md.setdefault("question_id", "default")
         md.setdefault("session_status", "unknown")
-        job = Job("text", md, seq=self._seq)
+        job = Job("text", md, seq=self._seq, stamp=st)
         try:
             job.request = self._parse(decode_text_value(value), md)
         except InputError as exc:
@@ -236,6 +261,12 @@ class MessageHandler:
             job.error = f"unreadable text: {type(exc).__name__}"
         if self._stopping.is_set():
             self._fail(job, STOPPING, "stop")
+            return
+        mark = self._reset_mark
+        if st is not None and mark is not None and st.before(mark):  # sent before a reset that came first
+            with self._answer_lock:
+                if self._fail(job, CANCELLED, "reset"):
+                    self._count("cancelled")
             return
         try:
             self.jobs.put(job)
@@ -263,7 +294,7 @@ class MessageHandler:
         req.overrides["llm_text"] = False  # cleaned here; the engine does not clean it again
         return req
 
-    def _on_control(self, value: Any, md: dict) -> None:
+    def _on_control(self, value: Any, md: dict, st: Stamp | None = None) -> None:
         try:
             command = parse_control(decode_text_value(value))
         except Exception as exc:
@@ -271,40 +302,39 @@ class MessageHandler:
             self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command="unknown")
             return
         if command.name == "reset":
-            self._reset(md)
+            self._reset(md, st)
         elif command.name == "change_voice":
-            self.jobs.put(Job("control", md, command=command))
+            self.jobs.put(Job("control", md, command=command, stamp=st))
         elif not self.ready.is_set() or self.engine is None:
             self.status("error", md, level="ERROR", message="not ready", error="not ready", command=command.name)
+        elif command.name == "cleanup":  # on the worker, between two jobs: never stalls a text's audio
+            self.jobs.put(Job("control", md, command=command), front=True)
         else:
             self._run_control(command, md)
 
-    def _reset(self, md: dict) -> None:
+    def _reset(self, md: dict, st: Stamp | None = None) -> None:
         if self.llm is not None:
             self.llm.reset()  # open reasoning/code blocks are forgotten with the texts
-        n = self._cancel_texts(CANCELLED, "reset")
+        if st is not None and (self._reset_mark is None or self._reset_mark.before(st)):
+            self._reset_mark = st
+        n = self._cancel_texts(CANCELLED, "reset", st)
         self.log("INFO", f"reset: {n} text(s) cancelled")
         self.status("reset", md, message=f"reset: {n} text(s) cancelled", cancelled=n)
 
-    def _cancel_texts(self, reason: str, stage: str) -> int:
-        """Cancel every queued text and the one in flight; each counts (and is answered) once."""
+    def _cancel_texts(self, reason: str, stage: str, before: Stamp | None = None) -> int:
+        """Cancel the queued texts and the one in flight (only those sent before ``before``, when given); each
+        counts (and is answered) once."""
         with self._answer_lock:
-            return self._cancel_texts_locked(reason, stage)
-
-    def _cancel_texts_locked(self, reason: str, stage: str) -> int:
-        queued, current = self.jobs.take(("text",))
-        n = 0
-        if current is not None and not current.answered and not current.cancel.is_set():
-            current.error, current.error_stage = reason, stage
-            current.cancel.set()  # the engine stops at its next cancellation point; its answer is this one
-            n += 1
-            self._fail(current, reason, stage)
-        for job in queued:
-            if not job.answered:
-                n += 1
-                self._fail(job, reason, stage)
-        self._count("cancelled", n)
-        return n
+            queued, current = self.jobs.take(("text",), before)
+            n = 0
+            if current is not None and not current.answered and not current.cancel.is_set():
+                current.error, current.error_stage = reason, stage
+                current.cancel.set()  # the engine stops at its next cancellation point; its answer is this one
+                n += self._fail(current, reason, stage)
+            for job in queued:
+                n += self._fail(job, reason, stage)
+            self._count("cancelled", n)
+            return n
 
     # -- worker and supervisor ------------------------------------------------------------------------
     def _worker_main(self, first: bool) -> None:
@@ -340,8 +370,10 @@ class MessageHandler:
         try:
             if job.kind == "text":
                 self._run_text(job)
+            elif job.command.name == "change_voice":
+                self._change_voice(job.command.arg, job.metadata, job.stamp)
             else:
-                self._change_voice(job.command.arg, job.metadata)
+                self._run_control(job.command, job.metadata)
         except BaseException as exc:  # answer it, whatever it was, and go on
             try:
                 self.log("ERROR", f"internal error: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
@@ -385,7 +417,7 @@ class MessageHandler:
                        "input")
             return
         try:
-            voice = self._request_voice(req)
+            voice = self._request_voice(req, job.stamp)
         except (VoiceNotFoundError, VoiceNotInstalledError, ConfigError) as exc:
             self._fail(job, str(exc), "voice")
             return
@@ -412,18 +444,19 @@ class MessageHandler:
             self._fail(job, job.error or CANCELLED, job.error_stage if job.error else "reset")
             return
         elapsed = time.perf_counter() - t0
+        if job.answered:  # a reset answered it while its last audio went out
+            return
         if self.settings.log_timing:
             rtf = elapsed / duration if duration > 0 else math.inf
             detail = ", ".join(f"{k} {v:.2f}s" for k, v in (timings or {}).items() if isinstance(v, (int, float)))
             self.log("INFO", f"text #{job.seq}: {duration:.2f} s of audio in {elapsed:.2f} s (RTF {rtf:.2f}), "
                              f"{chunks} chunk(s), voice {voice.name}" + (f"; {detail}" if detail else ""))
-        self.status("done", job.metadata, seq=job.seq, voice=voice.name, duration=round(duration, 3),
-                    elapsed=round(elapsed, 3), chunks=chunks)
-        self._complete(job, "completed")
+        self._complete(job, "completed", lambda: self.status(
+            "done", job.metadata, seq=job.seq, voice=voice.name, duration=round(duration, 3),
+            elapsed=round(elapsed, 3), chunks=chunks))
 
     def _skip(self, job: Job) -> None:
-        self._silence(job)
-        self._complete(job, "skipped")
+        self._complete(job, "skipped", lambda: self._silence(job))
 
     def _synthesize(self, job: Job, text: str, voice, language: str, req: TextRequest):
         overrides = dict(req.overrides)
@@ -463,12 +496,21 @@ class MessageHandler:
                 self.send("audio", array, md)
         return duration
 
-    def _request_voice(self, req: TextRequest):
+    def _voice_at(self, st: Stamp | None):
+        """The voice for a text sent at ``st``: the current one, unless a change_voice sent after the text has
+        already run (the text arrived late), then the voice before the earliest such change."""
+        if st is not None:
+            for changed_at, previous in self._voice_log:
+                if changed_at is not None and st.before(changed_at):
+                    return previous
+        return self.voice
+
+    def _request_voice(self, req: TextRequest, st: Stamp | None = None):
         from ..assets.catalog import custom_voice, resolve_voice
 
         choice = req.voice
         if choice is None:
-            return self.voice
+            return self._voice_at(st)
         root = self.settings.model_dir
         if choice.kind == "name":
             if choice.name == self.voice.name:
@@ -500,7 +542,7 @@ class MessageHandler:
             self.log("ERROR", f"control {cmd.name} failed: {exc}")
             self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command=cmd.name)
 
-    def _change_voice(self, name: str, md: dict) -> None:
+    def _change_voice(self, name: str, md: dict, st: Stamp | None = None) -> None:
         from ..assets.catalog import resolve_voice
 
         old = self.voice
@@ -515,6 +557,7 @@ class MessageHandler:
                         voice=old.name)
             return
         self.voice = spec
+        self._voice_log = [*self._voice_log, (st, old)][-VOICE_LOG:]
         self.log("INFO", f"voice changed to {spec.name} ({spec.language})")
         self.status("voice_changed", md, voice=spec.name, language=spec.language, previous=old.name,
                     message=f"voice {spec.name}")
@@ -531,10 +574,15 @@ def _request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> st
 
 
 def _metadata(metadata: Any) -> dict:
+    """The input's metadata as the node echoes it on its outputs, without dora's send ``timestamp``: dora keeps a
+    sender's own ``timestamp`` key instead of stamping the send time, so an echoed one would make every output
+    (and any text a client sends with metadata copied from it) look sent when the input was."""
     try:
-        return sanitize_metadata(metadata)
+        md = sanitize_metadata(metadata)
     except Exception:
         return {}
+    md.pop(TIMESTAMP_KEY, None)
+    return md
 
 
 def _describe(md: dict) -> str:

@@ -19,6 +19,7 @@ class Job:
     command: Any = None  # messages.ControlCommand
     error: str | None = None  # input already known to be bad, or why the job was cancelled
     error_stage: str = "input"
+    stamp: Any = None  # order.Stamp: when it was sent (None: runs in arrival order)
     cancel: threading.Event = field(default_factory=threading.Event)
     _claimed: bool = False
     answer_lock: threading.RLock = field(default_factory=threading.RLock)  # held while audio of the job is sent
@@ -50,11 +51,19 @@ class JobQueue:
         self.current: Job | None = None
         self.closed = False
 
-    def put(self, job: Job) -> None:
+    def put(self, job: Job, front: bool = False) -> None:
+        """Queue ``job`` in send order: before the queued jobs sent after it (their stamps), else at the end;
+        ``front``: before every queued job."""
         with self._cv:
             if job.kind == "text" and sum(j.kind == "text" for j in self._jobs) >= self.max_texts:
                 raise QueueFull(f"busy: {self.max_texts} texts are already waiting (MAX_QUEUED_TEXTS)")
-            self._jobs.append(job)
+            if front:
+                self._jobs.appendleft(job)
+            else:
+                at = len(self._jobs)
+                while at > 0 and _sent_before(job, self._jobs[at - 1]):
+                    at -= 1
+                self._jobs.insert(at, job)
             self._cv.notify_all()
 
     def get(self, timeout: float) -> Job | None:
@@ -70,12 +79,17 @@ class JobQueue:
             self.current = None
             self._cv.notify_all()
 
-    def take(self, kinds: tuple[str, ...] = ("text",)) -> tuple[list[Job], Job | None]:
-        """Remove the queued jobs of ``kinds``; return them and the job in flight (if of those kinds)."""
+    def take(self, kinds: tuple[str, ...] = ("text",), before: Any = None) -> tuple[list[Job], Job | None]:
+        """Remove the queued jobs of ``kinds`` (only those sent before the stamp ``before``, when given); return
+        them and the job in flight (if of those kinds, and sent before ``before``)."""
+
+        def wanted(j: Job | None) -> bool:
+            return j is not None and j.kind in kinds and (before is None or j.stamp is None or j.stamp.before(before))
+
         with self._cv:
-            taken = [j for j in self._jobs if j.kind in kinds]
-            self._jobs = deque(j for j in self._jobs if j.kind not in kinds)
-            current = self.current if self.current is not None and self.current.kind in kinds else None
+            taken = [j for j in self._jobs if wanted(j)]
+            self._jobs = deque(j for j in self._jobs if not wanted(j))
+            current = self.current if wanted(self.current) else None
             return taken, current
 
     def close(self) -> None:
@@ -94,3 +108,7 @@ class JobQueue:
     def wait_idle(self, timeout: float) -> bool:
         with self._cv:
             return self._cv.wait_for(lambda: not self._jobs and self.current is None, timeout)
+
+
+def _sent_before(job: Job, other: Job) -> bool:
+    return job.stamp is not None and other.stamp is not None and job.stamp.before(other.stamp)

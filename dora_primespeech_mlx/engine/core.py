@@ -132,7 +132,8 @@ class GPTSoVITSEngine:
         lang = cfg.text_lang or spec.language
         if isinstance(text, str) and (self.settings.llm_text if cfg.llm_text is None else cfg.llm_text):
             text = llm_text.clean(text, lang)  # speak an LLM's prose, not its markup and reasoning
-        chunks = pipeline.text_chunks(text, lang, cfg.text_split_method, spec, models, timer, bert_upto)
+        chunks = pipeline.text_chunks(text, lang, cfg.text_split_method, spec, models, timer, bert_upto,
+                                      cancel, self.settings.max_text_seconds)
         speed = float(cfg.speed_factor if cfg.speed_factor is not None else spec.speed_factor)
         seed = cfg.seed if cfg.seed != -1 else secrets.randbelow(2**31)
         return _Request(cfg, spec, models, ref, chunks, speed, seed)
@@ -144,6 +145,7 @@ class GPTSoVITSEngine:
         tokens or two stages and raises :class:`SynthesisCancelled`."""
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
+            self._stats.begin(stream=False)
             try:
                 r = self._prepare(text, voice, config, overrides, timer, cancel)
                 sr, lane = r.models.sample_rate, self._lane_for(r.models)
@@ -204,6 +206,7 @@ class GPTSoVITSEngine:
         yielded. Each sentence's last chunk carries the ``fragment_interval`` silence."""
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
+            self._stats.begin(stream=True)
             try:
                 r = self._prepare(text, voice, config, overrides, timer, cancel, bert_upto=self._stream_bert_upto)
             except SynthesisCancelled:
@@ -324,17 +327,18 @@ class GPTSoVITSEngine:
         """Counts, audio and compute seconds, mean stage timings, the current voice, the cache and backends."""
         from .backends import backends
 
-        with self._lock:
-            return {
-                **self._stats.snapshot(),
-                "cached_references": len(self.cache.keys("reference")),
-                "loaded_models": sorted(f"{k[0]}:{Path(k[1][0]).name}" for k in self.cache.keys()
-                                        if k[0] in MODEL_KINDS),
-                "cached_voices": [v.split("|", 1)[0] for v in self.cache.voices()],
-                "voice": self.voice.name if self.voice else None,
-                "backends": backends(self),
-                "stream_rates": self.rates.as_dict(),  # the speeds streams are paced by (engine/pacing.py)
-            }
+        # Without the engine lock (a synthesis holds it for seconds): the counts, the cache and the rates have
+        # their own locks, and the backends are read without loading anything.
+        return {
+            **self._stats.snapshot(),
+            "cached_references": len(self.cache.keys("reference")),
+            "loaded_models": sorted(f"{k[0]}:{Path(k[1][0]).name}" for k in self.cache.keys()
+                                    if k[0] in MODEL_KINDS),
+            "cached_voices": [v.split("|", 1)[0] for v in self.cache.voices()],
+            "voice": self.voice.name if self.voice else None,
+            "backends": backends(self),
+            "stream_rates": self.rates.as_dict(),  # the speeds streams are paced by (engine/pacing.py)
+        }
 
     def warmup(self) -> dict[str, float]:
         """Warm the GPT decode path, every text front end the voice's language may reach (for Chinese voices

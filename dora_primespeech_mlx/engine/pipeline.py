@@ -23,6 +23,9 @@ from ..errors import NothingToSpeakError, SynthesisCancelled, SynthesisError
 from .config import SynthesisConfig
 from .stats import Timer, stage
 
+#: Phones that are no speech: punctuation, pauses and the unknown-symbol marker. A text of only these is
+#: not spoken (the models would babble ~2 s of sound unrelated to it).
+UNSPOKEN = frozenset(["!", "?", "…", ",", ".", "-", "SP", "SP2", "SP3", "UNK", "_"])
 BERT_DIM = 1024  # the GPT's bert_proj input width (chinese-roberta-wwm-ext-large)
 NOISE_BLOCK_FRAMES = 256
 
@@ -67,11 +70,16 @@ def check_cancel(cancel: threading.Event | None) -> None:
 
 
 def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Models, timer: Timer,
-                bert_upto: int | None = None) -> list[TextChunk]:
-    """The text's sentences as phone ids and BERT features (NothingToSpeakError when there are none). With
+                bert_upto: int | None = None, cancel: threading.Event | None = None,
+                budget_s: float | None = None) -> list[TextChunk]:
+    """The text's sentences as phone ids and BERT features (NothingToSpeakError when there are none, or when
+    their phones are only punctuation: text the language cannot read, e.g. Chinese as ``en``). With
     ``bert_upto`` only the first ``bert_upto`` sentences get their BERT features now (:func:`fill_bert` adds
-    the others): a stream's first audio then waits for one sentence's BERT, not the whole text's."""
+    the others): a stream's first audio then waits for one sentence's BERT, not the whole text's. The front
+    end stops at its next checkpoint once ``cancel`` is set or after ``budget_s`` seconds
+    (:class:`~..text.errors.TextFrontendError` naming MAX_TEXT_SECONDS)."""
     from .. import text as text_mod
+    from ..text.budget import checks
 
     if not isinstance(text, str):
         from ..errors import ConfigError
@@ -80,10 +88,23 @@ def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Mode
     text_mod.check_option(lang)  # a bad language is reported even for empty text
     if not text_mod.has_speakable(text):
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r} (no letters or digits)")
-    with stage("text", timer):
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+
+    def check() -> None:
+        check_cancel(cancel)
+        if deadline is not None and time.monotonic() > deadline:
+            raise text_mod.TextFrontendError(
+                f"the text front end needs more than {budget_s:g} s for this text ({len(text)} characters; "
+                f"MAX_TEXT_SECONDS={budget_s:g}): shorten it or raise MAX_TEXT_SECONDS")
+
+    with stage("text", timer), checks(check):
         results = text_mod.preprocess(text, lang, method, models.symbol_version)
     if not results:
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r}")
+    if all(ph in UNSPOKEN for c in results for ph in c.phones):
+        phones = " ".join(ph for c in results for ph in c.phones)
+        raise NothingToSpeakError(f"nothing speakable as {lang!r} in {text[:80]!r} (its phones are only "
+                                  f"punctuation: {phones[:40]!r}); send it with its own language")
     chunks = [TextChunk(np.asarray(c.phone_ids, dtype=np.int32), None, c.norm_text, c) for c in results]
     fill_bert(chunks, 0, spec, models, timer, upto=bert_upto)
     return chunks

@@ -60,11 +60,17 @@ class EngineStats:
         if not isinstance(exc, SynthesisCancelled):
             self.count("skipped" if isinstance(exc, NothingToSpeakError) else "failures")
 
+    def begin(self, stream: bool) -> None:
+        """Count a request as it starts; its outcome (failure, skipped, cancelled) is counted once where it
+        happens, so no outcome count exceeds ``requests``."""
+        with self._lock:
+            self._data["requests"] += 1
+            self._data["streams"] += int(stream)
+
     def record(self, timer: Timer, audio_seconds: float, tokens: int, chunks: int, stream: bool) -> None:
+        """Add what a request produced (audio, tokens, stage timings); a request is counted by :meth:`begin`."""
         with self._lock:
             st = self._data
-            st["requests"] += 1
-            st["streams"] += int(stream)
             st["chunks"] += chunks
             st["tokens"] += tokens
             st["audio_seconds"] += audio_seconds

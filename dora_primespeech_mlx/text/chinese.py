@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from pypinyin import Style, lazy_pinyin
 
+from .budget import checkpoint
 from .errors import TextFrontendError
 from .pinyin_map import pinyin_to_phones
 from .tone_sandhi import ToneSandhi
@@ -208,6 +209,7 @@ def _sentence_syllables(sentence: str, rt: _Runtime) -> tuple[list[str], list[st
     finals: list[str] = []
     start = 0
     for word, pos in words:
+        checkpoint()
         end = start + len(word)
         if pos == "eng":
             start = end
@@ -233,6 +235,7 @@ def g2p(norm_text: str) -> tuple[list[str], list[int]]:
     phones: list[str] = []
     word2ph: list[int] = []
     for sentence in sentences:
+        checkpoint()
         sentence = _LATIN_RE.sub("", sentence)
         initials, finals = _sentence_syllables(sentence, rt)
         for initial, final in zip(initials, finals):

@@ -45,22 +45,22 @@ _COMMA_NUMBER = re.compile(r"([0-9][0-9,]+[0-9])")
 _TIME = re.compile(r"\b([01]?[0-9]|2[0-3]):([0-5][0-9])\b")
 # The alternatives are tried in this order, so "km" matches before "km/h" can.
 _MEASUREMENT = re.compile(r"\b([0-9]+(\.[0-9]+)?(m|km|km/h|ft|L|tbsp|tsp|h|min|s|°C|°F))\b")
-_POUNDS_BEFORE = re.compile(r"£([0-9.,]*[0-9]+)")
-_POUNDS_AFTER = re.compile(r"([0-9.,]*[0-9]+)£")
-_DOLLARS_BEFORE = re.compile(r"\$([0-9.,]*[0-9]+)")
-_DOLLARS_AFTER = re.compile(r"([(0-9.,]*[0-9]+)\$")  # "(" really is in the class upstream
-_DECIMAL = re.compile(r"([0-9]+\.\s*[0-9]+)")
-_FRACTION = re.compile(r"([0-9]+/[0-9]+)")
-_ORDINAL = re.compile(r"[0-9]+(st|nd|rd|th)")
+_POUNDS_BEFORE = re.compile(r"£([0-9.,]*[0-9])")
+_POUNDS_AFTER = re.compile(r"(?<![0-9.,])([0-9.,]*[0-9])£")
+_DOLLARS_BEFORE = re.compile(r"\$([0-9.,]*[0-9])")
+_DOLLARS_AFTER = re.compile(r"(?<![(0-9.,])([(0-9.,]*[0-9])\$")  # "(" really is in the class upstream
+_DECIMAL = re.compile(r"(?<![0-9])([0-9]+\.\s*[0-9]+)")
+_FRACTION = re.compile(r"(?<![0-9])([0-9]+/[0-9]+)")
+_ORDINAL = re.compile(r"(?<![0-9])[0-9]+(st|nd|rd|th)")
 _NUMBER = re.compile(r"[0-9]+")
 
 # An operand: optional minus, number with optional decimals, or a decimal without integer part, or a
 # single letter; each may carry superscripts. Operator with whitespace on both sides.
-_OPERAND = r"((-?)((\d+)(\.\d+)?[⁰¹²³⁴⁵⁶⁷⁸⁹ˣʸⁿ]*)|(\.\d+[⁰¹²³⁴⁵⁶⁷⁸⁹ˣʸⁿ]*)|([A-Za-z][⁰¹²³⁴⁵⁶⁷⁸⁹ˣʸⁿ]*))"
+_OPERAND = r"((-?)(?<!\d)((\d+)(\.\d+)?[⁰¹²³⁴⁵⁶⁷⁸⁹ˣʸⁿ]*)|(\.\d+[⁰¹²³⁴⁵⁶⁷⁸⁹ˣʸⁿ]*)|([A-Za-z][⁰¹²³⁴⁵⁶⁷⁸⁹ˣʸⁿ]*))"
 _ARITHMETIC = re.compile(_OPERAND + r"\s+([-+×÷=])\s+" + _OPERAND)
 _OPERATORS = {"+": " plus ", "-": " minus ", "×": " times ", "÷": " divided by ", "=": " Equals "}
 # A minus at the start or after whitespace; the whitespace is consumed and not put back.
-_NEGATIVE = re.compile(r"(?:^|\s+)(-)(\d+)")
+_NEGATIVE = re.compile(r"(?:^|(?<!\s)\s+)(-)(\d+)")
 
 _NOT_KEPT = re.compile(r"[^ A-Za-z'.,?!\-]")
 _IE = re.compile(r"(?i)i\.e\.")

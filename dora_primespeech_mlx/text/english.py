@@ -24,6 +24,7 @@ import json
 import logging
 import re
 
+from .budget import checkpoint
 from .data import data_file, ensure_nltk_data
 from .en_normalization import normalize
 from .errors import TextFrontendError
@@ -105,6 +106,9 @@ def name_dictionary() -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------------------------- G2P
 
 _HAS_LETTER = re.compile("[a-z]")
+#: Longer words are refused: the English words are shorter, and the compound splitter and the neural predictor
+#: take seconds on a "word" of hundreds of letters (a 500-letter one: 16 s).
+MAX_WORD_CHARS = 64
 _POSSESSIVE = re.compile(r"^([a-z]+)('s)$")
 _VOICELESS = frozenset({"P", "T", "K", "F", "TH", "HH"})  # 's -> S
 _SIBILANT = frozenset({"S", "Z", "SH", "ZH", "CH", "JH"})  # 's -> AH0 Z; anything else -> Z
@@ -136,6 +140,7 @@ class EnglishG2p:
         """Raw phones of ``text`` (before the symbol-table mapping)."""
         phones: list[str] = []
         for token, pos in self._pos_tag(self._tokenize(text)):
+            checkpoint()
             word = token.lower()
             if _HAS_LETTER.search(word) is None:
                 phones.append(word)  # punctuation passes through
@@ -180,6 +185,9 @@ class EnglishG2p:
             else:
                 phones.append("Z")
             return phones
+        if len(word) > MAX_WORD_CHARS:  # the splitter and the neural predictor take seconds on such a "word"
+            raise TextFrontendError(f"the word {token[:24]!r}... has {len(word)} characters; the English front end "
+                                    f"reads words of up to {MAX_WORD_CHARS}")
         parts = _segment(word)
         if len(parts) == 1:
             return self._model.predict(word)

@@ -19,9 +19,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .budget import checkpoint, stops
 from .errors import TextFrontendError, UnsupportedLanguageError
 from .langsplit import LANGUAGES, check_option, split_languages
-from .segmentation import split_text, splits
+from .segmentation import MAX_CHUNK_CHARS, split_text, splits
 from .symbols import cleaned_text_to_sequence, symbols, table_version
 
 #: Fewer phones than this for a whole text: upstream phonemises "." + text once more.
@@ -128,6 +129,8 @@ def _call(lang: str, what: str, fn, arg):
     except TextFrontendError:
         raise
     except Exception as exc:
+        if stops(exc):  # a checkpoint's check: cancelled, or out of time
+            raise
         raise TextFrontendError(f"{lang} {what} failed on {arg[:60]!r}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -176,6 +179,7 @@ def clean_text(text: str, lang: str, version: str = "v2") -> tuple[list[str], li
 
 
 def _segment(lang: str, text: str, version: str) -> Segment:
+    checkpoint()
     phones, word2ph, norm_text = clean_text(text, lang, version)
     return Segment(
         lang=lang,
@@ -228,15 +232,17 @@ def preprocess(text: str, language: str, method: str = "cut5", version: str = "v
     """The target-text path (upstream ``TextPreprocessor.preprocess``): cut ``text`` with ``method``
     (:func:`~.segmentation.split_text`), phonemise every chunk, drop chunks whose normalised text is
     empty. A text with nothing to speak gives ``[]`` (or raises, where upstream's ``filter_text``
-    does)."""
+    does). A run of more than ``MAX_CHUNK_CHARS`` characters without a split mark is refused in every
+    language (upstream reads it as one chunk, or fails on the empty chunk before it)."""
     text = sanitize(text)
     check_option(language)
     chunks = []
     for part in split_text(text, method, language):
-        if not part and language != "en":
+        checkpoint()
+        if (not part and language != "en") or len(part) > MAX_CHUNK_CHARS:
             raise TextFrontendError(
-                "the text has a run of more than 510 characters without a split mark (，。？！,.?!~:：—…); "
-                "upstream's split_big_text then yields an empty chunk, which cannot be phonemised: add punctuation"
+                f"the text has a run of more than {MAX_CHUNK_CHARS} characters without a split mark "
+                "(，。？！,.?!~:：—…), which the front end does not read: add punctuation"
             )
         result = _get_phones(part, language, version, retry=True)
         if result.norm_text:

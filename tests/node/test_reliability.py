@@ -225,14 +225,21 @@ def test_control_is_answered_at_once_with_a_full_queue():
     for i in range(1000):
         handler.on_input("text", pa.array([f"text {i}"]), {"i": i})
     assert engine.started.wait(5)
-    for cmd in ("stats", "list_voices", "cleanup"):
+    for cmd in ("stats", "list_voices"):
         t0 = time.perf_counter()
         handler.on_input("control", pa.array([cmd]), {"cmd": cmd})
         rec.wait(lambda r, c=cmd: any(m.get("cmd") == c for _, m in r.of("status")), timeout=1)
         assert time.perf_counter() - t0 < 0.1, cmd
     stats = next(s for s in rec.statuses() if s["status"] == "stats")
     assert stats["queued"] == 1000
+    # cleanup: the input thread only queues it; the worker runs it next, between two texts (never inside a
+    # text's audio), ahead of the queued texts.
+    t0 = time.perf_counter()
+    handler.on_input("control", pa.array(["cleanup"]), {"cmd": "cleanup"})
+    assert time.perf_counter() - t0 < 0.1
     gate.set()
+    rec.wait(lambda r: any(m.get("cmd") == "cleanup" for _, m in r.of("status")), timeout=10)
+    assert len(rec.of("segment_complete")) <= 2  # the text in flight (and perhaps the next) before it
     handler.on_input("reset", pa.array(["x"]), {})
     assert handler.finish(30)
     assert len(rec.of("segment_complete")) == 1000

@@ -236,10 +236,41 @@ def test_phones_json_matches_get_phones():
     assert [c["input"] for c in out["preprocess"]["chunks"]] == split_text(text, "cut5", "zh")
 
 
-def test_long_run_without_punctuation():
-    """Upstream's split_big_text yields an empty first chunk for a > 510-character run without split
-    marks; a Chinese option then fails (as upstream does), English phonemises the empty chunk."""
+@pytest.mark.parametrize("text,language", [("字" * 600, "zh"), ("a" * 600, "en"), ("a" * 4800, "en"),
+                                           ("你好。" + "字" * 600, "zh"), ("Hi. " + "ab" * 300, "en"),
+                                           ("あ" * 600, "ja"), ("한" * 600, "ko"), ("字" * 600, "yue")])
+def test_long_run_without_punctuation(text, language):
+    """A run of more than 510 characters without split marks is refused in every language and wherever it
+    stands (upstream's split_big_text yields an empty first chunk and then the whole run: Chinese failed on the
+    empty chunk, English read a 4 800-letter "word" for 28 s and +800 MB)."""
     with pytest.raises(TextFrontendError, match="without a split mark"):
-        preprocess("字" * 600, "zh", "cut5")
-    chunks = preprocess("a" * 600, "en", "cut5")
-    assert [c.text for c in chunks] == ["", "a" * 600, "."]
+        preprocess(text, language, "cut5")
+
+
+def test_an_overlong_word_is_refused():
+    """A 100-letter "word" (no dictionary has it) is refused instead of running the neural predictor for seconds."""
+    with pytest.raises(TextFrontendError, match="up to 64"):
+        preprocess("Say " + "qwrtzp" * 17 + " now.", "en", "cut5")
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("text,language", [("Hello world. How are you today? Fine.", "en"),
+                                           ("今天天气很好。我们去公园散步吧。", "zh")])
+def test_checkpoints_stop_the_front_end_with_the_callers_exception(text, language):
+    """The engine's check (cancel, MAX_TEXT_SECONDS) runs between chunks, segments, words and sentences; what it
+    raises leaves the front end unchanged (not wrapped in TextFrontendError)."""
+    from dora_primespeech_mlx.text.budget import checks
+
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) >= 3:
+            raise _Stop("stop")
+
+    with checks(check), pytest.raises(_Stop):
+        preprocess(text, language, "cut5")
+    assert preprocess(text, language, "cut5")  # outside the block: no checks

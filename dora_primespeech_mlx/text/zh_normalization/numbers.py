@@ -80,7 +80,7 @@ def _sign(text: str, word: str = "负") -> str:
 
 
 # 3/4 -> 四分之三
-RE_FRAC = re.compile(r"(-?)(\d+)/(\d+)")
+RE_FRAC = re.compile(r"(-?)(?<!\d)(\d+)/(\d+)")
 
 
 def replace_frac(m: re.Match) -> str:
@@ -88,7 +88,7 @@ def replace_frac(m: re.Match) -> str:
 
 
 # 12.5% -> 百分之十二点五
-RE_PERCENTAGE = re.compile(r"(-?)(\d+(\.\d+)?)%")
+RE_PERCENTAGE = re.compile(r"(-?)(?<!\d)(\d+(\.\d+)?)%")
 
 
 def replace_percentage(m: re.Match) -> str:
@@ -113,7 +113,7 @@ def replace_default_num(m: re.Match) -> str:
 
 # Arithmetic: the operator between two operands becomes a word, operands stay for later rules.
 _POWERS = "⁰¹²³⁴⁵⁶⁷⁸⁹ˣʸⁿ"
-_OPERAND = rf"((-?)((\d+)(\.\d+)?[{_POWERS}]*)|(\.\d+[{_POWERS}]*)|([A-Za-z][{_POWERS}]*))"
+_OPERAND = rf"((-?)(?<!\d)((\d+)(\.\d+)?[{_POWERS}]*)|(\.\d+[{_POWERS}]*)|([A-Za-z][{_POWERS}]*))"
 RE_ASMD = re.compile(_OPERAND + r"([\+\-×÷=])" + _OPERAND)
 _ASMD_WORDS = {"+": "加", "-": "减", "×": "乘", "÷": "除", "=": "等于"}
 
@@ -131,9 +131,9 @@ def replace_power(m: re.Match) -> str:
     return "的" + m.group(0).translate(_POWER_PLAIN) + "次方"
 
 
-RE_DECIMAL_NUM = re.compile(r"(-?)((\d+)(\.\d+))|(\.(\d+))")
+RE_DECIMAL_NUM = re.compile(r"(-?)(?<!\d)((\d+)(\.\d+))|(\.(\d+))")
 RE_NUMBER = re.compile(r"(-?)((\d+)(\.\d+)?)|(\.(\d+))")
-RE_POSITIVE_QUANTIFIERS = re.compile(r"(\d+)([多余几\+])?(" + "|".join(_QUANTIFIERS) + ")")
+RE_POSITIVE_QUANTIFIERS = re.compile(r"(?<!\d)(\d+)([多余几\+])?(" + "|".join(_QUANTIFIERS) + ")")
 
 
 def replace_positive_quantifier(m: re.Match) -> str:
@@ -162,7 +162,9 @@ def replace_range(m: re.Match) -> str:
 
 # 10%~20%, 3m~5m: the tilde between two numbers with a unit reads 至
 _RANGE_UNITS = r"(%|°C|℃|度|摄氏度|cm2|cm²|cm3|cm³|cm|db|ds|kg|km|m2|m²|m³|m3|ml|m|mm|s)"
-_PLAIN_NUMBER = r"((-?)((\d+)(\.\d+)?)|(\.(\d+)))"
+# A number starts where no digit precedes it (a later start in a digit run gives the same match; without the
+# lookbehind every start rescans the run: quadratic) or right after a unit that ends in a digit (m2, cm3).
+_PLAIN_NUMBER = r"((-?)(?:(?<!\d)|(?<=m[23]))((\d+)(\.\d+)?)|(\.(\d+)))"
 RE_TO_RANGE = re.compile(_PLAIN_NUMBER + _RANGE_UNITS + "[~]" + _PLAIN_NUMBER + _RANGE_UNITS)
 
 
@@ -171,7 +173,7 @@ def replace_to_range(m: re.Match) -> str:
 
 
 # Version-like numbers with two or more dots: 1.2.3 -> 一点二点三
-RE_VERSION_NUM = re.compile(r"((\d+)(\.\d+)(\.\d+)?(\.\d+)+)")
+RE_VERSION_NUM = re.compile(r"(?<!\d)((\d+)(\.\d+)(\.\d+)?(\.\d+)+)")
 
 
 def replace_version_num(m: re.Match) -> str:
