@@ -222,10 +222,8 @@ VARS: tuple[Var, ...] = (
         "steps (earliest first audio, gaps where the machine is slow).",
         ("GPTSVITS_STREAM_PACE",)),
     Var("llm_text", "PRIMESPEECH_LLM_TEXT", True, _bool,
-        "Speak LLM output as prose (text/llm.py): `<think>`/reasoning and tool-call blocks and code blocks are not "
-        "spoken (also when they span several `text` messages of a question), markdown, HTML, links, URLs and "
-        "e-mails become the words they show; plain text passes unchanged. Node, engine and CLI; false: the "
-        "original's exact behaviour on raw text.", ("GPTSVITS_LLM_TEXT",)),
+        "Speak LLM output as prose: reasoning, tool calls and code unspoken (also across messages), markup "
+        "as its words (docs/dataflow.md); false: the original's behaviour on raw text.", ("GPTSVITS_LLM_TEXT",)),
     Var("max_text_chars", "MAX_TEXT_CHARS", 5000, _ranged(_int, 1),
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
         ("GPTSVITS_MAX_TEXT_CHARS",)),
@@ -263,8 +261,8 @@ VARS: tuple[Var, ...] = (
         "Voices used by per-request `VOICE:` prefixes that stay loaded besides the current one (least recently "
         "used first out); 0 loads them for each request.", ("GPTSVITS_VOICE_CACHE",)),
     Var("max_converted_models", "PRIMESPEECH_CONVERTED_CACHE", 8, _ranged(_int, 0, 10000),
-        "Converted per-request checkpoints (`VOICE:TRAINED` files outside <model dir>/moyoyo and <model dir>/voices) "
-        "kept under <model dir>/mlx (least recently used first out; one loaded in the node is kept).",
+        "Converted per-request (`VOICE:TRAINED`) checkpoints kept under <model dir>/mlx (least recently used "
+        "out first).",
         ("GPTSVITS_CONVERTED_CACHE",)),
     Var("max_queued_texts", "MAX_QUEUED_TEXTS", 1000, _ranged(_int, 1),
         "Texts waiting to be spoken; one more is answered at once with segment_complete `error` (busy), "
@@ -309,8 +307,8 @@ VARS: tuple[Var, ...] = (
         "Build of the float16-weight C kernels: auto (avx512 or avx2 by the CPU's flags; none elsewhere) | avx512 | "
         "avx2 | generic (portable C) | none (numpy float32 / MLX). A build the CPU cannot run is refused.", ()),
     Var("gpt_prefill", "PRIMESPEECH_GPT_PREFILL", "auto", _choice(("auto", "float16", "float32")),
-        "GPT prefill with float16 weights on the CPU: float16 (kernel GEMM) | float32 (upcast per call, BLAS) | "
-        "auto (the faster measured for this build and thread count; `primespeech-mlx bench` prints it).", ()),
+        "GPT prefill with float16 weights on the CPU: float16 (kernel GEMM) | float32 (upcast, BLAS) | auto (the "
+        "faster measured for this build and thread count; bench prints it).", ()),
     Var("bert_gemm", "PRIMESPEECH_BERT_GEMM", "auto", _choice(("auto", "float16", "float32")),
         "RoBERTa with float16 weights on the CPU: float16 (kernel GEMM) | float32 (upcast per call, BLAS) | auto "
         "(the faster measured for this build).", ()),
@@ -324,17 +322,14 @@ VARS: tuple[Var, ...] = (
         "Thread that calls send_output: auto (worker on dora-rs >= 1, main on 0.3.x) | worker | main.",
         ()),
     Var("dora_node_config", "DORA_NODE_CONFIG", None, _str,
-        "Read, never written: set by the dora daemon (or `dora run`) that spawned the node. When set, the node "
-        "exits (code 1) within a second of that parent process going away; it also exits when dora reports its "
-        "daemon connection broken.", ()),
+        "Read, never written: set by the dora daemon that spawned the node, which then exits (code 1) within a "
+        "second of that daemon going away.", ()),
     Var("voices_dir", "PRIMESPEECH_VOICES_DIR", None, _path,
         "An extra folder of user voice YAML files; by default per-request voices may also read the files in it "
         "(PRIMESPEECH_REQUEST_PATHS).", ()),
     Var("request_paths", "PRIMESPEECH_REQUEST_PATHS", None, _folders,
-        "Folders whose files the per-request voices `VOICE:CUSTOM` / `VOICE:TRAINED` may read (reference audio, "
-        "checkpoints), separated by `:` (`;` on Windows). Unset: the model directory and PRIMESPEECH_VOICES_DIR. "
-        "`*`: any file the node can read. Paths in messages are taken literally (no `~` or `$VAR`), resolved "
-        "(symlinks, `..`) before the check; a refused and a missing file get the same answer.", ()),
+        "Folders `VOICE:CUSTOM` / `VOICE:TRAINED` may read, `:`-separated (unset: the model directory and "
+        "PRIMESPEECH_VOICES_DIR; `*`: any file). Message paths are literal (docs/security.md).", ()),
     Var("text_data", "PRIMESPEECH_TEXT_DATA", None, _path,
         "Folder with the original front end's dictionaries (unset: <model dir>/text-data, filled on first "
         "use).", ()),
