@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -203,7 +204,13 @@ def check(tmp: Path) -> None:
     flow = work / "dataflow.yaml"
     flow.write_text(FLOW.format(work=work, voice=VOICE, model_dir=model_dir), encoding="utf-8")
     env["DORA_ZENOH_CONFIG_OVERLAY"] = info["overlay"]
+    script = shutil.which("dora-primespeech-mlx", path=env["PATH"])
+    if script is None or not Path(script).resolve().is_relative_to(venv.resolve()):
+        raise SystemExit(f"dora-primespeech-mlx on the flow's PATH is {script}, not the wheel venv's")
     out = run([dora_cli(), "run", flow], cwd=work, env=env)
+    spawned = re.findall(r"spawning `([^`]*dora-primespeech-mlx)`", out)
+    if spawned and not all(Path(p).resolve().is_relative_to(venv.resolve()) for p in spawned):
+        raise SystemExit(f"dora spawned {spawned}, not the wheel venv's console script")
     report_path = work / "out" / "report.json"
     if not report_path.exists():
         raise SystemExit(f"dora run wrote no report\n{out[-4000:]}")

@@ -26,7 +26,7 @@ from dora_primespeech_mlx.text import TextFrontendError, UnsupportedLanguageErro
 
 E2E_CASES = model_cases("e2e")
 E2E_PARAMS = param_or_missing(E2E_CASES, lambda c: c["name"], "models/cases.json e2e case")
-# One chunk per request keeps the tests fast (the tiny GPT speaks ~50 tokens whatever the text);
+# One chunk per request keeps the tests fast (the tiny GPT speaks up to 50 * max_sec tokens whatever the text);
 # everything else is the engine's default.
 FAST = SynthesisConfig(text_split_method="cut0")
 
@@ -284,13 +284,13 @@ def test_bad_language_is_a_frontend_error(engine):
         engine.synthesize("。。。", text_lang="klingon")
 
 
-def test_chunks_postprocessed_and_concatenated(engine):
+def test_chunks_postprocessed_and_concatenated(engine, voice):
     """cut5 makes several chunks: each decoded alone (1280 samples per token at speed 1) and followed
     by fragment_interval of silence."""
     from dora_primespeech_mlx.text import preprocess
 
     text = "Hello world, this is a test. Another sentence follows here!"
-    n_chunks = len(preprocess(text, "en", "cut5"))
+    n_chunks = len(preprocess(text, voice.language, "cut5"))  # the request's language: the voice's
     assert n_chunks >= 2
     r = engine.synthesize(text, text_split_method="cut5", speed_factor=1.0, fragment_interval=0.25, seed=3)
     gap = int(r.sample_rate * 0.25)
