@@ -7,8 +7,8 @@ relative to the repository). When a fixture is missing the test is skipped with 
 Tiers: ``python -m pytest`` runs the quick tier: every module, the fixture parity tests on a seeded sample of
 the case files' rows (:func:`sample_cases`: every case file, language and category, ``PRIMESPEECH_CASE_SEED``
 picks which rows), and deselects the tests marked ``slow``. ``python -m pytest --full`` runs everything: every
-row of every case file and the slow tests. ``-m`` with a marker expression selects by markers as usual
-(``-m slow`` runs only the slow tests, on every row).
+row of every case file and the slow tests. ``-m`` with a marker expression selects by markers as usual instead of
+the slow deselection (``-m slow``: only the slow tests).
 """
 
 from __future__ import annotations
@@ -51,16 +51,16 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    _RUN["full"] = bool(config.getoption("--full")) or bool(config.option.markexpr)
+    _RUN["full"] = bool(config.getoption("--full"))
 
 
 def full_run() -> bool:
-    """True under ``--full`` (or a ``-m`` marker expression): every case row, the slow tests included."""
+    """True under ``--full``: every case row, the slow tests included."""
     return _RUN["full"]
 
 
 def pytest_collection_modifyitems(config, items):
-    if full_run():
+    if full_run() or config.option.markexpr:  # -m chooses by markers itself (-m slow: the slow tests)
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:
