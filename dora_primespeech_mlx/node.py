@@ -46,6 +46,10 @@ POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worke
 STOP_GRACE_S = 0.7  # after STOP, how long the worker may take to reach a cancellation point (exit within 1 s)
 PARENT_WATCH_S = 0.5  # how often a daemon-spawned node checks that its parent process is still there
 DAEMON_LOST = ("daemon channel broken", "fatal event stream error")  # dora 1.1's ERROR event when the daemon died
+# The operator form cannot leave around a worker still inside the engine (the runtime tears the interpreter down,
+# and a thread inside MLX then aborts the process): its STOP waits this long for the worker's cancellation point
+# (one SoVITS window or BERT call at most; seconds on a loaded CPU).
+OPERATOR_STOP_WAIT_S = 60.0
 
 
 def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tuple[Any, Any]]:
@@ -256,7 +260,7 @@ class Operator:
             self._sliced = True  # a heartbeat
         elif kind == "STOP":
             self.handler.stop()
-            self.handler.parked.wait(STOP_GRACE_S)
+            self.handler.parked.wait(OPERATOR_STOP_WAIT_S)
             status = DoraStatus.STOP
         elif kind == "INPUT_CLOSED" and input_id == "text":
             self._finish(send_output)  # nothing more to speak (a heartbeat input would keep it alive)

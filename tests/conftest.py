@@ -1,18 +1,28 @@
-"""Shared test helpers: where the fixtures live and how a missing fixture is reported.
+"""Shared test helpers: where the fixtures live, how a missing fixture is reported, and the two tiers.
 
 Fixture-driven tests take the root from ``PRIMESPEECH_FIXTURES`` (default ``../shared/fixtures``
 relative to the repository). When a fixture is missing the test is skipped with a reason, except when
 ``PRIMESPEECH_REQUIRE_FIXTURES=1`` (CI), where a missing fixture is a failure.
+
+Tiers: ``python -m pytest`` runs the quick tier: every module, the fixture parity tests on a seeded sample of
+the case files' rows (:func:`sample_cases`: every case file, language and category, ``PRIMESPEECH_CASE_SEED``
+picks which rows), and deselects the tests marked ``slow``. ``python -m pytest --full`` runs everything: every
+row of every case file and the slow tests. ``-m`` with a marker expression selects by markers as usual instead of
+the slow deselection (``-m slow``: only the slow tests).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import time
 import uuid
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -78,6 +88,65 @@ def no_dora_process_survives():
                     pytrace=False)
 
 
+T = TypeVar("T")
+_RUN = {"full": False}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full", action="store_true", default=False,
+        help="run every test: all rows of the fixture case files and the tests marked slow (default: the quick "
+             "tier, a seeded sample of rows and no slow tests)",
+    )
+
+
+def pytest_configure(config):
+    _RUN["full"] = bool(config.getoption("--full"))
+
+
+def full_run() -> bool:
+    """True under ``--full``: every case row, the slow tests included."""
+    return _RUN["full"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if full_run() or config.option.markexpr:  # -m chooses by markers itself (-m slow: the slow tests)
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+def pytest_report_header(config):
+    if full_run():
+        return "primespeech tests: full tier (every case row, slow tests included)"
+    return (f"primespeech tests: quick tier (seeded sample of case rows, seed {case_seed()}; slow tests deselected: "
+            "--full runs everything)")
+
+
+def case_seed() -> int:
+    return int(os.environ.get("PRIMESPEECH_CASE_SEED", "0"))
+
+
+def sample_cases(items: Sequence[T], group: Callable[[T], Hashable], per_group: int = 1) -> list[T]:
+    """Every item under ``--full``; otherwise ``per_group`` items of each group (``group(item)``, e.g. the case
+    file, language and category of a row) drawn with ``PRIMESPEECH_CASE_SEED`` (default 0), in file order. The
+    draw depends only on the items and the seed, so tests parametrized from the same rows sample the same rows."""
+    items = list(items)
+    if full_run() or not items:
+        return items
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    for i, item in enumerate(items):
+        groups[group(item)].append(i)
+    rng = random.Random(case_seed())
+    chosen: set[int] = set()
+    for key in sorted(groups, key=repr):
+        members = groups[key]
+        chosen.update(rng.sample(members, min(per_group, len(members))))
+    return [item for i, item in enumerate(items) if i in chosen]
+
+
 def fixtures_root() -> Path:
     return Path(os.environ.get("PRIMESPEECH_FIXTURES", str(_SHARED / "fixtures"))).expanduser().resolve()
 
@@ -104,6 +173,12 @@ def load_jsonl(relpath: str) -> list[dict]:
         return []
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def case_rows(relpath: str) -> list[dict]:
+    """The rows of a JSONL case file the parity tests run: every row under ``--full``, else a seeded sample of
+    one row per (language, category) of the file (:func:`sample_cases`)."""
+    return sample_cases(load_jsonl(relpath), lambda row: (row.get("language"), row.get("category")))
 
 
 def load_cases_json() -> dict:

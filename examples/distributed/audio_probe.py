@@ -57,7 +57,7 @@ def plain(value):
 
 def main() -> int:
     node = Node()
-    out = Path(os.environ.get("OUTPUT_DIR", "out-probe"))
+    out = Path(os.environ.get("OUTPUT_DIR", "out/probe"))
     out.mkdir(parents=True, exist_ok=True)
     events: list[dict] = []
     arrays: dict[str, np.ndarray] = {}

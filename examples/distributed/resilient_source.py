@@ -25,7 +25,7 @@ from dora import Node
 
 def main() -> int:
     node = Node()
-    out = Path(os.environ.get("OUTPUT_DIR", "out-source"))
+    out = Path(os.environ.get("OUTPUT_DIR", "out/source"))
     out.mkdir(parents=True, exist_ok=True)
     resend = os.environ.get("RESEND", "true").strip().lower() in {"1", "true", "yes", "on"}
     session = os.environ.get("SESSION_ID", "demo")

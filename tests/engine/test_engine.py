@@ -8,7 +8,9 @@ the e2e case's reference clip and prompt. Streaming has its own file (test_engin
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +26,7 @@ from dora_primespeech_mlx.text import TextFrontendError, UnsupportedLanguageErro
 
 E2E_CASES = model_cases("e2e")
 E2E_PARAMS = param_or_missing(E2E_CASES, lambda c: c["name"], "models/cases.json e2e case")
-# One chunk per request keeps the tests fast (the tiny GPT speaks ~50 tokens whatever the text);
+# One chunk per request keeps the tests fast (the tiny GPT speaks up to 50 * max_sec tokens whatever the text);
 # everything else is the engine's default.
 FAST = SynthesisConfig(text_split_method="cut0")
 
@@ -67,6 +69,17 @@ def golden_settings(case: dict) -> dict:
         "fragment_interval": float(inp["fragment_interval"]),
         "seed": int(inp["seed"]),
     }
+
+
+def bert_width(voice: VoiceSpec) -> int:
+    """hidden_size of the voice's BERT (the fixture's config.json)."""
+    return int(json.loads((Path(voice.bert) / "config.json").read_text(encoding="utf-8"))["hidden_size"])
+
+
+def bert_tolerance() -> dict:
+    """atol/rtol of the BERT phone features, as the set's bert cases give it."""
+    tol = next(c["tolerance"]["phone_features"] for c in model_cases("bert") if "phone_features" in c["tolerance"])
+    return {"atol": float(tol.get("atol", 0.0)), "rtol": float(tol.get("rtol", 0.0))}
 
 
 class ReplayNoise:
@@ -236,13 +249,17 @@ def test_gpt_gets_request_settings(engine, case, monkeypatch):
     assert (p.top_k, p.top_p, p.temperature, p.repetition_penalty) == (5, 1.0, 1.0, 1.35)
     assert call["seed"] == 233333
     assert call["early_stop_num"] == int(50 * load_cases_json()["gpt_config_data_max_sec"])
-    # GPT input = prompt phones + target phones, BERT [prompt | target] (zeros for English)
+    # GPT input = prompt phones + target phones, BERT [prompt | target]: the prompt's features are the
+    # golden's (zeros when the case's prompt is not Chinese), the English target's are zeros
     ref = _reference(engine)
     n_prompt = len(ref.prompt_phones)
     np.testing.assert_array_equal(call["phones"][0, :n_prompt], ref.prompt_phones)
     np.testing.assert_array_equal(call["prompt"][0], ref.prompt_semantic)
     assert call["bert"].shape == (1, 1024, call["phones"].shape[1])
-    assert not call["bert"].any()
+    golden = np.load(require_fixture("models/" + case["file"]))
+    tol = bert_tolerance()
+    np.testing.assert_allclose(call["bert"][0, :, :n_prompt], golden["prompt_bert_features"], **tol)
+    assert not call["bert"][0, :, n_prompt:].any()
 
     engine.synthesize("Hello there, my friend.", text_split_method="cut0", top_k=3, temperature=0.7, seed=9)
     p = spy.calls[-1]["params"]
@@ -284,13 +301,13 @@ def test_bad_language_is_a_frontend_error(engine):
         engine.synthesize("。。。", text_lang="klingon")
 
 
-def test_chunks_postprocessed_and_concatenated(engine):
+def test_chunks_postprocessed_and_concatenated(engine, voice):
     """cut5 makes several chunks: each decoded alone (1280 samples per token at speed 1) and followed
     by fragment_interval of silence."""
     from dora_primespeech_mlx.text import preprocess
 
     text = "Hello world, this is a test. Another sentence follows here!"
-    n_chunks = len(preprocess(text, "en", "cut5"))
+    n_chunks = len(preprocess(text, voice.language, "cut5"))  # the request's language: the voice's
     assert n_chunks >= 2
     r = engine.synthesize(text, text_split_method="cut5", speed_factor=1.0, fragment_interval=0.25, seed=3)
     gap = int(r.sample_rate * 0.25)
@@ -349,12 +366,19 @@ def test_reference_must_be_3_to_10_seconds(model_dir, voice, tmp_path, seconds):
 
 
 def test_english_needs_no_bert_chinese_needs_a_1024_wide_one(model_dir, voice):
-    """The fixture BERT is 64 wide: English never loads it; Chinese text fails clearly."""
+    """An English voice (English prompt) never loads the BERT for English text; Chinese text loads it and
+    is spoken when the fixture BERT is 1024 wide (the GPT's bert_proj input), else fails clearly."""
+    english = dataclasses.replace(voice, language="en", prompt_lang="en", prompt_text="Good morning, this is my voice.")
     eng = GPTSoVITSEngine(model_dir=model_dir, config=FAST)
-    eng.synthesize("Hello there, my friend.", voice=voice)
+    eng.synthesize("Hello there, my friend.", voice=english)
     assert not any(m.startswith("bert:") for m in eng.stats()["loaded_models"])
+    if bert_width(voice) == 1024:
+        r = eng.synthesize("你好，欢迎使用语音合成系统。", voice=english, text_lang="zh")
+        assert len(r.semantic_tokens) > 0 and len(r.audio) > 0
+        assert any(m.startswith("bert:") for m in eng.stats()["loaded_models"])
+        return
     with pytest.raises(SynthesisError, match="1024") as err:
-        eng.synthesize("你好，欢迎使用语音合成系统。", voice=voice, text_lang="zh")
+        eng.synthesize("你好，欢迎使用语音合成系统。", voice=english, text_lang="zh")
     assert err.value.stage == "bert"
 
 

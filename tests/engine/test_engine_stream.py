@@ -19,11 +19,26 @@ from dora_primespeech_mlx.engine.streaming import Stitcher
 from dora_primespeech_mlx.errors import NothingToSpeakError
 
 TEXT = "Hello world, this is a small test."
-# small pieces so that one 50-token sentence of the tiny GPT gives several seams
-SMALL = {
-    "stream_first_tokens": 12, "stream_chunk_tokens": 10, "stream_context_tokens": 8, "stream_lookahead_tokens": 3,
-    "text_split_method": "cut0", "top_k": 1, "seed": 7, "stream_pace": False,  # fixed steps (pacing: own tests)
-}
+GREEDY = {"text_split_method": "cut0", "top_k": 1, "seed": 7}
+
+
+@pytest.fixture(scope="module")
+def text_tokens(engine) -> int:
+    """How many tokens the tiny GPT speaks for TEXT with GREEDY (the fixture set's GPT decides: it stops at its
+    EOS or at 50 * max_sec tokens)."""
+    n = len(engine.synthesize(TEXT, speed_factor=1.0, **GREEDY).semantic_tokens)
+    assert n >= 8, f"the fixture GPT speaks {n} tokens for {TEXT!r}: too few for a stream of several windows"
+    return n
+
+
+@pytest.fixture(scope="module")
+def small(text_tokens) -> dict:
+    """Small windows scaled to TEXT's tokens so that its one sentence gives several seams: the first window after
+    a quarter of them, later ones growing to a fifth; fixed steps (pacing has its own tests)."""
+    chunk = max(2, text_tokens // 5)
+    return {"stream_first_tokens": max(2, text_tokens // 4), "stream_chunk_tokens": chunk,
+            "stream_context_tokens": min(8, chunk), "stream_lookahead_tokens": min(3, chunk - 1), **GREEDY,
+            "stream_pace": False}
 
 
 def _collect(stream, events=None) -> list[AudioChunk]:
@@ -35,19 +50,19 @@ def _collect(stream, events=None) -> list[AudioChunk]:
     return out
 
 
-def test_first_audio_before_generation_ends(engine, monkeypatch):
+def test_first_audio_before_generation_ends(engine, small, monkeypatch):
     import dataclasses
 
     # the vocoder in turn with the GPT (with PRIMESPEECH_OVERLAP the chunk comes when the lane is done)
     monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="0"))
     spy = GenerateSpy(monkeypatch)
-    chunks = _collect(engine.synthesize_stream(TEXT, **SMALL), spy.events)
+    chunks = _collect(engine.synthesize_stream(TEXT, **small), spy.events)
     events = spy.events
     tokens = [i for i, e in enumerate(events) if e[0] == "token"]
     first_chunk = next(i for i, e in enumerate(events) if e[0] == "chunk")
     assert first_chunk < tokens[-1], "the first chunk must be yielded while tokens are still produced"
     # it came right after the configured number of tokens
-    assert sum(1 for e in events[:first_chunk] if e[0] == "token") == SMALL["stream_first_tokens"]
+    assert sum(1 for e in events[:first_chunk] if e[0] == "token") == small["stream_first_tokens"]
     assert len(chunks) >= 3
     assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
     assert [c.is_final for c in chunks] == [False] * (len(chunks) - 1) + [True]
@@ -65,12 +80,12 @@ def _rel_error(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def test_stream_matches_whole_utterance(engine):
+def test_stream_matches_whole_utterance(engine, small):
     """Same seed and greedy tokens: the streamed audio equals the whole decode up to the context
     effects of the window decodes. Metric: relative L2 error of the speech part (a misaligned,
     repeated or missing piece gives ~1 or more on this noise-like audio)."""
-    whole = engine.synthesize(TEXT, speed_factor=1.0, **{k: SMALL[k] for k in ("text_split_method", "top_k", "seed")})
-    chunks = _collect(engine.synthesize_stream(TEXT, speed_factor=1.0, **SMALL))
+    whole = engine.synthesize(TEXT, speed_factor=1.0, **GREEDY)
+    chunks = _collect(engine.synthesize_stream(TEXT, speed_factor=1.0, **small))
     streamed = np.concatenate([c.audio for c in chunks])
     gap = int(0.3 * 32000)
     assert len(streamed) == len(whole.audio)
@@ -85,10 +100,10 @@ def test_stream_matches_whole_utterance(engine):
         assert jumps[max(0, b - 700) : b + 700].max() <= limit * 1.05
 
 
-def test_stream_with_speed_factor(engine):
+def test_stream_with_speed_factor(engine, small):
     """speed != 1: every window is resampled onto one output grid, so streamed pieces agree with a
     single-window stream of the same sentence; the length is upstream's int(2T/speed)+1 frames."""
-    kw = {**SMALL, "speed_factor": 1.1, "fragment_interval": 0.0}
+    kw = {**small, "speed_factor": 1.1, "fragment_interval": 0.0}
     whole = engine.synthesize(TEXT, **{k: kw[k] for k in ("text_split_method", "top_k", "seed", "speed_factor")},
                               fragment_interval=0.0)
     one = np.concatenate([c.audio for c in engine.synthesize_stream(TEXT, **{**kw, "stream_first_tokens": 1500})])
@@ -138,29 +153,29 @@ def test_stitcher_seams_are_smooth(crossfade):
         assert worst > natural * 1.3
 
 
-def test_cancel_stops_between_tokens(engine, monkeypatch):
+def test_cancel_stops_between_tokens(engine, small, text_tokens, monkeypatch):
     spy = GenerateSpy(monkeypatch)
     cancel = threading.Event()
     before = engine.stats()["cancelled"]
     got = []
-    for c in engine.synthesize_stream(TEXT, cancel=cancel, **SMALL):
+    for c in engine.synthesize_stream(TEXT, cancel=cancel, **small):
         got.append(c)
         cancel.set()
         n_tokens = len([e for e in spy.events if e[0] == "token"])
     assert len(got) == 1
     assert len([e for e in spy.events if e[0] == "token"]) == n_tokens, "no token after cancel"
-    assert n_tokens < 40
+    assert n_tokens < text_tokens
     assert engine.stats()["cancelled"] == before + 1
 
     cancel_now = threading.Event()
     cancel_now.set()
-    assert list(engine.synthesize_stream(TEXT, cancel=cancel_now, **SMALL)) == []
+    assert list(engine.synthesize_stream(TEXT, cancel=cancel_now, **small)) == []
 
 
-def test_cancel_from_another_thread(engine):
+def test_cancel_from_another_thread(engine, small):
     cancel = threading.Event()
     got = []
-    for c in engine.synthesize_stream("Hello world. This is a test. One more sentence here.", cancel=cancel, **SMALL):
+    for c in engine.synthesize_stream("Hello world. This is a test. One more sentence here.", cancel=cancel, **small):
         got.append(c)
         if len(got) == 1:
             threading.Thread(target=cancel.set).start()
@@ -173,9 +188,9 @@ def test_stream_errors_raise_at_the_call(engine):
         engine.synthesize_stream("。。。")
 
 
-def test_several_sentences_each_end_with_silence(engine):
+def test_several_sentences_each_end_with_silence(engine, small):
     text = "Hello world. This is a test!"
-    chunks = _collect(engine.synthesize_stream(text, **{**SMALL, "text_split_method": "cut5"}))
+    chunks = _collect(engine.synthesize_stream(text, **{**small, "text_split_method": "cut5"}))
     sentences = sorted({c.sentence_index for c in chunks})
     assert sentences == [0, 1]
     gap = int(0.3 * 32000)
@@ -198,36 +213,36 @@ def test_window_steps_ramp_up_to_the_chunk():
     assert first(4, stream_first_tokens=30, stream_chunk_tokens=20, stream_ramp=2) == [30, 20, 20, 20]
 
 
-def _stream_audio(engine, **kw) -> np.ndarray:
-    return np.concatenate([c.audio for c in engine.synthesize_stream(TEXT, **SMALL, **kw)])
+def _stream_audio(engine, small, **kw) -> np.ndarray:
+    return np.concatenate([c.audio for c in engine.synthesize_stream(TEXT, **small, **kw)])
 
 
 @pytest.mark.parametrize("speed", [1.0, 1.1])
-def test_vocoder_crop_keeps_the_samples(engine, monkeypatch, speed):
+def test_vocoder_crop_keeps_the_samples(engine, small, monkeypatch, speed):
     """Windows are vocoded only over the emitted frames plus the vocoder's receptive field: the audio equals
     vocoding each whole window (float rounding), while a crop without that margin changes it."""
     from dora_primespeech_mlx.models.hifigan import Generator
 
-    cropped = _stream_audio(engine, speed_factor=speed, stream_vocoder_margin=4096)  # the whole receptive field
+    cropped = _stream_audio(engine, small, speed_factor=speed, stream_vocoder_margin=4096)  # the whole receptive field
     monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 10**6))
-    whole_windows = _stream_audio(engine, speed_factor=speed, stream_vocoder_margin=4096)  # whole windows
+    whole_windows = _stream_audio(engine, small, speed_factor=speed, stream_vocoder_margin=4096)  # whole windows
     assert cropped.shape == whole_windows.shape
     peak = float(np.abs(whole_windows).max())
     assert float(np.abs(cropped - whole_windows).max()) <= 1e-5 * peak
     monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 0))
-    too_tight = _stream_audio(engine, speed_factor=speed, stream_vocoder_margin=4096)
+    too_tight = _stream_audio(engine, small, speed_factor=speed, stream_vocoder_margin=4096)
     assert float(np.abs(too_tight - whole_windows).max()) > 1e-3 * peak  # the margin is what keeps it exact
 
 
-def test_default_vocoder_margin_is_small_beside_the_windowing(engine):
+def test_default_vocoder_margin_is_small_beside_the_windowing(engine, small):
     """``stream_vocoder_margin`` (default 8 frames, under v2's 13-frame receptive field) trades exactness for
     cheaper windows: the change it makes to the streamed audio is small beside the one streaming makes anyway
     (windows decoded with limited context, vs the whole sentence), and smaller than with no margin at all."""
-    whole = engine.synthesize(TEXT, speed_factor=1.0, **{k: SMALL[k] for k in ("text_split_method", "top_k", "seed")})
+    whole = engine.synthesize(TEXT, speed_factor=1.0, **GREEDY)
     speech = len(whole.audio) - int(0.3 * 32000)
-    exact = _stream_audio(engine, speed_factor=1.0, stream_vocoder_margin=4096)[:speech]
-    default = _stream_audio(engine, speed_factor=1.0)[:speech]
-    bare = _stream_audio(engine, speed_factor=1.0, stream_vocoder_margin=0)[:speech]
+    exact = _stream_audio(engine, small, speed_factor=1.0, stream_vocoder_margin=4096)[:speech]
+    default = _stream_audio(engine, small, speed_factor=1.0)[:speech]
+    bare = _stream_audio(engine, small, speed_factor=1.0, stream_vocoder_margin=0)[:speech]
     windowing = _rel_error(exact, whole.audio[:speech])
     margin = _rel_error(default, exact)
     print(f"relative L2: streamed vs whole {windowing:.3g}, default margin vs exact {margin:.3g}, "
@@ -263,7 +278,7 @@ def test_receptive_frames_is_the_generator_reach(engine):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, monkeypatch, stream):
+def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, small, monkeypatch, stream):
     """PRIMESPEECH_OVERLAP: the vocoder on the lane's worker thread (while the GPT goes on) yields the same
     chunks and samples as running it in turn, for whole and streamed requests of several sentences."""
     import dataclasses
@@ -274,7 +289,7 @@ def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, monkeypatch, stream
     if getattr(sovits, "vocoder_backend", None) is None or sovits.vocoder_backend.active != "onnxruntime":
         pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
     text = "Hello world. This is a small test. And a third one."
-    kw = dict(SMALL, text_split_method="cut5")
+    kw = dict(small, text_split_method="cut5")
     monkeypatch.setattr(overlap, "STREAM_QUEUED_S", -1.0)  # every window after the first to the lane
     runs, real_submit = {}, overlap.VocoderLane.submit
     for mode in ("0", "1"):
@@ -293,7 +308,7 @@ def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, monkeypatch, stream
     np.testing.assert_array_equal(runs["0"][1], runs["1"][1])
 
 
-def test_stream_first_audio_waits_for_one_sentences_bert(engine, monkeypatch):
+def test_stream_first_audio_waits_for_one_sentences_bert(engine, small, monkeypatch):
     """A stream computes the first sentence's BERT with the request and the others' after its first audio (one
     batch); a whole request batches all sentences at once."""
     from dora_primespeech_mlx.engine import pipeline
@@ -301,7 +316,7 @@ def test_stream_first_audio_waits_for_one_sentences_bert(engine, monkeypatch):
     calls, real = [], pipeline.bert_features
     monkeypatch.setattr(pipeline, "bert_features", lambda results, *a: calls.append(len(results)) or real(results, *a))
     text = "Hello world. This is a small test. And a third one."  # (the fixture BERT may not fit Chinese)
-    kw = dict(SMALL, text_split_method="cut5")
+    kw = dict(small, text_split_method="cut5")
     stream = engine.synthesize_stream(text, **kw)
     assert calls == [1]
     first = next(stream)
@@ -315,7 +330,7 @@ def test_stream_first_audio_waits_for_one_sentences_bert(engine, monkeypatch):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, monkeypatch, stream):
+def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, small, monkeypatch, stream):
     """ONNX Runtime failing inside the lane: one warning, MLX runs that vocoder on the caller's thread and
     from then on; the request completes with the same audio as MLX alone (within float rounding)."""
     import dataclasses
@@ -327,7 +342,7 @@ def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, monkeypatch, str
     from dora_primespeech_mlx.engine import overlap
 
     text = "Hello world. This is a small test."
-    kw = dict(SMALL, text_split_method="cut5")
+    kw = dict(small, text_split_method="cut5")
     monkeypatch.setattr(overlap, "STREAM_QUEUED_S", -1.0)  # every window after the first to the lane
 
     def run():
@@ -374,7 +389,7 @@ class _Callable:
         return self.real.describe()
 
 
-def test_stream_uses_the_lane_only_with_audio_queued(engine, monkeypatch):
+def test_stream_uses_the_lane_only_with_audio_queued(engine, small, monkeypatch):
     """A stream's first window, and any window while less than STREAM_QUEUED_S of sent audio is unplayed, is
     vocoded in turn; with a large threshold the lane is never used, with a negative one every later window."""
     import dataclasses
@@ -391,7 +406,7 @@ def test_stream_uses_the_lane_only_with_audio_queued(engine, monkeypatch):
     for threshold in (1e9, -1.0):
         monkeypatch.setattr(overlap, "STREAM_QUEUED_S", threshold)
         submitted.clear()
-        chunks = list(engine.synthesize_stream(TEXT, **SMALL))
+        chunks = list(engine.synthesize_stream(TEXT, **small))
         counts[threshold] = len(submitted)
     assert counts[1e9] == 0
     assert counts[-1.0] == len(chunks) - 1  # all windows but the first

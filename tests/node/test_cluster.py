@@ -33,7 +33,7 @@ from tiny_voice import VOICE, make_model_dir
 sys.path.insert(0, str(REPO / "examples" / "distributed"))
 from loopback import OVERLAY, Cluster, _start_time, dora_exe  # noqa: E402
 
-pytestmark = pytest.mark.dora
+pytestmark = [pytest.mark.dora, pytest.mark.slow]
 
 EXAMPLE = REPO / "examples" / "distributed" / "dataflow.yaml"
 PROBE = REPO / "examples" / "distributed" / "audio_probe.py"

@@ -242,6 +242,7 @@ def test_node_form_end_to_end(tmp_path):
     print(f"node form: dora run took {elapsed:.1f} s")
 
 
+@pytest.mark.slow
 def test_operator_form_streaming_and_reset(tmp_path):
     script = "\n".join([
         # long enough that the reset surely arrives while it is spoken (streaming stops between tokens)
@@ -284,6 +285,7 @@ def test_missing_voice_files_fail_fast_with_instructions(tmp_path):
         assert init and init[0]["error_stage"] == "init"
 
 
+@pytest.mark.slow
 def test_orchestrator_streams_switches_voice_and_barges_in(tmp_path):
     """examples/dataflow-orchestrator.yaml with the tiny voices: LLM-style streaming (no waiting),
     reset at the first audio of answer 1, change_voice, answer 2 in the new voice."""

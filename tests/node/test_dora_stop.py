@@ -19,7 +19,7 @@ from tiny_voice import VOICE, make_model_dir
 
 from dora_primespeech_mlx.settings import ZENOH_OVERLAY
 
-pytestmark = pytest.mark.dora
+pytestmark = [pytest.mark.dora, pytest.mark.slow]
 
 LONG = "& " + " ".join(f"Sentence number {n}, a small test of stopping." for n in range(1, 60))
 # The slowest text found for the front end (tests/node/test_order.py): 60-letter "words" that no dictionary

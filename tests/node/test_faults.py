@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 import soundfile as sf
 import yaml
+from conftest import full_run
 from tiny_voice import VOICE, checkpoint, make_model_dir, reference_wav, write_voice
 
 from dora_primespeech_mlx.dataflow.handler import MessageHandler
@@ -160,8 +161,9 @@ def test_a_voice_folder_deleted_while_running_keeps_serving(tmp_path):
 
 
 def test_per_request_voices_stay_within_the_cache_bound(tmp_path):
-    """50 requests cycling over 6 voices with their own GPT files: the cache holds the current voice plus at
-    most PRIMESPEECH_VOICE_CACHE others."""
+    """Requests cycling over 6 voices with their own GPT files (8 of them, each loading a voice; 50 under --full):
+    the cache holds the current voice plus at most PRIMESPEECH_VOICE_CACHE others."""
+    requests = 50 if full_run() else 8
     root = make_model_dir(tmp_path / "models")
     names = []
     for i in range(6):
@@ -171,13 +173,13 @@ def test_per_request_voices_stay_within_the_cache_bound(tmp_path):
     handler, rec = _handler(root, PRIMESPEECH_VOICE_CACHE="2")
     engine = handler.engine
     peak = 0
-    for i in range(50):
+    for i in range(requests):
         handler.on_input("text", pa.array([f"VOICE:{names[i % len(names)]}|{TEXT}"]), {"t": i})
         assert handler.wait_idle(300)
         gpts = [m for m in engine.stats()["loaded_models"] if m.startswith("gpt:")]
         peak = max(peak, len(gpts))
         assert len(engine.cache.voices()) <= 3
     assert handler.finish(60)
-    assert [o for o, _ in rec.completes()] == ["completed"] * 50
+    assert [o for o, _ in rec.completes()] == ["completed"] * requests
     assert peak == 3, "the current voice's GPT plus two per-request voices"
-    assert engine.stats()["cached_voices"][-1] == names[49 % len(names)]
+    assert engine.stats()["cached_voices"][-1] == names[(requests - 1) % len(names)]

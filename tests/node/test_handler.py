@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-from tiny_voice import VOICE, VOICE_2, make_model_dir, reference_wav
+from tiny_voice import VOICE, VOICE_2, e2e_case, make_model_dir, reference_wav
 
 from dora_primespeech_mlx.dataflow.handler import CANCELLED, MessageHandler
 from dora_primespeech_mlx.dataflow.transport import DirectTransport
@@ -96,7 +96,7 @@ def test_batch_text_gets_audio_and_one_segment_complete(model_dir, shared_engine
     assert amd["sample_rate"] == 32000 and type(amd["sample_rate"]) is int
     assert amd["duration"] == pytest.approx(samples.size / 32000) and type(amd["duration"]) is float
     assert (amd["chunk_index"], amd["fragment_num"], amd["is_final"], amd["is_streaming"]) == (0, 1, True, False)
-    assert amd["voice"] == VOICE and amd["language"] == "en"
+    assert amd["voice"] == VOICE and amd["language"] == e2e_case()["inputs"]["text_lang"]  # the voice's language
     for key in ("question_id", "session_status", "session_id", "custom", "ratio", "flag"):
         assert amd[key] == md[key] and type(amd[key]) is type(md[key]), key
     assert amd["segment_index"] == 0 and type(amd["segment_index"]) is int  # "0" arrives, an int leaves
@@ -182,7 +182,7 @@ def test_control_commands(model_dir, shared_engine):
     assert answers[2]["status"] == "error" and "No Such Voice" in answers[2]["error"]
     assert answers[2]["voice"] == VOICE  # kept the old voice
     assert answers[3]["status"] == "voice_changed" and answers[3]["voice"] == VOICE_2
-    assert answers[3]["language"] == "en"
+    assert answers[3]["language"] == e2e_case()["inputs"]["text_lang"]  # the voice's language (its YAML)
     assert answers[4]["status"] == "cleanup"
     (_, amd), = rec.of("audio")
     assert amd["voice"] == VOICE_2

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import full_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -177,7 +178,11 @@ def _shared_handler():
     return _SHARED["handler"], _SHARED["rec"], _SHARED["engine"]
 
 
-@settings(max_examples=10_000, deadline=None, derandomize=True, database=None,
+# 10 000 generated sequences under --full; the quick tier runs the first 300 of the same derandomized draw
+EXAMPLES = 10_000 if full_run() else 300
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(events=_events, streaming=st.booleans())
 def test_every_text_gets_exactly_one_answer_in_order(events, streaming):
@@ -210,7 +215,8 @@ def test_the_shared_handler_saw_failures_of_every_kind():
     """The property above really exercised the failure paths (it ran first: tests run in file order)."""
     handler, rec, engine = _shared_handler()
     counts = handler.counts
-    assert counts["errors"] > 100 and counts["completed"] > 100 and counts["skipped"] > 10
+    assert counts["errors"] > EXAMPLES // 100 and counts["completed"] > EXAMPLES // 100  # (> 100 of 10 000)
+    assert counts["skipped"] > EXAMPLES // 1000
     assert counts["texts"] == counts["errors"] + counts["completed"] + counts["skipped"]
 
 

@@ -1,8 +1,9 @@
 """A user voice built from the fixture models (tiny random-weight GPT-SoVITS v2), for the node tests.
 
 The voice YAML goes into ``<tmp model dir>/voices/<name>/voice.yaml`` and points to the fixture files
-named in ``models/cases.json`` (``checkpoints``) and to the reference clip and prompt of its ``e2e``
-case. The tiny BERT is 64 wide, so the voice speaks English (zero BERT features, as upstream does).
+named in ``models/cases.json`` (``checkpoints``) and to the reference clip, prompt and language of its
+``e2e`` case (English with zero BERT features when the set's tiny BERT cannot feed the GPT, Chinese when it is
+1024 wide: the fixture README says which).
 """
 
 from __future__ import annotations

@@ -11,14 +11,14 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import load_jsonl, param_or_missing, require_case
+from conftest import case_rows, param_or_missing, require_case
 
 from dora_primespeech_mlx.text import chinese
 from dora_primespeech_mlx.text.chinese import g2p, text_normalize
 from dora_primespeech_mlx.text.errors import TextFrontendError
 
 CASES = "text/cases_v2.jsonl"
-_ROWS = load_jsonl(CASES)
+_ROWS = case_rows(CASES)
 
 # upstream cleaner.clean_text: a Chinese segment containing one of these is normalised with the
 # symbol replaced by "," and then every "," phone becomes the pause symbol (first match wins).

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nltk
 import pytest
-from conftest import fixtures_required, load_jsonl, param_or_missing, require_fixture
+from conftest import case_rows, fixtures_required, param_or_missing, require_fixture
 
 from dora_primespeech_mlx.text import data
 from dora_primespeech_mlx.text.en_normalization import normalize
@@ -32,7 +32,7 @@ _TEXT_DATA = os.environ.get("PRIMESPEECH_TEXT_DATA", "")
 def _english_segments() -> list[dict]:
     return [
         dict(seg, case_id=case["id"], index=i)
-        for case in load_jsonl(CASES)
+        for case in case_rows(CASES)
         for i, seg in enumerate(case.get("segments") or [])
         if seg["lang"] == "en"
     ]

@@ -17,7 +17,7 @@ import re
 import sys
 
 import pytest
-from conftest import fixtures_required, load_jsonl, require_case
+from conftest import case_rows, fixtures_required, require_case
 
 from dora_primespeech_mlx.text import (
     TextFrontendError,
@@ -38,7 +38,7 @@ from dora_primespeech_mlx.text.frontend import clean_text
 CASES = "text/cases_v2.jsonl"
 CASES_JKC = "text/cases_v2_jkc.jsonl"
 CASE_FILES = (CASES, CASES_JKC)
-_ROWS = [(path, row) for path in CASE_FILES for row in load_jsonl(path)]
+_ROWS = [(path, row) for path in CASE_FILES for row in case_rows(path)]
 _PRE_ROWS = [(path, row, rec) for path, row in _ROWS for rec in row.get("preprocess", [])]
 
 # language option -> (pip extra, modules it provides) for the options that need one

@@ -4,7 +4,7 @@ and the pre_seg_text of every preprocessing record of text/cases_v2.jsonl."""
 from __future__ import annotations
 
 import pytest
-from conftest import load_jsonl, param_or_missing, require_case
+from conftest import case_rows, param_or_missing, require_case
 
 from dora_primespeech_mlx.text.errors import TextFrontendError
 from dora_primespeech_mlx.text.segmentation import (
@@ -19,9 +19,9 @@ SPLITS = "text/splits.jsonl"
 CASES = "text/cases_v2.jsonl"
 
 _SPLIT_ROWS = [
-    (row, name, rec) for row in load_jsonl(SPLITS) for name, rec in sorted(row["methods"].items())
+    (row, name, rec) for row in case_rows(SPLITS) for name, rec in sorted(row["methods"].items())
 ]
-_CASE_ROWS = [(row, rec) for row in load_jsonl(CASES) for rec in row.get("preprocess", [])]
+_CASE_ROWS = [(row, rec) for row in case_rows(CASES) for rec in row.get("preprocess", [])]
 
 
 def _split_id(item):
