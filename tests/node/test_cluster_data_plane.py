@@ -30,7 +30,7 @@ from dora_primespeech_mlx.settings import ZENOH_OVERLAY
 sys.path.insert(0, str(REPO / "examples" / "distributed"))
 from loopback import Cluster, dora_exe, free_port  # noqa: E402
 
-pytestmark = pytest.mark.dora
+pytestmark = [pytest.mark.slow, pytest.mark.dora]
 zenoh = pytest.importorskip("zenoh", reason="eclipse-zenoh (dev extra) not installed")
 
 SEED = 7

@@ -94,6 +94,7 @@ def gone(pid: int, started: str) -> bool:
         return True
 
 
+@pytest.mark.slow
 @pytest.mark.dora
 @pytest.mark.parametrize("when", ["loading", "idle", "streaming"])
 def test_node_exits_when_its_daemon_is_killed(model_dir, tmp_path, when):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_dora import NODE_FORM, audio_of, by_status, check_one_answer_per_text, run_flow, tail
 
-pytestmark = pytest.mark.dora
+pytestmark = [pytest.mark.slow, pytest.mark.dora]
 
 ANSWER = "Hello there, nice to meet you."
 THINK = [

@@ -17,7 +17,7 @@ from tiny_voice import VOICE, make_model_dir
 from dora_primespeech_mlx.dataflow.handler import CANCELLED
 from dora_primespeech_mlx.settings import ZENOH_OVERLAY
 
-pytestmark = pytest.mark.dora
+pytestmark = [pytest.mark.slow, pytest.mark.dora]
 
 FLOW = """\
 nodes:

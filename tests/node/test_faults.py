@@ -160,6 +160,7 @@ def test_a_voice_folder_deleted_while_running_keeps_serving(tmp_path):
     assert [s for s in rec.statuses() if s["status"] == "error" and s.get("command") == "change_voice"]
 
 
+@pytest.mark.slow
 def test_per_request_voices_stay_within_the_cache_bound(tmp_path):
     """Requests cycling over 6 voices with their own GPT files (8 of them, each loading a voice; 50 under --full):
     the cache holds the current voice plus at most PRIMESPEECH_VOICE_CACHE others."""

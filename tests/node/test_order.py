@@ -239,7 +239,8 @@ print("RESULT " + json.dumps({"latencies": latencies, "busy": busy, "answered": 
 """
 
 
-@pytest.mark.parametrize("name", list(SLOW_TEXTS))
+@pytest.mark.parametrize("name", [  # the quick tier runs the slowest text; --full all of them
+    pytest.param(name, marks=() if name == "oov-words" else pytest.mark.slow) for name in SLOW_TEXTS])
 def test_controls_stay_prompt_and_reset_stops_the_front_end(real, name):
     """While the worker runs the real engine's text front end on a hostile text, ``stats`` and ``list_voices``
     are answered at once (nothing the worker runs holds the GIL for long), and a ``reset`` answers the text at

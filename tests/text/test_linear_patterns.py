@@ -93,6 +93,7 @@ HOSTILE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_every_number_pattern_is_linear_on_long_runs():
     """20 000-character runs (four times MAX_TEXT_CHARS' default): each pattern finishes in well under a second
     (a quadratic one needs seconds, a cubic one hours)."""

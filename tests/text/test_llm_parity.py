@@ -1,29 +1,29 @@
 """The LLM text stage (text/llm.py) is a no-op on plain text: every fixture sentence (text/cases_v2.jsonl,
 text/cases_v2_jkc.jsonl, text/splits.jsonl, whichever fixture set PRIMESPEECH_FIXTURES names) gives upstream's
-phone ids through the stage and the front end, for the whole-text path (get_phones) and every recorded
-preprocess method; the stage returns every sentence unchanged."""
+phone ids through the stage and the front end (the quick tier: a sample of rows; --full: every row), for the
+whole-text path (get_phones) and every recorded preprocess method; the stage returns every sentence unchanged."""
 
 from __future__ import annotations
 
 import importlib.util
 
 import pytest
-from conftest import fixtures_required, load_jsonl, require_case
+from conftest import case_rows, fixtures_required, load_jsonl, require_case
 
 from dora_primespeech_mlx.text import TextFrontendError, get_phones, preprocess, split_text
 from dora_primespeech_mlx.text.llm import StreamFilter, clean
 
 CASE_FILES = ("text/cases_v2.jsonl", "text/cases_v2_jkc.jsonl")
 SPLITS = "text/splits.jsonl"
-_ROWS = [(path, row) for path in CASE_FILES for row in load_jsonl(path)]
 _OPTION_EXTRA = {"all_ja": "ja", "ja": "ja", "all_ko": "ko", "ko": "ko", "all_yue": "yue", "yue": "yue"}
 _EXTRA_MODULES = {"ja": ("pyopenjtalk",), "ko": ("g2pk2", "mecab", "jamo"), "yue": ("ToJyutping",)}
 
 
-def _params():
+def _params(rows=load_jsonl):
+    """Every row of each case file (``rows=case_rows``: the quick tier's sample, every row under ``--full``)."""
     params = []
     for path in CASE_FILES:
-        mine = [pytest.param(row, id=row["id"]) for p, row in _ROWS if p == path]
+        mine = [pytest.param(row, id=row["id"]) for row in rows(path)]
         params += mine or [pytest.param(None, id=f"missing:{path}")]
     return params
 
@@ -48,7 +48,7 @@ def test_fixture_sentence_is_untouched(row):
         assert StreamFilter(hint).feed(text) == cleaned  # one message: the stream filter says the same
 
 
-@pytest.mark.parametrize("row", _params())
+@pytest.mark.parametrize("row", _params(case_rows))
 def test_fixture_phones_through_the_stage(row):
     row = require_case(row, "text/cases_v2.jsonl")
     _need_extra(row)
