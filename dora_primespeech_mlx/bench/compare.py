@@ -25,7 +25,7 @@ from typing import Any
 from ..settings import child_env, read
 
 SIDES = ("upstream", "ours", "genie", "cpufast")
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding dora_primespeech_mlx
 
 
 def cache_dir() -> Path:
