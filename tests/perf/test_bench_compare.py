@@ -77,3 +77,9 @@ def test_stops_clearly_without_the_set(tmp_path, monkeypatch, capsys):
     assert bc.run_compare(_args(tmp_path, compare_tools=str(tools))) == 2
     err = capsys.readouterr().err
     assert "nothing to compare against" in err and "upstream not set up" in err
+
+
+def test_package_root_is_the_folder_that_holds_the_package():
+    """The original's side gets PACKAGE_ROOT on its PYTHONPATH: it must hold ``dora_primespeech_mlx`` (the package
+    folder itself would put this package's ``text`` in place of the original's)."""
+    assert (bc.PACKAGE_ROOT / "dora_primespeech_mlx" / "__init__.py").is_file()
