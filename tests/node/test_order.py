@@ -213,8 +213,8 @@ from dora_primespeech_mlx.node import engine_factory
 from dora_primespeech_mlx.settings import Settings
 from tiny_voice import VOICE
 model_dir, name = sys.argv[1], sys.argv[2]
-settings = Settings.from_env({"VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": model_dir, "GPTSVITS_WARMUP": "false",
-                              "TOP_K": "1"})
+# warmed up as the node is before `ready` (the voice's models and reference are built then, not during the text)
+settings = Settings.from_env({"VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": model_dir, "TOP_K": "1"})
 handler, rec = make_handler(model_dir, engine_factory(settings)(lambda m: None))
 handler.on_input("text", pa.array([json.dumps({"prompt": SLOW_TEXTS[name], "language": "en"})]), {"question_id": name})
 rec.wait(lambda r: any(s["status"] == "synthesizing" for s in r.statuses()), 30)
