@@ -1,7 +1,8 @@
 /* float16-weight products with float32 accumulation on the CPU (models/half_gemv.py loads this library).
 
    - gemv_f16 / gemv_f16_mt: y = W x (+ b), rows split over threads; ffn_f16_mt: the decode step's fc1 -> ReLU -> fc2;
-   - decode_layers: every block of one GPT decode step in one call;
+   - decode_layers: every block of one GPT decode step in one call; decode_layers_batch: that step for several
+     generations at once, each weight read once for all of them;
    - gemm_f16: Y = act(X @ W.T + b) for small M (prefill rows, RoBERTa tokens), columns split over threads;
      bias_act: the same bias and activation on a float32 product computed elsewhere (BLAS);
    - prefill_attention: the GPT prefill's attention, one head per chunk;
@@ -18,73 +19,140 @@
 
 const char *hg_isa(void) { return HG_ISA; }
 
+/* ---- gemv: y[i] = sum_j W[i, j] x[j] (+ b[i]); W float16 row-major (n x k), x, b, y float32. One dot per output
+   value, in one fixed order: a batch of rows (the batched decode step) gets each row's values bit for bit as alone. */
 #if HG_X86
-/* ---- gemv: y[i] = sum_j W[i, j] x[j] (+ b[i]); W float16 row-major (n x k), x, b, y float32 ---- */
-static void gemv_rows(const uint16_t *W, const float *x, const float *b, float *y, int64_t i0, int64_t i1,
-                      int64_t k) {
+static inline float dot_f16(const uint16_t *w, const float *x, int64_t k) {
   const int64_t k16 = k & ~(int64_t)15;
-  for (int64_t i = i0; i < i1; i++) {
-    const uint16_t *w = W + i * k;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    for (int64_t j = 0; j < k16; j += 16) {
-      a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + j))), _mm256_loadu_ps(x + j), a0);
-      a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + j + 8))),
-                           _mm256_loadu_ps(x + j + 8), a1);
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  for (int64_t j = 0; j < k16; j += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + j))), _mm256_loadu_ps(x + j), a0);
+    a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + j + 8))), _mm256_loadu_ps(x + j + 8),
+                         a1);
+  }
+  __m256 s = _mm256_add_ps(a0, a1);
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_hadd_ps(h, h);
+  h = _mm_hadd_ps(h, h);
+  float acc = _mm_cvtss_f32(h);
+  for (int64_t j = k16; j < k; j++) acc += _cvtsh_ss(w[j]) * x[j];
+  return acc;
+}
+#else
+static inline float dot_f16(const uint16_t *w, const float *x, int64_t k) {
+  const int64_t k16 = k & ~(int64_t)15;
+  vec a0 = VZERO(), a1 = VZERO();
+  for (int64_t j = 0; j < k16; j += 16) {
+    a0 = VFMA(VLOADW(w + j), VLOADX(x + j), a0);
+    a1 = VFMA(VLOADW(w + j + 8), VLOADX(x + j + 8), a1);
+  }
+  float acc = VSUM(VADDV(a0, a1));
+  for (int64_t j = k16; j < k; j++) acc += h2f(w[j]) * x[j];
+  return acc;
+}
+#endif
+
+/* dot_f16 of one weight row with 4 vectors at once: each weight vector is loaded and converted once for all of them,
+   and every row accumulates in dot_f16's order (its value bit for bit as alone) */
+#if HG_X86
+static inline void dot4_f16(const uint16_t *w, const float *const *x, int64_t k, float *out) {
+  const int64_t k16 = k & ~(int64_t)15;
+  __m256 a0[4], a1[4];
+  for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < k16; j += 16) {
+    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + j)));
+    const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + j + 8)));
+    for (int r = 0; r < 4; r++) {
+      a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[r] + j), a0[r]);
+      a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[r] + j + 8), a1[r]);
     }
-    __m256 s = _mm256_add_ps(a0, a1);
+  }
+  for (int r = 0; r < 4; r++) {
+    __m256 s = _mm256_add_ps(a0[r], a1[r]);
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     h = _mm_hadd_ps(h, h);
     h = _mm_hadd_ps(h, h);
     float acc = _mm_cvtss_f32(h);
-    for (int64_t j = k16; j < k; j++) acc += _cvtsh_ss(w[j]) * x[j];
-    y[i] = b ? acc + b[i] : acc;
+    for (int64_t j = k16; j < k; j++) acc += _cvtsh_ss(w[j]) * x[r][j];
+    out[r] = acc;
   }
 }
 #else
-static void gemv_rows(const uint16_t *W, const float *x, const float *b, float *y, int64_t i0, int64_t i1,
-                      int64_t k) {
+static inline void dot4_f16(const uint16_t *w, const float *const *x, int64_t k, float *out) {
   const int64_t k16 = k & ~(int64_t)15;
-  for (int64_t i = i0; i < i1; i++) {
-    const uint16_t *w = W + i * k;
-    vec a0 = VZERO(), a1 = VZERO();
-    for (int64_t j = 0; j < k16; j += 16) {
-      a0 = VFMA(VLOADW(w + j), VLOADX(x + j), a0);
-      a1 = VFMA(VLOADW(w + j + 8), VLOADX(x + j + 8), a1);
+  vec a0[4], a1[4];
+  for (int r = 0; r < 4; r++) a0[r] = a1[r] = VZERO();
+  for (int64_t j = 0; j < k16; j += 16) {
+    const vec w0 = VLOADW(w + j), w1 = VLOADW(w + j + 8);
+    for (int r = 0; r < 4; r++) {
+      a0[r] = VFMA(w0, VLOADX(x[r] + j), a0[r]);
+      a1[r] = VFMA(w1, VLOADX(x[r] + j + 8), a1[r]);
     }
-    float acc = VSUM(VADDV(a0, a1));
-    for (int64_t j = k16; j < k; j++) acc += h2f(w[j]) * x[j];
-    y[i] = b ? acc + b[i] : acc;
+  }
+  for (int r = 0; r < 4; r++) {
+    float acc = VSUM(VADDV(a0[r], a1[r]));
+    for (int64_t j = k16; j < k; j++) acc += h2f(w[j]) * x[r][j];
+    out[r] = acc;
   }
 }
 #endif
 
+/* rows i0..i1 of W against `nb` vectors xs[r] into ys[r]: each weight row is read from memory once for all of them
+   (four vectors per pass share its conversion; it stays in L1 between passes) */
+static void gemv_rows(const uint16_t *W, const float *const *xs, const float *b, float *const *ys, int64_t nb,
+                      int64_t i0, int64_t i1, int64_t k) {
+  for (int64_t i = i0; i < i1; i++) {
+    const uint16_t *w = W + i * k;
+    int64_t r = 0;
+    for (; nb - r >= 2; r += 4) { /* pairs and triples fill the pass with repeats of their first vector */
+      const float *x4[4];
+      float acc[4];
+      for (int q = 0; q < 4; q++) x4[q] = xs[r + q < nb ? r + q : r];
+      dot4_f16(w, x4, k, acc);
+      for (int q = 0; q < 4 && r + q < nb; q++) ys[r + q][i] = b ? acc[q] + b[i] : acc[q];
+    }
+    for (; r < nb; r++) {
+      const float acc = dot_f16(w, xs[r], k);
+      ys[r][i] = b ? acc + b[i] : acc;
+    }
+  }
+}
+
 void gemv_f16(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k) {
-  gemv_rows(W, x, b, y, 0, n, k);
+  gemv_rows(W, &x, b, &y, 1, 0, n, k);
 }
 
 typedef struct {
   const uint16_t *W;
-  const float *x, *b;
-  float *y;
-  int64_t n, k, rows;
+  const float *const *xs;
+  const float *b;
+  float *const *ys;
+  int64_t nb, n, k, rows;
   int relu;
 } gemv_job;
 
 static void gemv_chunk(const void *p, int64_t c) {
   const gemv_job *j = (const gemv_job *)p;
   const int64_t i0 = c * j->rows, i1 = i0 + j->rows < j->n ? i0 + j->rows : j->n;
-  gemv_rows(j->W, j->x, j->b, j->y, i0, i1, j->k);
+  gemv_rows(j->W, j->xs, j->b, j->ys, j->nb, i0, i1, j->k);
   if (j->relu)
-    for (int64_t i = i0; i < i1; i++) j->y[i] = j->y[i] > 0.0f ? j->y[i] : 0.0f;
+    for (int64_t r = 0; r < j->nb; r++)
+      for (int64_t i = i0; i < i1; i++) j->ys[r][i] = j->ys[r][i] > 0.0f ? j->ys[r][i] : 0.0f;
+}
+
+/* ys[r] = W xs[r] (+ b) for r < nb, rows split over threads */
+static void gemv_batch(const uint16_t *W, const float *const *xs, const float *b, float *const *ys, int64_t nb,
+                       int64_t n, int64_t k, int relu, int threads) {
+  if (threads <= 1 || n * k < (1 << 16)) threads = 1;
+  int64_t rows = threads == 1 ? n : (n + 4 * threads - 1) / (4 * threads);
+  rows = rows < 32 ? 32 : (rows + 15) & ~(int64_t)15;
+  gemv_job j = {W, xs, b, ys, nb, n, k, rows, relu};
+  parallel(gemv_chunk, &j, (n + rows - 1) / rows, threads);
 }
 
 static void gemv_par(const uint16_t *W, const float *x, const float *b, float *y, int64_t n, int64_t k, int relu,
                      int threads) {
-  if (threads <= 1 || n * k < (1 << 16)) threads = 1;
-  int64_t rows = threads == 1 ? n : (n + 4 * threads - 1) / (4 * threads);
-  rows = rows < 32 ? 32 : (rows + 15) & ~(int64_t)15;
-  gemv_job j = {W, x, b, y, n, k, rows, relu};
-  parallel(gemv_chunk, &j, (n + rows - 1) / rows, threads);
+  gemv_batch(W, &x, b, &y, 1, n, k, relu, threads);
 }
 
 /* gemv_f16 on `threads` threads (rows in chunks: every y[i] is bit-identical to gemv_f16's) */
@@ -305,27 +373,72 @@ static void layer_norm_add(float *x, const float *y, const float *b, const float
   for (int64_t i = 0; i < D; i++) x[i] = (x[i] - m) * (w[i] * r) + nb[i];
 }
 
+typedef struct {
+  const attn_job *rows;
+  int64_t H;
+} attn_batch;
+
+static void attn_batch_head(const void *p, int64_t c) {
+  const attn_batch *j = (const attn_batch *)p;
+  attn_head(j->rows + c / j->H, c % j->H);
+}
+
+#define MAX_BATCH 16
+
+/* one decode step for nb generations of the same model at once (the batched decode of queued sentences): row r has
+   its own pointer table tables[r] (its weights are tables[0]'s: one weight read per step for all rows; its own KV
+   cache at entries 12, 13 of each layer), cache capacity caps[r], filled rows ts[r], state xs[r] (D) and scratch
+   scratch[r] (5 D + F + H caps[r] floats). Every row's values are bit-identical to its decode_layers step alone. */
+int decode_layers_batch(void *const *const *tables, int64_t nb, const int64_t *caps, const int64_t *ts,
+                        float *const *xs, float *const *scratch, int64_t layers, int64_t D, int64_t H, int64_t F,
+                        float scale, float eps, int threads) {
+  if (nb < 1 || nb > MAX_BATCH) return -1;
+  const int64_t hd = D / H;
+  float *qkv[MAX_BATCH], *o[MAX_BATCH], *y[MAX_BATCH], *h[MAX_BATCH];
+  const float *cx[MAX_BATCH], *co[MAX_BATCH], *ch[MAX_BATCH];
+  attn_job aj[MAX_BATCH];
+  int64_t work = 0;
+  for (int64_t r = 0; r < nb; r++) {
+    qkv[r] = scratch[r];
+    o[r] = qkv[r] + 3 * D;
+    y[r] = o[r] + D;
+    h[r] = y[r] + D;
+    cx[r] = xs[r];
+    co[r] = o[r];
+    ch[r] = h[r];
+    work += (ts[r] + 1) * D;
+  }
+  for (int64_t l = 0; l < layers; l++) {
+    void *const *w = tables[0] + 14 * l;
+    gemv_batch((const uint16_t *)w[0], cx, (const float *)w[1], qkv, nb, 3 * D, D, 0, threads);
+    for (int64_t r = 0; r < nb; r++) {
+      float *K = (float *)tables[r][14 * l + 12], *V = (float *)tables[r][14 * l + 13];
+      const int64_t cap = caps[r], t = ts[r];
+      for (int64_t hh = 0; hh < H; hh++)
+        for (int64_t c = 0; c < hd; c++) {
+          K[(hh * cap + t) * hd + c] = qkv[r][D + hh * hd + c];
+          V[(hh * cap + t) * hd + c] = qkv[r][2 * D + hh * hd + c];
+        }
+      attn_job j = {qkv[r], K, V, o[r], h[r] + F, cap, t + 1, hd, D, scale};
+      aj[r] = j;
+    }
+    attn_batch ab = {aj, H};
+    parallel(attn_batch_head, &ab, nb * H, work >= (1 << 16) ? threads : 1);
+    gemv_batch((const uint16_t *)w[2], co, NULL, y, nb, D, D, 0, threads);
+    for (int64_t r = 0; r < nb; r++)
+      layer_norm_add(xs[r], y[r], (const float *)w[3], (const float *)w[4], (const float *)w[5], D, eps);
+    gemv_batch((const uint16_t *)w[6], cx, (const float *)w[7], h, nb, F, D, 1, threads);
+    gemv_batch((const uint16_t *)w[8], ch, NULL, y, nb, D, F, 0, threads);
+    for (int64_t r = 0; r < nb; r++)
+      layer_norm_add(xs[r], y[r], (const float *)w[9], (const float *)w[10], (const float *)w[11], D, eps);
+  }
+  return 0;
+}
+
+/* one generation's step: the batch of one */
 void decode_layers(void *const *p, int64_t layers, int64_t cap, int64_t t, float *x, float *scratch, int64_t D,
                    int64_t H, int64_t F, float scale, float eps, int threads) {
-  float *qkv = scratch, *o = qkv + 3 * D, *y = o + D, *h = y + D, *s = h + F;
-  const int64_t hd = D / H;
-  for (int64_t l = 0; l < layers; l++) {
-    void *const *w = p + 14 * l;
-    float *K = (float *)w[12], *V = (float *)w[13];
-    gemv_par((const uint16_t *)w[0], x, (const float *)w[1], qkv, 3 * D, D, 0, threads);
-    for (int64_t hh = 0; hh < H; hh++)
-      for (int64_t c = 0; c < hd; c++) {
-        K[(hh * cap + t) * hd + c] = qkv[D + hh * hd + c];
-        V[(hh * cap + t) * hd + c] = qkv[2 * D + hh * hd + c];
-      }
-    attn_job aj = {qkv, K, V, o, s, cap, t + 1, hd, D, scale};
-    parallel(attn_head, &aj, H, (t + 1) * D >= (1 << 16) ? threads : 1);
-    gemv_par((const uint16_t *)w[2], o, NULL, y, D, D, 0, threads);
-    layer_norm_add(x, y, (const float *)w[3], (const float *)w[4], (const float *)w[5], D, eps);
-    gemv_par((const uint16_t *)w[6], x, (const float *)w[7], h, F, D, 1, threads);
-    gemv_par((const uint16_t *)w[8], h, NULL, y, D, F, 0, threads);
-    layer_norm_add(x, y, (const float *)w[9], (const float *)w[10], (const float *)w[11], D, eps);
-  }
+  decode_layers_batch(&p, 1, &cap, &t, &x, &scratch, layers, D, H, F, scale, eps, threads);
 }
 
 /* ---- the prefill's attention, one head per chunk: the new keys/values into the KV cache (H, cap, hd), then for

@@ -4,6 +4,7 @@
    exits 0 when all pass. Build: cc -O2 -pthread half_gemv_selftest.c -lm */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "half_gemv.c"
 
@@ -190,8 +191,44 @@ int main(void) {
         for (int i = 0; i < DD; i++) xr[i] = (xr[i] - mu) * rs * nw[i] + nb[i];
       }
     }
+    static float kc0[LAYERS][HH * CAPD * HDD], vc0[LAYERS][HH * CAPD * HDD], x0[DD];
+    memcpy(kc0, kc, sizeof kc);
+    memcpy(vc0, vc, sizeof vc);
+    memcpy(x0, xs, sizeof xs);
     decode_layers(ptrs, LAYERS, CAPD, TT, xs, step_scratch, DD, HH, FF, (float)sc, (float)eps, 2);
     check("decode_layers (2 layers, 2 threads)", xs, xr, DD, 1e-5);
+
+    /* the batched step (decode_layers_batch): row 0 = the state above again, row 1 another generation (its own cache,
+       another length); each row's values bit for bit as its step alone */
+    static float ka[LAYERS][HH * CAPD * HDD], va[LAYERS][HH * CAPD * HDD], kb[LAYERS][HH * CAPD * HDD],
+        vb[LAYERS][HH * CAPD * HDD], kb0[LAYERS][HH * CAPD * HDD], vb0[LAYERS][HH * CAPD * HDD];
+    static float xa[DD], xb[DD], xb1[DD], sa[5 * DD + FF + HH * CAPD], sb[5 * DD + FF + HH * CAPD];
+    void *pa[LAYERS * 14], *pb[LAYERS * 14];
+    memcpy(ka, kc0, sizeof ka);
+    memcpy(va, vc0, sizeof va);
+    for (int i = 0; i < HH * CAPD * HDD; i++)
+      for (int l = 0; l < LAYERS; l++) kb0[l][i] = frand(), vb0[l][i] = frand();
+    memcpy(kb, kb0, sizeof kb);
+    memcpy(vb, vb0, sizeof vb);
+    for (int i = 0; i < DD; i++) xb1[i] = xb[i] = frand();
+    memcpy(xa, x0, sizeof xa);
+    for (int l = 0; l < LAYERS * 14; l++) pa[l] = pb[l] = ptrs[l];
+    for (int l = 0; l < LAYERS; l++) {
+      pb[l * 14 + 12] = kb[l], pb[l * 14 + 13] = vb[l];
+    }
+    decode_layers(pb, LAYERS, CAPD, 1, xb1, sb, DD, HH, FF, (float)sc, (float)eps, 1); /* row 1 alone */
+    memcpy(kb, kb0, sizeof kb);
+    memcpy(vb, vb0, sizeof vb);
+    for (int l = 0; l < LAYERS; l++) {
+      pa[l * 14 + 12] = ka[l], pa[l * 14 + 13] = va[l];
+    }
+    void *const *tables[2] = {pa, pb};
+    const int64_t caps[2] = {CAPD, CAPD}, ts[2] = {TT, 1};
+    float *xsb[2] = {xa, xb}, *scr[2] = {sa, sb};
+    const int rc = decode_layers_batch(tables, 2, caps, ts, xsb, scr, LAYERS, DD, HH, FF, (float)sc, (float)eps, 2);
+    const int same = rc == 0 && !memcmp(xa, xs, sizeof xa) && !memcmp(xb, xb1, sizeof xb);
+    printf("%-40s %s\n", "decode_layers_batch (2 rows) == alone", same ? "ok" : "FAILED");
+    failures += !same;
   }
 
   printf(failures ? "%d check(s) FAILED\n" : "all checks passed\n", failures);

@@ -225,6 +225,9 @@ class _Kernel:
                                      ctypes.c_float, _INT)
         self.decode_layers = _fn(lib, "decode_layers", _P, _I64, _I64, _I64, _P, _P, _I64, _I64, _I64,
                                  ctypes.c_float, ctypes.c_float, _INT)
+        self.decode_layers_batch = _fn(lib, "decode_layers_batch", _P, _I64, _P, _P, _P, _P, _I64, _I64, _I64, _I64,
+                                       ctypes.c_float, ctypes.c_float, _INT)
+        self.decode_layers_batch.restype = _INT
 
     def __call__(self, W, x, b, y, n, k) -> None:
         self.gemv_mt(W, x, b, y, n, k, threads())

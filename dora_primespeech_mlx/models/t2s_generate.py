@@ -142,20 +142,8 @@ def _as_batch(a, dtype, ndim: int, what: str) -> np.ndarray:
     return arr
 
 
-def _decode(
-    model: T2SModel,
-    phones,
-    bert,
-    prompt,
-    params: SamplingParams,
-    early_stop_num: int,
-    max_steps: int,
-    noise: NoiseSource | None,
-    seed: int | None,
-    decoder: Decoder | None,
-) -> Iterator[_Step]:
-    """Check the inputs now (errors surface at the call, not at the first ``next``) and return the
-    step iterator; the prefill runs when iteration starts."""
+def _checked(model: T2SModel, phones, bert, prompt, max_steps: int, decoder: Decoder | None):
+    """The inputs as batch-1 arrays and the decoder, or ValueError."""
     a = model.args
     phones = _as_batch(phones, np.int32, 2, "phones")
     bert = _as_batch(bert, np.float32, 3, "bert features")
@@ -173,12 +161,99 @@ def _decode(
     decoder = decoder if decoder is not None else model.decoder
     if decoder is None:
         raise ValueError("the GPT has no decoder: load it with convert.load.load_gpt or pass decoder=make_decoder(...)")
+    return decoder, phones, bert, prompt
+
+
+def _decode(model: T2SModel, phones, bert, prompt, params: SamplingParams, early_stop_num: int, max_steps: int,
+            noise: NoiseSource | None, seed: int | None, decoder: Decoder | None) -> Iterator[_Step]:
+    """Check the inputs now (errors surface at the call, not at the first ``next``) and return the
+    step iterator; the prefill runs when iteration starts."""
+    decoder, phones, bert, prompt = _checked(model, phones, bert, prompt, max_steps, decoder)
     return _loop(model, decoder, phones, bert, prompt, params, early_stop_num, max_steps, noise or default_noise(seed))
+
+
+def start(model: T2SModel, phones, bert, prompt, params: SamplingParams, early_stop_num: int,
+          max_steps: int = MAX_STEPS, noise: NoiseSource | None = None, seed: int | None = None,
+          decoder: Decoder | None = None) -> Generation:
+    """A :class:`Generation` (prefilled now) for a :class:`DecodeBatch`: the same inputs as :func:`generate`."""
+    decoder, phones, bert, prompt = _checked(model, phones, bert, prompt, max_steps, decoder)
+    return Generation(model, decoder, phones, bert, prompt, params, early_stop_num, max_steps,
+                      noise or default_noise(seed))
 
 
 def _max_new(early_stop_num: int, max_steps: int) -> int:
     """How many tokens a generation can feed at most."""
     return max_steps if early_stop_num == -1 else min(max_steps, early_stop_num + 1)
+
+
+class Generation:
+    """One sentence's decode, stepped from outside (what :func:`generate` iterates, and what a
+    :class:`DecodeBatch` steps together with others). The prefill runs at construction; then :meth:`choose`
+    samples the token of the current step from the logits at hand, and :meth:`advance` (or a batched step
+    through :meth:`step_input` / :meth:`take`) computes the next step's logits."""
+
+    def __init__(self, model: T2SModel, decoder: Decoder, phones: np.ndarray, bert: np.ndarray, prompt: np.ndarray,
+                 params: SamplingParams, early_stop_num: int, max_steps: int, noise: NoiseSource):
+        self.eos = model.args.eos
+        self.seen = np.zeros(model.args.vocab_size, dtype=bool)
+        self.seen[prompt[0]] = True
+        self.n_prompt = prompt.shape[1]
+        self.prompt_free = self.n_prompt == 0  # upstream's infer_panel_naive (module docstring)
+        if self.prompt_free:
+            params = replace(params, repetition_penalty=NAIVE_REPETITION_PENALTY)
+        self.params, self.early_stop_num, self.max_steps, self.noise = params, early_stop_num, max_steps, noise
+        self.session, self.raw = decoder.prefill(phones, bert, prompt, _max_new(early_stop_num, max_steps))
+        self.idx = 0
+        self.last: _Step | None = None  # the step :meth:`choose` made last
+
+    @property
+    def stopped(self) -> bool:
+        return self.last is not None and self.last.stop is not None
+
+    def choose(self) -> _Step:
+        """The token of step ``idx`` from the current logits (and whether decoding stops there)."""
+        idx, raw = self.idx, self.raw
+        row = raw[: self.eos] if idx < EOS_MASKED_STEPS else raw
+        token, greedy = sample_token(row, self.seen, self.params, self.noise(idx, row.shape[0]))
+        stop = None
+        if token == self.eos or greedy == self.eos:
+            stop = "eos"
+        elif self.early_stop_num != -1 and idx + 1 > self.early_stop_num:
+            stop = "early_stop"
+        elif idx == self.max_steps - 1:
+            stop = "max_steps"
+        self.last = _Step(idx, raw, token, stop, keep=stop is None or (self.prompt_free and stop != "eos"))
+        if stop is None:
+            self.seen[token] = True
+        return self.last
+
+    def step_input(self) -> tuple[int, int]:
+        """(token, audio position) the next step feeds: the k-th generated token (k = idx) goes at Ty + k."""
+        return self.last.token, self.n_prompt + self.idx
+
+    def take(self, raw: np.ndarray) -> None:
+        """The logits of the step after the chosen token (computed alone or in a batch)."""
+        self.raw = raw
+        self.idx += 1
+
+    def advance(self) -> None:
+        """Compute the next step's logits alone."""
+        self.take(self.session.step(*self.step_input()))
+
+
+def step_together(gens: list[Generation]) -> None:
+    """Advance every generation by one step; numpy sessions of one model share one batched step
+    (:func:`~.t2s_numpy.step_batch`: each weight read once for all rows, every row's logits as alone)."""
+    from .t2s_numpy import NumpyDecodeState, step_batch
+
+    if len(gens) > 1 and all(isinstance(g.session, NumpyDecodeState) for g in gens):
+        inputs = [g.step_input() for g in gens]
+        raws = step_batch([g.session for g in gens], [t for t, _ in inputs], [p for _, p in inputs])
+        for g, raw in zip(gens, raws):
+            g.take(raw)
+        return
+    for g in gens:
+        g.advance()
 
 
 def _loop(
@@ -192,30 +267,13 @@ def _loop(
     max_steps: int,
     noise: NoiseSource,
 ) -> Iterator[_Step]:
-    eos = model.args.eos
-    seen = np.zeros(model.args.vocab_size, dtype=bool)
-    seen[prompt[0]] = True
-    n_prompt = prompt.shape[1]
-    prompt_free = n_prompt == 0  # upstream's infer_panel_naive (module docstring)
-    if prompt_free:
-        params = replace(params, repetition_penalty=NAIVE_REPETITION_PENALTY)
-    session, raw = decoder.prefill(phones, bert, prompt, _max_new(early_stop_num, max_steps))
-    for idx in range(max_steps):
-        row = raw[:eos] if idx < EOS_MASKED_STEPS else raw
-        token, greedy = sample_token(row, seen, params, noise(idx, row.shape[0]))
-        stop = None
-        if token == eos or greedy == eos:
-            stop = "eos"
-        elif early_stop_num != -1 and idx + 1 > early_stop_num:
-            stop = "early_stop"
-        elif idx == max_steps - 1:
-            stop = "max_steps"
-        yield _Step(idx, raw, token, stop, keep=stop is None or (prompt_free and stop != "eos"))
-        if stop:
+    g = Generation(model, decoder, phones, bert, prompt, params, early_stop_num, max_steps, noise)
+    while True:
+        step = g.choose()
+        yield step
+        if step.stop:
             return
-        seen[token] = True
-        # the k-th generated token (k = idx) is fed at audio position Ty + k
-        raw = session.step(token, n_prompt + idx)
+        g.advance()
 
 
 def generate(

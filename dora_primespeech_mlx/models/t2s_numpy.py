@@ -264,6 +264,45 @@ class NumpyDecoder:
         return state, w.predict @ x[-1]
 
 
+MAX_BATCH = 16  # rows of one batched step (the kernel's bound)
+
+
+def step_batch(states: list[NumpyDecodeState], tokens: list[int], positions: list[int]) -> list[np.ndarray]:
+    """One decode step for several generations of the same model at once: ``states[i]`` is fed ``tokens[i]`` at
+    ``positions[i]``. With float16 weights the blocks run in one kernel call that reads each weight once for all
+    rows (the step is bound by memory: a second row costs little); every row's logits are bit-identical to its
+    :meth:`NumpyDecodeState.step` alone. Otherwise, or for rows of different weights, the rows step one by one."""
+    import ctypes
+
+    if not states:
+        return []
+    d = states[0].dec
+    if (len(states) == 1 or len(states) > MAX_BATCH or not FUSED_STEP
+            or any(s.dec is not d or s._fused is None for s in states)):
+        return [s.step(t, p) for s, t, p in zip(states, tokens, positions)]
+    from .half_gemv import threads
+
+    xs = []
+    for s, token, position in zip(states, tokens, positions):
+        if s.offset >= s.keys[0].shape[1]:
+            raise RuntimeError(f"numpy KV cache is full ({s.offset} rows)")
+        xs.append(s._input(token, position))
+    n = len(states)
+    P = ctypes.c_void_p
+    tables = (P * n)(*[ctypes.cast(s._fused, P) for s in states])
+    caps = (ctypes.c_int64 * n)(*[s.keys[0].shape[1] for s in states])
+    ts = (ctypes.c_int64 * n)(*[s.offset for s in states])
+    xp = (P * n)(*[x.ctypes.data for x in xs])
+    sp = (P * n)(*[s._scratch.ctypes.data for s in states])
+    fn = d.predict.fn
+    if fn.decode_layers_batch(tables, n, caps, ts, xp, sp, len(d.layers), d.dim, d.num_heads, states[0]._h.shape[0],
+                              float(d.scale), 1e-5, threads()) != 0:
+        raise RuntimeError(f"the batched decode step refused {n} rows")
+    for s in states:
+        s.offset += 1
+    return [d.predict @ x for x in xs]
+
+
 class NumpyDecodeState:
     """The numpy KV cache of one generation and its :meth:`step`."""
 
@@ -283,6 +322,14 @@ class NumpyDecodeState:
             F = dec.layers[0].fc1_b.shape[0]
             self._scratch = np.empty(5 * dec.dim + F + H * cap, dtype=np.float32)
 
+    def _input(self, token: int, position: int) -> np.ndarray:
+        """The step's input row: the token's embedding plus its scaled position (float32, contiguous)."""
+        d = self.dec
+        pe = self.pe_source.positions(position + 1)
+        if pe is not self._pe_src:
+            self._pe_src, self._pe = pe, _view(pe)
+        return np.ascontiguousarray(d.embedding[token] + d.alpha * self._pe[position], dtype=np.float32)
+
     def step(self, token: int, position: int) -> np.ndarray:
         """Feed ``token`` at audio position ``position`` into cache row ``offset``; returns the raw
         logits (V,) for the next token."""
@@ -290,16 +337,12 @@ class NumpyDecodeState:
         t = self.offset
         if t >= self.keys[0].shape[1]:
             raise RuntimeError(f"numpy KV cache is full ({t} rows)")
-        pe = self.pe_source.positions(position + 1)
-        if pe is not self._pe_src:
-            self._pe_src, self._pe = pe, _view(pe)
-        x = d.embedding[token] + d.alpha * self._pe[position]
+        x = self._input(token, position)
         H, hd = d.num_heads, d.head_dim
         n = t + 1
         if self._fused is not None and FUSED_STEP:  # every block in one kernel call (float16 weights)
             from .half_gemv import threads
 
-            x = np.ascontiguousarray(x, dtype=np.float32)
             fn = d.predict.fn
             fn.decode_layers(self._fused, len(d.layers), self.keys[0].shape[1], t, x.ctypes.data,
                              self._scratch.ctypes.data, d.dim, H, self._h.shape[0], float(d.scale), 1e-5, threads())
