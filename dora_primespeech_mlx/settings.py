@@ -295,6 +295,10 @@ VARS: tuple[Var, ...] = (
     Var("vocoder_parts", "PRIMESPEECH_VOCODER_PARTS", "1", _choice(("auto", "1", "2", "3", "4", "6", "8")),
         "ONNX Runtime vocoder cut into this many stretches run at once, one per core (same samples): 1 (one "
         "run with intra-op threads; faster on the bench VM) | auto (PRIMESPEECH_THREADS) | N.", ()),
+    Var("batch", "PRIMESPEECH_BATCH", 4, _ranged(_int, 1, 16),
+        "Sentences decoded together by the GPT (continuous batching: a request's later sentences and the texts "
+        "queued behind it, same voice and settings, join the running decode; each keeps its own tokens): rows "
+        "per step, 1 = one after another.", ()),
     Var("overlap", "PRIMESPEECH_OVERLAP", "auto", _choice(("auto", "1", "0")),
         "ONNX Runtime vocoder on a worker thread beside the GPT: auto (with >= 2 threads) | 1 (always) | "
         "0 (never).", ()),
@@ -391,6 +395,7 @@ class Settings(defaults.RequestDefaults):
     bert_half: bool | None = None
     vocoder: str = "auto"
     overlap: str = "auto"
+    batch: int = 4
     vocoder_parts: str = "1"
     gpt_half: str = "auto"
     isa: str = "auto"

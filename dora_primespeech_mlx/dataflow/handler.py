@@ -462,7 +462,8 @@ class MessageHandler:
         overrides = dict(req.overrides)
         total, n, timings = 0.0, 0, {}
         if self.settings.streaming:
-            for chunk in self.engine.synthesize_stream(text, voice=voice, cancel=job.cancel, **overrides):
+            for chunk in self.engine.synthesize_stream(text, voice=voice, cancel=job.cancel, key=job.seq,
+                                                       upcoming=self._upcoming, **overrides):
                 if job.cancel.is_set():
                     break
                 total += self._send_audio(job, chunk.audio, chunk.sample_rate, voice, language,
@@ -474,6 +475,28 @@ class MessageHandler:
             return 0.0, 0, {}
         total = self._send_audio(job, result.audio, result.sample_rate, voice, language, 0, True, False, req.volume)
         return total, 1, dict(getattr(result, "timings", {}) or {})
+
+    def _upcoming(self) -> list:
+        """The texts queued right behind the one being spoken, as the worker will ask the engine for them (its
+        continuous batching lets them join the running decode; engine/batching.py). Up to the first control job
+        (a ``change_voice`` keeps its place); texts that will fail or be skipped are left out."""
+        from ..engine.batching import Upcoming
+
+        out = []
+        for job in self.jobs.queued():
+            if job.kind != "text":
+                break
+            req = job.request
+            if job.answered or job.error is not None or req is None or job.cancel.is_set():
+                continue
+            if not has_speakable(req.text) or len(req.text) > self.settings.max_text_chars:
+                continue
+            try:
+                voice = self._request_voice(req, job.stamp)
+            except Exception:  # noqa: BLE001 - its own turn reports it
+                continue
+            out.append(Upcoming(job.seq, req.text, voice, dict(req.overrides), job.cancel))
+        return out
 
     def _send_audio(self, job: Job, audio, sample_rate: int, voice, language: str, index: int, final: bool,
                     streaming: bool, volume: float | None) -> float:

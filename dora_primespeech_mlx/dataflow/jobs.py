@@ -98,6 +98,11 @@ class JobQueue:
             self.closed = True
             self._cv.notify_all()
 
+    def queued(self) -> list[Job]:
+        """The jobs waiting, in the order they will run (a snapshot)."""
+        with self._cv:
+            return list(self._jobs)
+
     def pending(self) -> int:
         with self._cv:
             return len(self._jobs) + (self.current is not None)

@@ -33,10 +33,11 @@ import numpy as np
 from ..assets import catalog as voices_mod
 from ..assets.catalog import VoiceSpec
 from ..errors import ConfigError, SynthesisCancelled
+from ..models.t2s_batch import DecodeBatch
 from ..paths import model_dir as default_model_dir
 from ..settings import Settings
 from ..text import llm as llm_text
-from . import overlap, pacing, pipeline, streaming
+from . import batching, overlap, pacing, pipeline, streaming
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference
 from .stats import EngineStats, Timer, stage
@@ -55,6 +56,8 @@ class _Request:
     chunks: list[pipeline.TextChunk]
     speed: float
     seed: int
+    rows: dict = dataclasses.field(default_factory=dict)  # sentence -> its row in the decode batch (batching.py)
+    timer: Timer | None = None  # the prepare's timings, for a queued text prepared ahead of its turn
 
 
 class GPTSoVITSEngine:
@@ -83,6 +86,7 @@ class GPTSoVITSEngine:
         self._lane = overlap.VocoderLane(on_busy=_gpt_one_thread)  # the vocoder beside the GPT (engine/overlap.py)
         self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
         self.rates = pacing.StreamRates()  # measured speeds: how a stream paces its windows (engine/pacing.py)
+        self.batching = batching.Batching()  # the GPT's decode batch and the queued texts that joined it
 
     # ---- voices and models -------------------------------------------------------------------------
     def _on_device(self):
@@ -114,6 +118,8 @@ class GPTSoVITSEngine:
             self.store.reference(spec, models, self.config.prompt_lang or spec.prompt_lang, Timer())
             previous, self.voice = self.voice, spec
             self.cache.set_current(voice_id(spec))
+            if previous is not None and voice_id(previous) != voice_id(spec):
+                self.batching.drop_joined()
             if previous is not None and voice_id(previous) != voice_id(spec):  # switching frees the old models
                 for kind in ("gpt", "sovits"):  # (files the new voice shares stay; its references stay cached)
                     self.cache.discard(kind, voice_id(previous))
@@ -149,11 +155,17 @@ class GPTSoVITSEngine:
             try:
                 r = self._prepare(text, voice, config, overrides, timer, cancel)
                 sr, lane = r.models.sample_rate, self._lane_for(r.models)
+                width = pipeline.batch_width(r.models, self.settings.batch)
+                batch = DecodeBatch(width) if width > 1 and len(r.chunks) > 1 else None  # this request's own
                 latents, all_tokens = [], []  # per sentence: audio, or a future of the lane's vocoder run
                 for i, chunk in enumerate(r.chunks):
                     alone = not latents or lane is None  # no vocoder beside it (which slows everything down)
                     decoded = timer.timings.get("gpt_decode", 0.0)
-                    tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel)
+                    if batch is None:
+                        tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel)
+                    else:  # the sentences after it decode beside it (continuous batching: same tokens)
+                        tokens, wide = self._batched_tokens(r, batch, i, timer, cancel)
+                        alone = alone and not wide
                     if alone:  # the speeds streams are paced by (engine/pacing.py)
                         self.rates.note_tokens(timer.timings.get("gpt_decode", 0.0) - decoded, len(tokens) - 1)
                     pipeline.check_cancel(cancel)
@@ -196,30 +208,86 @@ class GPTSoVITSEngine:
             trim_after_request()  # the request's freed temporaries back to the OS (engine/store.py)
         return SynthesisResult(audio, sr, len(audio) / sr, tokens, timer.timings, r.spec.name)
 
+    def _batched_tokens(self, r: _Request, batch: DecodeBatch, i: int, timer: Timer, cancel):
+        """Sentence ``i``'s tokens from ``batch``, the sentences after it joining as rows free up; and whether any
+        step had other rows beside it."""
+        with stage("gpt"):
+            for j in range(i, len(r.chunks)):
+                if j not in r.rows and batch.room > 0:
+                    t0 = time.perf_counter()
+                    r.rows[j] = batch.add(pipeline.start_generation(r.models, r.ref, r.chunks[j], r.cfg, r.seed + j))
+                    timer.add("gpt_prefill", time.perf_counter() - t0)
+        tokens: list[int] = []
+        steps, rows = batch.steps, batch.row_steps
+        gen = batch.tokens(r.rows[i])
+        try:
+            while True:
+                pipeline.check_cancel(cancel)
+                t0 = time.perf_counter()
+                with stage("gpt"):
+                    tok = next(gen, None)
+                timer.add("gpt_decode", time.perf_counter() - t0)
+                if tok is None:
+                    return np.asarray(tokens, dtype=np.int32), batch.row_steps - rows > batch.steps - steps
+                tokens.append(int(tok))
+        except BaseException:
+            for row in r.rows.values():
+                batch.drop(row)
+            raise
+
     def synthesize_stream(self, text: str, voice: str | VoiceSpec | None = None,
                           config: SynthesisConfig | None = None, cancel: threading.Event | None = None,
-                          **overrides) -> Iterator[AudioChunk]:
+                          key=None, upcoming=None, **overrides) -> Iterator[AudioChunk]:
         """Speak ``text`` as a stream of :class:`AudioChunk` produced while the GPT is still generating.
 
         Settings, voice and text are checked before this returns (errors raise here, not on the first
         ``next``). Setting ``cancel`` stops generation between two tokens or windows; no further chunk is
-        yielded. Each sentence's last chunk carries the ``fragment_interval`` silence."""
+        yielded. Each sentence's last chunk carries the ``fragment_interval`` silence.
+
+        Continuous batching (``PRIMESPEECH_BATCH``, engine/batching.py): the text's later sentences, and the texts
+        ``upcoming()`` lists (:class:`~.batching.Upcoming`: those the caller will ask for next, in order), decode
+        beside the sentence being spoken once enough audio is queued; a later call with the same ``key``, text,
+        voice and overrides goes on from the tokens decoded. Every sentence's tokens are those of its decode
+        alone with the same seed."""
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             self._stats.begin(stream=True)
             try:
-                r = self._prepare(text, voice, config, overrides, timer, cancel, bert_upto=self._stream_bert_upto)
+                r = self.batching.take(key, text, voice, overrides)
+                if r is None:
+                    if upcoming is None:
+                        self.batching.drop_joined()  # no caller tells which joined texts are still wanted
+                    r = self._prepare(text, voice, config, overrides, timer, cancel,
+                                      bert_upto=self._stream_bert_upto)
+                else:
+                    timer = r.timer or timer
+                    pipeline.check_cancel(cancel)
             except SynthesisCancelled:
                 self._stats.count("cancelled")
                 return iter(())  # cancelled before the first chunk: an empty stream
             except BaseException as exc:
                 self._stats.failure(exc)
                 raise
-        return self._stream(r, timer, t_start, cancel)
+        return self._stream(r, timer, t_start, cancel, upcoming)
 
-    def _stream(self, r: _Request, timer: Timer, t_start: float, cancel) -> Iterator[AudioChunk]:
+    def _prepare_joined(self, r: _Request, u: batching.Upcoming) -> _Request | None:
+        """A queued text's request, prepared now to join ``r``'s decode batch; None when it cannot join (another
+        voice or settings, or any error: its own call reports it)."""
+        try:
+            j = self._prepare(u.text, u.voice, None, dict(u.overrides), Timer(), u.cancel,
+                              bert_upto=self._stream_bert_upto)
+        except Exception:  # noqa: BLE001 - its own synthesize_stream call raises it where it can be answered
+            return None
+        if j.models.gpt is not r.models.gpt or voice_id(j.spec) != voice_id(r.spec):
+            return None
+        j.timer = Timer()
+        return j
+
+    def _stream(self, r: _Request, timer: Timer, t_start: float, cancel, upcoming=None) -> Iterator[AudioChunk]:
         cfg, sr, last = r.cfg, r.models.sample_rate, len(r.chunks) - 1
         lane = self._lane_for(r.models)
+        with self._lock:
+            batch = self.batching.batch_for(r, pipeline.batch_width(r.models, self.settings.batch))
         pending: collections.deque = collections.deque()  # (sentence, final, PendingPiece), in order
         out = {"index": 0, "audio": 0, "first": None, "until": None}  # until: when the sent audio has played
         n_tokens = n_chunks = 0
@@ -265,24 +333,29 @@ class GPTSoVITSEngine:
                 bank = self.noise_bank((r.seed, s), r.models.prior_channels)
                 with locked():  # the first sentence's BERT came with the request, the others' come now
                     pipeline.fill_bert(r.chunks, s, r.spec, r.models, timer)
-                with locked(), stage("gpt"):
-                    gen = pipeline.token_stream(r.models, r.ref, chunk, cfg, r.seed + s)
+                    row = r.rows.get(s) or self.batching.admit(r, s, timer)  # its prefill, unless it joined earlier
+                gen = batch.tokens(row)
                 tokens: list[int] = []
                 pacer = pacing.Pacer(cfg, self.rates, r.speed, streaming.vocoder_margin(r.models, cfg),
                                      stitcher.crossfade_frames, stitcher.hop / sr)
-                cut_at, decode_s = 0, 0.0  # tokens at the last cut; GPT seconds since (prefill excluded)
+                cut_at, decode_s = 0, 0.0  # tokens at the last cut; GPT seconds since
                 lane_was_busy = lane_busy()
+                steps, row_steps = batch.steps, batch.row_steps  # a window's steps with other rows beside it
                 while True:
                     if cancel is not None and cancel.is_set():
                         cancelled = True
                         gen.close()
                         return
                     t0 = time.perf_counter()
-                    with locked():
-                        tok = pipeline.next_token(gen, tokens, timer)
-                    if tokens:
-                        decode_s += time.perf_counter() - t0
+                    with locked(), stage("gpt"):
+                        tok = next(gen, None)
+                    dt = time.perf_counter() - t0
+                    timer.add("gpt_decode", dt)
+                    decode_s += dt
                     done = tok is None
+                    if not done:  # a waiting sentence joins the decode when the listener has audio in hand
+                        with locked():
+                            self._admit_next(r, s, out["until"], upcoming)
                     if not done:
                         tokens.append(int(tok))
                         n_tokens += 1
@@ -290,9 +363,13 @@ class GPTSoVITSEngine:
                             yield from emit(False)
                             continue
                     busy = lane_busy()
-                    if not (busy or lane_was_busy):  # the GPT's speed alone (beside the lane it is slower)
-                        self.rates.note_tokens(decode_s, len(tokens) - max(cut_at, 1))
+                    wide = batch.row_steps - row_steps > batch.steps - steps
+                    if not (busy or lane_was_busy or wide):  # the GPT's speed alone (beside the lane it is slower)
+                        self.rates.note_tokens(decode_s, len(tokens) - cut_at)
+                    if not (busy or lane_was_busy) and len(tokens) > cut_at:  # beside other rows a step is slower
+                        pacer.batched_token_s = decode_s / (len(tokens) - cut_at) if wide else 0.0
                     cut_at, decode_s, lane_was_busy = len(tokens), 0.0, busy
+                    steps, row_steps = batch.steps, batch.row_steps
                     with locked(), stage("sovits", timer, key="sovits_stream"):
                         p = streaming.next_window(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done,
                                                   lane if lane_now() else None)
@@ -313,6 +390,9 @@ class GPTSoVITSEngine:
             self._stats.failure(exc)
             raise
         finally:
+            if cancelled or n_chunks < len(r.chunks):
+                with self._lock:
+                    self.batching.drop(r)  # its rows no longer step
             if out["first"] is not None:
                 timer.add("time_to_first_audio", out["first"])
             timer.add("total", time.perf_counter() - t_start)
@@ -321,6 +401,15 @@ class GPTSoVITSEngine:
                 self._stats.count("cancelled")
             with self._lock:
                 trim_after_request()
+
+    def _admit_next(self, r: _Request, head: int, until: float | None, upcoming) -> None:
+        """Let one waiting sentence join the decode batch (its prefill, now): see ``batching.next_to_admit``."""
+        queued = None if until is None else until - time.perf_counter()
+        pick = self.batching.next_to_admit(r, head, queued, upcoming,
+                                           lambda u: self._prepare_joined(r, u))
+        if pick is not None:
+            joined, s = pick
+            self.batching.admit(joined, s, joined.timer or Timer())
 
     # ---- service -----------------------------------------------------------------------------------
     def stats(self) -> dict:

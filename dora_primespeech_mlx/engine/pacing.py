@@ -133,6 +133,7 @@ class Pacer:
         lookahead = min(margin_frames, math.ceil(cfg.stream_lookahead_tokens * self.frames_per_token))
         self.extra_frames = margin_frames + crossfade_frames + lookahead
         self.rates = rates
+        self.batched_token_s = 0.0  # the stream's recent seconds per token while other rows decode beside it
         self.token_s = self.frame_s = self.latent_s = 0.0
         self.n_min, self.first_tokens, self.sustainable = 1, cfg.stream_first_tokens, True
         if self.paced:
@@ -143,6 +144,7 @@ class Pacer:
         update them)."""
         cfg, rates = self.cfg, self.rates
         self.token_s, self.frame_s, self.latent_s = rates.token_s, rates.frame_s, rates.latent_s
+        self.token_s = max(self.token_s, self.batched_token_s)  # a batched step takes longer than a step alone
         per_token = self.token_s + self.frame_s * self.frames_per_token  # work per token, beside the overhead
         gain = self.audio_per_token - per_token  # audio gained per token of a window, net of its work
         overhead = self.latent_s + self.frame_s * self.extra_frames

@@ -154,9 +154,9 @@ def bert_features(results: list, spec: VoiceSpec, encoders) -> list[np.ndarray]:
     return berts
 
 
-def token_stream(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int) -> Iterator[int]:
-    """The GPT's tokens for one sentence, one at a time (the prompt's phones/BERT/tokens lead)."""
-    from ..models.t2s_generate import SamplingParams, generate
+def _gpt_inputs(ref, chunk: TextChunk, cfg: SynthesisConfig):
+    """The GPT's inputs for one sentence (the prompt's phones/BERT/tokens lead) and its sampling parameters."""
+    from ..models.t2s_generate import SamplingParams
 
     if ref.prompt_phones is not None:
         phones = np.concatenate([ref.prompt_phones, chunk.phones])
@@ -167,8 +167,37 @@ def token_stream(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, se
     params = SamplingParams(
         top_k=cfg.top_k, top_p=cfg.top_p, temperature=cfg.temperature, repetition_penalty=cfg.repetition_penalty
     )
-    return generate(models.gpt, phones[None].astype(np.int32), bert[None], prompt, params,
-                    early_stop_num=models.gpt.args.early_stop_num, seed=seed)
+    return phones[None].astype(np.int32), bert[None], prompt, params
+
+
+def token_stream(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int) -> Iterator[int]:
+    """The GPT's tokens for one sentence, one at a time (the prompt's phones/BERT/tokens lead)."""
+    from ..models.t2s_generate import generate
+
+    phones, bert, prompt, params = _gpt_inputs(ref, chunk, cfg)
+    return generate(models.gpt, phones, bert, prompt, params, early_stop_num=models.gpt.args.early_stop_num,
+                    seed=seed)
+
+
+def start_generation(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int):
+    """One sentence's :class:`~..models.t2s_generate.Generation`, prefilled now, for a decode batch: the same
+    tokens as :func:`token_stream` with the same seed."""
+    from ..models.t2s_generate import start
+
+    phones, bert, prompt, params = _gpt_inputs(ref, chunk, cfg)
+    return start(models.gpt, phones, bert, prompt, params, early_stop_num=models.gpt.args.early_stop_num, seed=seed)
+
+
+def batch_width(models: Models, wanted: int) -> int:
+    """Rows a decode batch of this voice may step at once: ``wanted`` (``PRIMESPEECH_BATCH``) where the GPT decodes
+    with the float16 kernels (a batched step reads each weight once for all rows), else 1 (MLX steps rows one by
+    one: nothing to share)."""
+    from ..models.t2s_numpy import NumpyDecoder, _kernels
+
+    dec = models.gpt.decoder
+    if wanted <= 1 or not isinstance(dec, NumpyDecoder) or _kernels(dec.weights()) is None:
+        return 1
+    return wanted
 
 
 def next_token(gen: Iterator[int], tokens: list[int], timer: Timer) -> int | None:

@@ -96,13 +96,35 @@ class ReplayNoise:
 
 
 class GenerateSpy:
-    """Wraps t2s_generate.generate: records the inputs and every produced token."""
+    """Wraps t2s_generate.generate and t2s_generate.start (a decode batch's rows): records the inputs and every
+    produced token (a batch row's when it is decoded)."""
 
     def __init__(self, monkeypatch):
-        self.real = t2s_generate.generate
+        self.real, self.real_start = t2s_generate.generate, t2s_generate.start
         self.calls: list[dict] = []
         self.events: list[tuple] = []
+        self.tokens: dict[int, list[int]] = {}  # call -> its tokens
         monkeypatch.setattr(t2s_generate, "generate", self)
+        monkeypatch.setattr(t2s_generate, "start", self.start)
+
+    def start(self, model, phones, bert, prompt, params, early_stop_num, **kw):
+        self.calls.append({"phones": phones, "bert": bert, "prompt": prompt, "params": params,
+                           "early_stop_num": early_stop_num, **kw})
+        n = len(self.calls) - 1
+        gen = self.real_start(model, phones, bert, prompt, params, early_stop_num, **kw)
+        choose = gen.choose
+
+        def spied():
+            step = choose()
+            if step.keep:
+                self.events.append(("token", n, step.idx))
+                self.tokens.setdefault(n, []).append(step.token)
+            if step.stop is not None:
+                self.events.append(("end", n))
+            return step
+
+        gen.choose = spied
+        return gen
 
     def __call__(self, model, phones, bert, prompt, params, early_stop_num, **kw):
         call = {"phones": phones, "bert": bert, "prompt": prompt, "params": params,
@@ -111,8 +133,10 @@ class GenerateSpy:
         inner = self.real(model, phones, bert, prompt, params, early_stop_num, **kw)
 
         def wrapped():
+            n = len(self.calls) - 1
             for i, tok in enumerate(inner):
-                self.events.append(("token", len(self.calls) - 1, i))
+                self.events.append(("token", n, i))
+                self.tokens.setdefault(n, []).append(int(tok))
                 yield tok
             self.events.append(("end", len(self.calls) - 1))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -248,3 +249,62 @@ def test_trained_voice_with_a_hostile_checkpoint_is_an_error_and_the_next_load_w
     cached = [p.name for p in (model_dir / "mlx").iterdir()]
     assert any(n.startswith("gpt-good-") for n in cached)
     assert not any(n.startswith(("gpt-offset-", "gpt-nan-")) for n in cached), cached
+
+
+def test_queued_texts_join_the_running_decode_and_keep_their_tokens(model_dir, shared_engine, monkeypatch):
+    """Streaming, a burst of texts: those queued behind the one being spoken join its GPT decode (continuous
+    batching); each is still answered in order, and each text's tokens are those of its decode alone."""
+    from dora_primespeech_mlx.engine import batching, pipeline
+    from dora_primespeech_mlx.models import t2s_generate
+
+    engine, spec = shared_engine
+    if pipeline.batch_width(engine.store.models(spec), 4) < 2:
+        pytest.skip("the GPT decodes without the float16 kernels here: nothing to batch")
+    monkeypatch.setattr(batching, "ADMIT_QUEUED_S", 0.0)  # join as soon as audio is out (the fixture GPT is fast)
+    monkeypatch.setattr(batching, "UPCOMING_EVERY_S", 0.0)
+    texts = ["Hello world, this is the first message.", "And this is the second one.", "A third one ends it."]
+    tokens: dict[str, list[int]] = {}  # phones' digest -> tokens, for every generation made
+    joined: list = []
+    real_start, real_admit = t2s_generate.start, batching.Batching.admit
+
+    def start(model, phones, bert, prompt, params, early_stop_num, **kw):
+        gen = real_start(model, phones, bert, prompt, params, early_stop_num, **kw)
+        out = tokens.setdefault(phones.tobytes(), [])
+        choose = gen.choose
+
+        def spied():
+            step = choose()
+            if step.keep:
+                out.append(step.token)
+            return step
+
+        gen.choose = spied
+        return gen
+
+    def admit(self, request, s, timer):
+        joined.append((id(request), s))
+        return real_admit(self, request, s, timer)
+
+    monkeypatch.setattr(t2s_generate, "start", start)
+    monkeypatch.setattr(batching.Batching, "admit", admit)
+    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, batch=4))
+    handler, rec = make_handler(model_dir, shared_engine, STREAMING="true", SEED="31")
+    for i, t in enumerate(texts):
+        text(handler, t, question_id=f"q{i}")
+    rec.wait(lambda r: len(completes(r)) == 3)
+    assert handler.finish(60)
+    assert [m["question_id"] for _, m in completes(rec)] == ["q0", "q1", "q2"]
+    assert all(v.to_pylist() == ["completed"] for v, _ in completes(rec))
+    order = [m["question_id"] for _, m in rec.of("audio")]
+    assert order == sorted(order), "audio of a later text came before an earlier text's"
+    batched = dict(tokens)
+    assert len({r for r, _ in joined}) >= 2 and engine.batching.batch.row_steps > engine.batching.batch.steps
+
+    tokens.clear()
+    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, batch=1))
+    handler, rec = make_handler(model_dir, shared_engine, STREAMING="true", SEED="31")
+    for i, t in enumerate(texts):
+        text(handler, t, question_id=f"q{i}")
+        rec.wait(lambda r, n=i + 1: len(completes(r)) == n)  # one at a time: nothing queued behind it
+    assert handler.finish(60)
+    assert batched == tokens

@@ -1,0 +1,138 @@
+"""Continuous batching in the engine: which sentences decode together in the GPT (``models/t2s_batch.py``).
+
+The engine keeps one :class:`~..models.t2s_batch.DecodeBatch` for the voice in use (:class:`Batching`). A request's
+sentence gets its row (its prefill) when its turn comes, and earlier while another sentence is read: the request's
+own later sentences, then the texts queued behind it (:class:`Upcoming`, e.g. the node's queued messages; same
+voice and settings) join the running decode once the listener has :data:`ADMIT_QUEUED_S` of audio in hand (a
+prefill stalls the stream for its duration). One sentence joins per decision, so a stall is one prefill. A queued
+text that joins is prepared (front end, BERT, seed) at that moment; its own request later finds it by its key and
+goes on from the tokens already decoded. Each sentence's tokens are those of its decode alone with the same seed;
+only when they are computed changes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..models.t2s_batch import DecodeBatch, Row
+from . import pipeline
+from .stats import Timer, stage
+
+ADMIT_QUEUED_S = 1.5  # a stream admits a waiting sentence only while this much sent audio is still unplayed
+UPCOMING_EVERY_S = 0.1  # how often a stream asks for the texts queued behind it
+
+
+@dataclass(frozen=True)
+class Upcoming:
+    """A text queued behind the request being spoken, as the caller will ask for it (``synthesize_stream``'s
+    ``text``, ``voice``, ``overrides`` and ``key``)."""
+
+    key: Any
+    text: str
+    voice: Any = None
+    overrides: dict = field(default_factory=dict)
+    cancel: threading.Event | None = None
+
+
+@dataclass
+class Joined:
+    """A queued text prepared to join the batch: its request (``core._Request``) and what it was asked with."""
+
+    request: Any
+    upcoming: Upcoming
+
+
+class Batching:
+    """The engine's decode batch and the queued texts that joined it. Used under the engine lock."""
+
+    def __init__(self):
+        self.batch: DecodeBatch | None = None
+        self._owner: tuple | None = None
+        self.joined: dict[Any, Joined] = {}  # by key, in queue order
+        self.refused: set = set()  # keys of queued texts that cannot join (their own request reports why)
+        self._asked = 0.0
+
+    def batch_for(self, request, width: int) -> DecodeBatch:
+        """The batch ``request``'s sentences decode in: the current one when it serves the same GPT at the same
+        width, else a new one (the old one's rows and joined texts are dropped)."""
+        owner = (id(request.models.gpt), width)
+        if self.batch is None or self._owner != owner:
+            self.drop_joined()
+            self.batch, self._owner = DecodeBatch(width), owner
+        return self.batch
+
+    def admit(self, request, s: int, timer: Timer) -> Row:
+        """Give sentence ``s`` of ``request`` its row: its BERT (if missing) and its prefill, now."""
+        pipeline.fill_bert(request.chunks, s, request.spec, request.models, timer)
+        t0 = time.perf_counter()
+        with stage("gpt"):
+            gen = pipeline.start_generation(request.models, request.ref, request.chunks[s], request.cfg,
+                                            request.seed + s)
+        timer.add("gpt_prefill", time.perf_counter() - t0)
+        row = request.rows[s] = self.batch.add(gen)
+        return row
+
+    def drop(self, request) -> None:
+        """Take ``request``'s rows out of the batch (cancelled, failed or abandoned)."""
+        if self.batch is not None:
+            for row in request.rows.values():
+                self.batch.drop(row)
+        request.rows.clear()
+
+    def drop_joined(self, keep: Any = None) -> None:
+        """Forget the joined texts (all but ``keep``) and drop their rows."""
+        for key in [k for k in self.joined if k != keep]:
+            self.drop(self.joined.pop(key).request)
+
+    def take(self, key: Any, text, voice, overrides: dict):
+        """The joined request for ``key`` when it was prepared from the same text, voice and overrides (it goes on
+        from its decoded tokens), else None (a joined text that changed is dropped)."""
+        j = self.joined.pop(key, None) if key is not None else None
+        if j is None:
+            return None
+        u = j.upcoming
+        if (u.text, u.voice, dict(u.overrides)) != (text, voice, dict(overrides)):
+            self.drop(j.request)
+            return None
+        return j.request
+
+    def next_to_admit(self, request, head: int, queued_s: float | None,
+                      upcoming: Callable[[], Sequence[Upcoming]] | None,
+                      prepare: Callable[[Upcoming], Any]) -> tuple[Any, int] | None:
+        """Which sentence joins now, as (request, sentence), or None: the next sentence of ``request`` after
+        ``head`` without a row, else the first of the queued texts (``upcoming``, asked at most every
+        :data:`UPCOMING_EVERY_S`) that joins (``prepare`` returns its request, or None when it cannot join)."""
+        b = self.batch
+        if b is None or b.max_rows <= 1 or b.room <= 0:
+            return None
+        if queued_s is None or queued_s < ADMIT_QUEUED_S:
+            return None
+        for s in range(head + 1, len(request.chunks)):
+            if s not in request.rows:
+                return request, s
+        if upcoming is None or time.monotonic() - self._asked < UPCOMING_EVERY_S:
+            return None
+        self._asked = time.monotonic()
+        queued = list(upcoming())
+        wanted = {u.key for u in queued}
+        for key in [k for k in self.joined if k not in wanted]:  # cancelled or answered meanwhile
+            self.drop(self.joined.pop(key).request)
+        self.refused &= wanted
+        for u in queued:
+            if (u.cancel is not None and u.cancel.is_set()) or u.key in self.refused:
+                continue
+            j = self.joined.get(u.key)
+            if j is None:
+                r = prepare(u)
+                if r is None:
+                    self.refused.add(u.key)
+                    continue
+                j = self.joined[u.key] = Joined(r, u)
+            for s in range(len(j.request.chunks)):
+                if s not in j.request.rows:
+                    return j.request, s
+        return None
