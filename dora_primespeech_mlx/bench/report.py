@@ -70,6 +70,8 @@ def table(report: dict[str, Any]) -> str:
           for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_step_{key}" in st],
         *[(f"  prefill, {name} weights", "ms", _fmt(st.get(f"gpt_prefill_{key}")), None, None)
           for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_prefill_{key}" in st],
+        *[(f"  batched step, {key[10:]} rows", "ms/token", _fmt(st[key], digits=2), None, None)
+          for key in sorted(st, key=lambda k: int(k[10:]) if k[10:].isdigit() else 0) if key.startswith("gpt_batch_")],
         ("  bandwidth floor of the decode step", "ms/token",
          f"{bw['decode_floor_ms']:.2f} (x{bw['decode_vs_floor']})" if bw else "-", None,
          f"x{TARGETS['gpt_decode_vs_floor']}"),

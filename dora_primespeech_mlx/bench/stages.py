@@ -105,6 +105,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
         )
         if backend == "numpy":
             results.update(_decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat))
+            results.update(_decode_step_batched(gpt, phones, feats, prompt, repeat))
         kv_rows = phones.shape[1] + n_prompt + N_TOKENS / 2
         bw = measure_bandwidth()
         nbytes = weight_bytes_per_token(gpt, kv_rows)
@@ -211,6 +212,31 @@ def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[s
     out = {f"gpt_step_{k}": _summary(v, "ms/step", what="numpy decode step alone") for k, v in times.items()}
     out.update({f"gpt_prefill_{k}": _summary(v, "ms", what="numpy prefill") for k, v in prefill.items()})
     return out
+
+
+BATCH_ROWS = (1, 2, 3, 4, 6, 8)
+
+
+def _decode_step_batched(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
+    """The numpy decode step for ``B`` generations at once (continuous batching, ``t2s_numpy.step_batch``), each
+    width in turn within every round: ms per token (step time / B) over N_TOKENS steps. Where the per-token time
+    stops falling, batching stops paying on this CPU."""
+    from ..models.t2s_numpy import step_batch
+
+    dec = gpt.decoder
+    if not getattr(dec, "half", False):
+        return {}
+    times: dict[int, list[float]] = {b: [] for b in BATCH_ROWS}
+    tokens = np.random.default_rng(2).integers(0, 1024, N_TOKENS)
+    for _ in range(max(1, repeat)):
+        for b in BATCH_ROWS:
+            states = [dec.prefill(phones, feats, prompt, N_TOKENS)[0] for _ in range(b)]
+            for i, tok in enumerate(tokens):
+                t = time.perf_counter()
+                step_batch(states, [int(tok)] * b, [prompt.shape[1] + i] * b)
+                times[b].append((time.perf_counter() - t) * 1e3 / b)
+            del states
+    return {f"gpt_batch_{b}": _summary(v, "ms/token", what=f"{b} rows per decode step") for b, v in times.items()}
 
 
 def bench_engine(root: Path, repeat: int, stream: bool = True) -> dict[str, Any]:

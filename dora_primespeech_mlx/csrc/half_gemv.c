@@ -101,6 +101,15 @@ static inline void dot4_f16(const uint16_t *w, const float *const *x, int64_t k,
    (four vectors per pass share its conversion; it stays in L1 between passes) */
 static void gemv_rows(const uint16_t *W, const float *const *xs, const float *b, float *const *ys, int64_t nb,
                       int64_t i0, int64_t i1, int64_t k) {
+  if (nb == 1) { /* one vector: the plain loop */
+    const float *x = xs[0];
+    float *y = ys[0];
+    for (int64_t i = i0; i < i1; i++) {
+      const float acc = dot_f16(W + i * k, x, k);
+      y[i] = b ? acc + b[i] : acc;
+    }
+    return;
+  }
   for (int64_t i = i0; i < i1; i++) {
     const uint16_t *w = W + i * k;
     int64_t r = 0;

@@ -56,6 +56,14 @@ class Batching:
         self.refused: set = set()  # keys of queued texts that cannot join (their own request reports why)
         self._asked = 0.0
 
+    def as_dict(self) -> dict[str, Any]:
+        """For ``stats``: the batch's width, its steps, rows per step on average, the queued texts joined now."""
+        b = self.batch
+        if b is None:
+            return {"width": None, "steps": 0, "rows_per_step": None, "joined": 0}
+        return {"width": b.max_rows, "steps": b.steps,
+                "rows_per_step": round(b.row_steps / b.steps, 3) if b.steps else None, "joined": len(self.joined)}
+
     def batch_for(self, request, width: int) -> DecodeBatch:
         """The batch ``request``'s sentences decode in: the current one when it serves the same GPT at the same
         width, else a new one (the old one's rows and joined texts are dropped)."""

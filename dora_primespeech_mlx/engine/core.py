@@ -164,8 +164,8 @@ class GPTSoVITSEngine:
                     if batch is None:
                         tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel)
                     else:  # the sentences after it decode beside it (continuous batching: same tokens)
-                        tokens, wide = self._batched_tokens(r, batch, i, timer, cancel)
-                        alone = alone and not wide
+                        tokens, solo = self._batched_tokens(r, batch, i, timer, cancel)
+                        alone = alone and solo
                     if alone:  # the speeds streams are paced by (engine/pacing.py)
                         self.rates.note_tokens(timer.timings.get("gpt_decode", 0.0) - decoded, len(tokens) - 1)
                     pipeline.check_cancel(cancel)
@@ -209,8 +209,8 @@ class GPTSoVITSEngine:
         return SynthesisResult(audio, sr, len(audio) / sr, tokens, timer.timings, r.spec.name)
 
     def _batched_tokens(self, r: _Request, batch: DecodeBatch, i: int, timer: Timer, cancel):
-        """Sentence ``i``'s tokens from ``batch``, the sentences after it joining as rows free up; and whether any
-        step had other rows beside it."""
+        """Sentence ``i``'s tokens from ``batch``, the sentences after it joining as rows free up; and whether they
+        took a step alone each (their seconds are then the GPT's speed alone: :func:`solo`)."""
         with stage("gpt"):
             for j in range(i, len(r.chunks)):
                 if j not in r.rows and batch.room > 0:
@@ -228,7 +228,7 @@ class GPTSoVITSEngine:
                     tok = next(gen, None)
                 timer.add("gpt_decode", time.perf_counter() - t0)
                 if tok is None:
-                    return np.asarray(tokens, dtype=np.int32), batch.row_steps - rows > batch.steps - steps
+                    return np.asarray(tokens, dtype=np.int32), solo(batch, steps, rows, len(tokens))
                 tokens.append(int(tok))
         except BaseException:
             for row in r.rows.values():
@@ -363,11 +363,11 @@ class GPTSoVITSEngine:
                             yield from emit(False)
                             continue
                     busy = lane_busy()
-                    wide = batch.row_steps - row_steps > batch.steps - steps
-                    if not (busy or lane_was_busy or wide):  # the GPT's speed alone (beside the lane it is slower)
+                    alone = solo(batch, steps, row_steps, len(tokens) - cut_at)
+                    if not (busy or lane_was_busy or not alone):  # the GPT's speed alone (beside the lane, slower)
                         self.rates.note_tokens(decode_s, len(tokens) - cut_at)
                     if not (busy or lane_was_busy) and len(tokens) > cut_at:  # beside other rows a step is slower
-                        pacer.batched_token_s = decode_s / (len(tokens) - cut_at) if wide else 0.0
+                        pacer.batched_token_s = 0.0 if alone else decode_s / (len(tokens) - cut_at)
                     cut_at, decode_s, lane_was_busy = len(tokens), 0.0, busy
                     steps, row_steps = batch.steps, batch.row_steps
                     with locked(), stage("sovits", timer, key="sovits_stream"):
@@ -427,6 +427,7 @@ class GPTSoVITSEngine:
             "voice": self.voice.name if self.voice else None,
             "backends": backends(self),
             "stream_rates": self.rates.as_dict(),  # the speeds streams are paced by (engine/pacing.py)
+            "decode_batch": self.batching.as_dict(),  # continuous batching (engine/batching.py)
         }
 
     def warmup(self) -> dict[str, float]:
@@ -473,6 +474,13 @@ class _Locked:
 
     def __exit__(self, *exc):
         return self._stack.__exit__(*exc)
+
+
+def solo(batch: DecodeBatch, steps: int, row_steps: int, tokens: int) -> bool:
+    """Whether ``tokens`` tokens read since the batch stood at ``steps`` / ``row_steps`` each took a step of one row:
+    then their seconds are the GPT's speed alone (tokens decoded beside other rows, or earlier, are not)."""
+    stepped = batch.steps - steps
+    return stepped >= tokens and batch.row_steps - row_steps == stepped
 
 
 def _gpt_one_thread(busy: bool) -> None:
