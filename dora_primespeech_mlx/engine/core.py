@@ -118,9 +118,8 @@ class GPTSoVITSEngine:
             self.store.reference(spec, models, self.config.prompt_lang or spec.prompt_lang, Timer())
             previous, self.voice = self.voice, spec
             self.cache.set_current(voice_id(spec))
-            if previous is not None and voice_id(previous) != voice_id(spec):
-                self.batching.drop_joined()
             if previous is not None and voice_id(previous) != voice_id(spec):  # switching frees the old models
+                self.batching.drop_joined()  # (and the queued texts that joined the old voice's decode)
                 for kind in ("gpt", "sovits"):  # (files the new voice shares stay; its references stay cached)
                     self.cache.discard(kind, voice_id(previous))
         return spec

@@ -15,7 +15,9 @@ The pacer therefore (``stream_pace``, on by default, once speeds were measured)
 - starts a stream with ``stream_first_tokens`` tokens, or, where this machine is too slow for a small first
   piece to be followed without a gap, with enough that the first piece covers ``B*`` for a window
   :data:`GROWTH` times ``n*`` (then the first audio comes later, by design: one wait at the start instead of
-  gaps in the middle);
+  gaps in the middle); where no window size keeps up (slower than real time), the first piece has
+  ``stream_first_tokens`` tokens and every later one ``stream_chunk_tokens``, also after the listener ran dry
+  (the largest windows make the total wait the shortest);
 - cuts each later window *just in time*: it waits for more tokens (larger windows, less overhead per second of
   audio) while one more token would still leave the window ready before the audio already sent has played,
   with a safety margin; never fewer than :data:`GROWTH` times ``n*``, never more than ``stream_chunk_tokens``.
@@ -181,8 +183,10 @@ class Pacer:
         top = self.cfg.stream_chunk_tokens
         if new_tokens >= top:
             return True
-        if deadline is None or deadline <= now:  # nothing is playing: a piece the listener can be kept fed after
-            return new_tokens >= self.first_tokens
+        if deadline is None or (deadline <= now and self.sustainable):  # nothing is playing: a piece the listener
+            return new_tokens >= self.first_tokens                       # can be kept fed after
+        # slower than real time and the listener ran dry: the largest windows (n_min), which make the total wait
+        # the shortest; small ones would spend the time on each window's overhead
         if new_tokens < self.n_min:
             return False
         estimate = self.cost(new_tokens + 1)  # the window if one more token is awaited ...

@@ -97,6 +97,10 @@ def test_slower_than_real_time_gives_early_audio_then_large_windows():
     pacer = Pacer(cfg, rates_of(0.02, 0.012, 0.1), 1.0, MARGIN, XF, HOP_S)
     assert not pacer.sustainable
     assert pacer.first_tokens == cfg.stream_first_tokens and pacer.n_min == cfg.stream_chunk_tokens
+    assert pacer.cut(cfg.stream_first_tokens, 10.0, None)  # the first audio as early as asked
+    # once the listener ran dry the windows stay large: small ones would lengthen the total wait
+    assert not pacer.cut(cfg.stream_first_tokens, 10.0, 9.0)
+    assert not pacer.cut(cfg.stream_chunk_tokens - 1, 10.0, 9.0) and pacer.cut(cfg.stream_chunk_tokens, 10.0, 9.0)
 
 
 def test_unknown_speeds_or_pace_off_follow_the_fixed_steps():
