@@ -96,6 +96,15 @@ class Batching:
         for key in [k for k in self.joined if k != keep]:
             self.drop(self.joined.pop(key).request)
 
+    def reconcile(self, queued: Sequence[Upcoming]) -> list[Upcoming]:
+        """Drop the joined texts no longer queued (answered, cancelled by a reset); returns ``queued`` as a list."""
+        queued = list(queued)
+        wanted = {u.key for u in queued if u.cancel is None or not u.cancel.is_set()}
+        for key in [k for k in self.joined if k not in wanted]:
+            self.drop(self.joined.pop(key).request)
+        self.refused &= wanted
+        return queued
+
     def take(self, key: Any, text, voice, overrides: dict):
         """The joined request for ``key`` when it was prepared from the same text, voice and overrides (it goes on
         from its decoded tokens), else None (a joined text that changed is dropped)."""
@@ -115,22 +124,18 @@ class Batching:
         ``head`` without a row, else the first of the queued texts (``upcoming``, asked at most every
         :data:`UPCOMING_EVERY_S`) that joins (``prepare`` returns its request, or None when it cannot join)."""
         b = self.batch
-        if b is None or b.max_rows <= 1 or b.room <= 0:
+        if b is None or b.max_rows <= 1:
             return None
-        if queued_s is None or queued_s < ADMIT_QUEUED_S:
+        queued = None
+        if upcoming is not None and time.monotonic() - self._asked >= UPCOMING_EVERY_S:
+            self._asked = time.monotonic()
+            queued = self.reconcile(upcoming())  # first: a cancelled text's row must not keep stepping
+        if b.room <= 0 or queued_s is None or queued_s < ADMIT_QUEUED_S:
             return None
         for s in range(head + 1, len(request.chunks)):
             if s not in request.rows:
                 return request, s
-        if upcoming is None or time.monotonic() - self._asked < UPCOMING_EVERY_S:
-            return None
-        self._asked = time.monotonic()
-        queued = list(upcoming())
-        wanted = {u.key for u in queued}
-        for key in [k for k in self.joined if k not in wanted]:  # cancelled or answered meanwhile
-            self.drop(self.joined.pop(key).request)
-        self.refused &= wanted
-        for u in queued:
+        for u in queued or ():
             if (u.cancel is not None and u.cancel.is_set()) or u.key in self.refused:
                 continue
             j = self.joined.get(u.key)

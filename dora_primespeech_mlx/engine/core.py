@@ -253,9 +253,11 @@ class GPTSoVITSEngine:
             self._stats.begin(stream=True)
             try:
                 r = self.batching.take(key, text, voice, overrides)
+                if upcoming is None:
+                    self.batching.drop_joined()  # no caller tells which joined texts are still wanted
+                else:
+                    self.batching.reconcile(upcoming())  # texts cancelled since they joined leave the batch
                 if r is None:
-                    if upcoming is None:
-                        self.batching.drop_joined()  # no caller tells which joined texts are still wanted
                     r = self._prepare(text, voice, config, overrides, timer, cancel,
                                       bert_upto=self._stream_bert_upto)
                 else:

@@ -5,6 +5,7 @@ synthesis's audio) are exactly those of its decode alone with the same seed."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
@@ -89,6 +90,8 @@ def test_queued_text_joins_and_its_request_goes_on(engine, batched, monkeypatch)
 
     list(engine.synthesize_stream(first, key="f", upcoming=upcoming, seed=22, **KW))
     assert asked and "q" in engine.batching.joined, "the queued text did not join"
+    st = engine.stats()["decode_batch"]
+    assert st["width"] == 4 and st["joined"] == 1 and st["rows_per_step"] > 1
     calls_before = len(spy.calls)
     got = list(engine.synthesize_stream(queued, key="q", upcoming=lambda: [], **q_kw))
     assert len(spy.calls) == calls_before, "its first sentence was decoded again instead of going on"
@@ -112,3 +115,11 @@ def test_a_cancelled_or_changed_queued_text_is_dropped(engine, batched, monkeypa
     list(engine.synthesize_stream("Something else entirely.", **KW))
     assert not engine.batching.joined
     assert all(r.finished for r in engine.batching.batch.rows) or not engine.batching.batch.rows
+    # a joined text cancelled meanwhile (a reset) leaves the batch when the next request starts
+    cancel = threading.Event()
+    queue = [batching.Upcoming("q2", queued, None, dict(KW), cancel)]
+    list(engine.synthesize_stream(first, key="f3", upcoming=lambda: list(queue), **KW))
+    row = next(iter(engine.batching.joined["q2"].request.rows.values()))
+    cancel.set()
+    list(engine.synthesize_stream(first, key="f4", upcoming=lambda: list(queue), **KW))
+    assert row.finished and "q2" not in engine.batching.joined
