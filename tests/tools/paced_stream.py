@@ -19,13 +19,10 @@ unplayed audio a stream needs before a waiting sentence joins; engine/batching.p
 from __future__ import annotations
 
 import argparse
-import atexit
 import dataclasses
 import json
 import os
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 
@@ -40,7 +37,7 @@ A = ap.parse_args()
 os.environ["PRIMESPEECH_THREADS"] = str(A.threads)
 
 import pyarrow as pa  # noqa: E402
-import yaml  # noqa: E402
+from ref_big import model_dir_with_big, models_dir  # noqa: E402
 
 from dora_primespeech_mlx.dataflow.handler import MessageHandler  # noqa: E402
 from dora_primespeech_mlx.dataflow.transport import DirectTransport  # noqa: E402
@@ -52,18 +49,8 @@ SENTENCES = ["今天的天气特别好，我们一起去公园里散步聊天吧
              "我们可以先去湖边看看，然后找个地方坐下来喝茶。", "中午的时候，附近那家面馆的牛肉面非常好吃。",
              "下午如果还有时间，我们再去书店里逛一逛。", "晚上回家之前，记得去超市买一些水果和牛奶。"]
 
-base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-MODELS = os.path.abspath(A.models or os.environ.get("REF_BIG", os.path.join(base, "primespeech-ref", "ref-big")))
-md = tempfile.mkdtemp(prefix="paced-")
-atexit.register(shutil.rmtree, md, True)  # the converted models (~2 GB) go with the run
-os.makedirs(os.path.join(md, "voices", "Big"))
-with open(os.path.join(md, "voices", "Big", "voice.yaml"), "w") as f:
-    yaml.safe_dump({"name": "Big", "language": "zh", "prompt_text": "这是一段用于测试的参考音频。", "prompt_lang": "zh",
-                    "speed_factor": 1.0, "reference": os.path.join(MODELS, "ref_5s_32k.wav"),
-                    "gpt": os.path.join(MODELS, "gpt", "s1-v2-random.ckpt"),
-                    "sovits": os.path.join(MODELS, "sovits", "s2G-v2-random.pth"),
-                    "hubert": os.path.join(MODELS, "chinese-hubert-base"),
-                    "bert": os.path.join(MODELS, "chinese-roberta-wwm-ext-large")}, f, allow_unicode=True)
+MODELS = models_dir(A.models)
+md = model_dir_with_big(MODELS, "paced-")
 
 settings = Settings.from_env({"VOICE_NAME": "Big", "PRIMESPEECH_MODEL_DIR": md, "STREAMING": "true", "SEED": "1",
                               "TOP_K": "15", "TEXT_LANG": "all_zh", "GPTSVITS_WARMUP": "false",

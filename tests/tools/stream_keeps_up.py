@@ -23,12 +23,9 @@ vocoder as one run with ``--threads`` intra-op threads, or cut into that many si
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
-import shutil
 import statistics
-import tempfile
 import time
 
 ap = argparse.ArgumentParser()
@@ -42,22 +39,12 @@ ap.add_argument("--whole", action="store_true", help="with --variant: also time 
 A = ap.parse_args()
 os.environ["PRIMESPEECH_THREADS"] = str(A.threads)
 
-import yaml  # noqa: E402
+from ref_big import model_dir_with_big, models_dir  # noqa: E402
 
 from dora_primespeech_mlx.engine import GPTSoVITSEngine  # noqa: E402
 
-base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-MODELS = os.path.abspath(A.models or os.environ.get("REF_BIG", os.path.join(base, "primespeech-ref", "ref-big")))
-md = tempfile.mkdtemp(prefix="keepsup-")
-atexit.register(shutil.rmtree, md, True)  # the converted models (~2 GB) go with the run
-os.makedirs(os.path.join(md, "voices", "Big"))
-with open(os.path.join(md, "voices", "Big", "voice.yaml"), "w") as f:
-    yaml.safe_dump({"name": "Big", "language": "zh", "prompt_text": "这是一段用于测试的参考音频。", "prompt_lang": "zh",
-                    "speed_factor": 1.0, "reference": os.path.join(MODELS, "ref_5s_32k.wav"),
-                    "gpt": os.path.join(MODELS, "gpt", "s1-v2-random.ckpt"),
-                    "sovits": os.path.join(MODELS, "sovits", "s2G-v2-random.pth"),
-                    "hubert": os.path.join(MODELS, "chinese-hubert-base"),
-                    "bert": os.path.join(MODELS, "chinese-roberta-wwm-ext-large")}, f, allow_unicode=True)
+MODELS = models_dir(A.models)
+md = model_dir_with_big(MODELS, "keepsup-")
 eng = GPTSoVITSEngine(model_dir=md)
 eng.load_voice("Big")
 kw = dict(voice="Big", text_lang="all_zh", text_split_method=A.split, top_k=15, seed=1, speed_factor=1.0)
