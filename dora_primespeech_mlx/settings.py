@@ -297,7 +297,7 @@ VARS: tuple[Var, ...] = (
         "run with intra-op threads; faster on the bench VM) | auto (PRIMESPEECH_THREADS) | N.", ()),
     Var("batch", "PRIMESPEECH_BATCH", 4, _ranged(_int, 1, 16),
         "Sentences decoded together by the GPT (continuous batching: a request's later sentences and the texts "
-        "queued behind it, same voice and settings, join the running decode; each keeps its own tokens): rows "
+        "queued behind it, same voice, join the running decode; each keeps its own tokens): rows "
         "per step, 1 = one after another.", ()),
     Var("overlap", "PRIMESPEECH_OVERLAP", "auto", _choice(("auto", "1", "0")),
         "ONNX Runtime vocoder on a worker thread beside the GPT: auto (with >= 2 threads) | 1 (always) | "

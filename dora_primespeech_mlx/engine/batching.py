@@ -3,11 +3,11 @@
 The engine keeps one :class:`~..models.t2s_batch.DecodeBatch` for the voice in use (:class:`Batching`). A request's
 sentence gets its row (its prefill) when its turn comes, and earlier while another sentence is read: the request's
 own later sentences, then the texts queued behind it (:class:`Upcoming`, e.g. the node's queued messages; same
-voice and settings) join the running decode once the listener has :data:`ADMIT_QUEUED_S` of audio in hand (a
-prefill stalls the stream for its duration). One sentence joins per decision, so a stall is one prefill. A queued
-text that joins is prepared (front end, BERT, seed) at that moment; its own request later finds it by its key and
-goes on from the tokens already decoded. Each sentence's tokens are those of its decode alone with the same seed;
-only when they are computed changes.
+voice, each with its own settings) join the running decode once the listener has :data:`ADMIT_QUEUED_S` of audio in
+hand (a prefill stalls the stream for its duration). One sentence joins per decision, so a stall is one prefill. A
+queued text that joins is prepared (front end, BERT, seed) at that moment; its own request later finds it by its key
+and goes on from the tokens already decoded. Each sentence's tokens are those of its decode alone with the same
+seed; only when they are computed changes.
 """
 
 from __future__ import annotations
@@ -46,6 +46,17 @@ class Joined:
     upcoming: Upcoming
 
 
+def add_row(batch: DecodeBatch, request, s: int, timer: Timer) -> Row:
+    """Give sentence ``s`` of ``request`` its row in ``batch``: its BERT (if missing) and its prefill, now."""
+    pipeline.fill_bert(request.chunks, s, request.spec, request.models, timer)
+    t0 = time.perf_counter()
+    with stage("gpt"):
+        gen = pipeline.start_generation(request.models, request.ref, request.chunks[s], request.cfg, request.seed + s)
+    timer.add("gpt_prefill", time.perf_counter() - t0)
+    row = request.rows[s] = batch.add(gen)
+    return row
+
+
 class Batching:
     """The engine's decode batch and the queued texts that joined it. Used under the engine lock."""
 
@@ -74,15 +85,8 @@ class Batching:
         return self.batch
 
     def admit(self, request, s: int, timer: Timer) -> Row:
-        """Give sentence ``s`` of ``request`` its row: its BERT (if missing) and its prefill, now."""
-        pipeline.fill_bert(request.chunks, s, request.spec, request.models, timer)
-        t0 = time.perf_counter()
-        with stage("gpt"):
-            gen = pipeline.start_generation(request.models, request.ref, request.chunks[s], request.cfg,
-                                            request.seed + s)
-        timer.add("gpt_prefill", time.perf_counter() - t0)
-        row = request.rows[s] = self.batch.add(gen)
-        return row
+        """Give sentence ``s`` of ``request`` its row in the engine's batch (:func:`add_row`)."""
+        return add_row(self.batch, request, s, timer)
 
     def drop(self, request) -> None:
         """Take ``request``'s rows out of the batch (cancelled, failed or abandoned)."""

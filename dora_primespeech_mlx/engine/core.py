@@ -210,12 +210,9 @@ class GPTSoVITSEngine:
     def _batched_tokens(self, r: _Request, batch: DecodeBatch, i: int, timer: Timer, cancel):
         """Sentence ``i``'s tokens from ``batch``, the sentences after it joining as rows free up; and whether they
         took a step alone each (their seconds are then the GPT's speed alone: :func:`solo`)."""
-        with stage("gpt"):
-            for j in range(i, len(r.chunks)):
-                if j not in r.rows and batch.room > 0:
-                    t0 = time.perf_counter()
-                    r.rows[j] = batch.add(pipeline.start_generation(r.models, r.ref, r.chunks[j], r.cfg, r.seed + j))
-                    timer.add("gpt_prefill", time.perf_counter() - t0)
+        for j in range(i, len(r.chunks)):
+            if j not in r.rows and batch.room > 0:
+                batching.add_row(batch, r, j, timer)
         tokens: list[int] = []
         steps, rows = batch.steps, batch.row_steps
         gen = batch.tokens(r.rows[i])
