@@ -123,3 +123,24 @@ def test_a_cancelled_or_changed_queued_text_is_dropped(engine, batched, monkeypa
     cancel.set()
     list(engine.synthesize_stream(first, key="f4", upcoming=lambda: list(queue), **KW))
     assert row.finished and "q2" not in engine.batching.joined
+
+
+def test_hostile_queued_texts_do_not_join_or_break_the_stream(engine, batched, monkeypatch):
+    """Queued texts that cannot be spoken (punctuation only, a bad override, an unknown voice, not a string) are left
+    out of the batch; the stream being spoken is unaffected, and each one's own call still raises its error."""
+    from dora_primespeech_mlx.errors import PrimeSpeechError
+
+    monkeypatch.setattr(batching, "ADMIT_QUEUED_S", 0.0)
+    monkeypatch.setattr(batching, "UPCOMING_EVERY_S", 0.0)
+    first = "Hello world, this is the first message."
+    bad = [batching.Upcoming("punct", "。，！？...", None, dict(KW)),
+           batching.Upcoming("override", "Hello there.", None, {**KW, "top_k": "many"}),
+           batching.Upcoming("voice", "Hello there.", "Nobody At All", dict(KW)),
+           batching.Upcoming("bytes", b"\xff\xfe", None, dict(KW))]
+    alone = list(engine.synthesize_stream(first, seed=3, **KW))
+    got = list(engine.synthesize_stream(first, key="f", upcoming=lambda: list(bad), seed=3, **KW))
+    assert not engine.batching.joined and engine.batching.refused == {u.key for u in bad}
+    assert [len(c.audio) for c in got] == [len(c.audio) for c in alone]
+    for u in bad:
+        with pytest.raises((PrimeSpeechError, ValueError, TypeError)):
+            list(engine.synthesize_stream(u.text, voice=u.voice, key=u.key, upcoming=lambda: [], **u.overrides))
