@@ -121,7 +121,19 @@ def sample_token(logits: np.ndarray, seen: np.ndarray, params: SamplingParams, q
     q = np.asarray(q, dtype=np.float32)
     if q.shape != probs.shape:
         raise ValueError(f"noise has shape {q.shape}, expected {probs.shape}")
-    return int(np.argmax(probs / q)), int(np.argmax(penalised))
+    return int(np.argmax(_scores(probs, q))), int(np.argmax(penalised))
+
+
+def _scores(probs: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``probs / q``, where a token of probability 0 scores 0 even when its noise is exactly 0.
+
+    An Exp(1) draw is 0.0 about once in 10**7 float32 draws (numpy's ``standard_exponential``), i.e. in ~1 % of
+    100-token sentences. Plain division then gives 0/0 = NaN, which ``argmax`` takes as the largest score: a token
+    that top-k or top-p removed would be spoken. A token with probability > 0 and noise 0 scores +inf, as in
+    the original (``probs_sort / q`` in torch): it is chosen, which is the limit of the exponential race."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = probs / q
+    return np.where(probs > 0, s, np.float32(0))
 
 
 @dataclass

@@ -368,3 +368,21 @@ def test_t2s_sampling_rules():
     freq = np.bincount([t for t, _ in draws], minlength=3) / len(draws)
     np.testing.assert_allclose(freq, [0.2, 0.5, 0.3], atol=0.03)
     assert {g for _, g in draws} == {1}
+
+
+def test_t2s_zero_noise_never_picks_a_removed_token():
+    """An Exp(1) draw of exactly 0.0 (about 1 in 10**7 float32 draws) must not pick a token that top-k removed
+    (0/0 is NaN, and argmax takes NaN as the largest); on a kept token it wins (p/0 = inf, as in torch)."""
+    from dora_primespeech_mlx.models.t2s_generate import sample_token
+
+    logits = np.array([0.5, 3.0, 1.0, 2.0], np.float32)
+    none = np.zeros(4, bool)
+    top1 = SamplingParams(top_k=1, top_p=1.0, temperature=1.0, repetition_penalty=1.0)
+    for zero_at in range(4):
+        q = np.ones(4, np.float32)
+        q[zero_at] = 0.0
+        with np.errstate(all="raise"):
+            assert sample_token(logits, none, top1, q) == (1, 1)
+    top2 = SamplingParams(top_k=2, top_p=1.0, temperature=1.0, repetition_penalty=1.0)
+    q = np.array([0.0, 50.0, 1.0, 0.0], np.float32)
+    assert sample_token(logits, none, top2, q) == (3, 1)
