@@ -25,6 +25,7 @@ from typing import Any
 from ..settings import child_env, read
 
 SIDES = ("upstream", "ours", "genie", "cpufast")
+ISAS = ("avx512", "avx2", "generic", "none")  # ``ours:ISA`` forces a kernel build (PRIMESPEECH_ISA) for that side
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding dora_primespeech_mlx
 
 
@@ -55,9 +56,11 @@ def side_commands(args, tools: Path) -> dict[str, list[str] | str]:
     out: dict[str, list[str] | str] = {}
     for side in args.sides.split(","):
         side = side.strip()
-        if side not in SIDES:
-            raise SystemExit(f"error: unknown side {side!r} (use {','.join(SIDES)})")
-        py, script = pythons[side], scripts[side]
+        base, _, isa = side.partition(":")
+        if base not in SIDES or (":" in side and (base != "ours" or isa not in ISAS)):
+            raise SystemExit(f"error: unknown side {side!r} (use {','.join(SIDES)}, or ours:ISA with ISA one of "
+                             f"{', '.join(ISAS)})")
+        py, script = pythons[base], scripts[base]
         if not Path(py).is_file():
             out[side] = f"not set up: no interpreter {py}"
         elif not Path(script[0]).is_file():
@@ -82,6 +85,35 @@ def run_side(argv: list[str], threads: int, env: dict[str, str], timeout: float)
             return json.loads(line[4:])
     tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or [f"exit {p.returncode}"]
     return {"error": f"exit {p.returncode}: {tail[0][:200]}"}
+
+
+def kernel_build(python: str, env: dict[str, str]) -> str:
+    """Which float16 kernel build an ``ours`` side's process takes, and why (its own interpreter and env)."""
+    code = ("from dora_primespeech_mlx.models import half_gemv as h; s = h.library_status(); "
+            "print(f\"{s['isa']} ({s['isa_reason']})\")")
+    try:
+        p = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown ({exc})"
+    return p.stdout.strip() or f"unknown (exit {p.returncode}: {(p.stderr.strip().splitlines() or [''])[-1][:200]})"
+
+
+def cpu_name() -> str:
+    """This machine's CPU model and whether it has AVX-512 (the kernels' fastest build)."""
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == "unknown CPU":
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        import platform
+
+        return platform.processor() or platform.machine()
+    isa = "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
+    return f"{model} ({isa}, {os.cpu_count()} CPUs)"
 
 
 def _median(values: list[float]) -> float | None:
@@ -124,7 +156,7 @@ def stage_seconds(side: str, rounds: list[dict]) -> dict[str, float]:
     ``sovits_stream``; GPT over whole and streamed requests; genie: t2s and vocoder+rest;
     cpufast: TTS.run's t2s / vits). The original's runner reports none."""
     keys = {"ours": ("sovits", ("gpt_prefill", "gpt_decode")), "genie": ("vits_and_rest", ("t2s",)),
-            "cpufast": ("vits", ("t2s",))}.get(side)
+            "cpufast": ("vits", ("t2s",))}.get(side.partition(":")[0])
     out: dict[str, float] = {}
     if not keys:
         return out
@@ -144,14 +176,14 @@ def _f(value, fmt: str = "{:.2f}") -> str:
 
 
 def table(summary: dict[int, dict[str, dict[str, Any]]], not_run: dict[str, str]) -> str:
-    lines = [f"{'threads':<8}{'side':<10}{'e2e s':>8}{'ours/side':>11}{'per round':>16}{'first audio s':>15}"
+    lines = [f"{'threads':<8}{'side':<12}{'e2e s':>8}{'ours/side':>11}{'per round':>16}{'first audio s':>15}"
              f"{'ours/side':>11}{'SoVITS s':>10}{'GPT ms/tok':>12}{'tokens':>8}  loadavg before / errors"]
     for threads, sides in sorted(summary.items()):
         for side, s in sides.items():
             per = s.get("e2e_ratio_rounds") or []
             rng = f"{min(per):.2f}-{max(per):.2f}" if per else "-"
             lines.append(
-                f"{threads:<8}{side:<10}{_f(s.get('e2e')):>8}{_f(s.get('e2e_ratio'), '{:.2f}x'):>11}{rng:>16}"
+                f"{threads:<8}{side:<12}{_f(s.get('e2e')):>8}{_f(s.get('e2e_ratio'), '{:.2f}x'):>11}{rng:>16}"
                 f"{_f(s.get('ttfa')):>15}{_f(s.get('ttfa_ratio'), '{:.2f}x'):>11}{_f(s.get('sovits_s')):>10}"
                 f"{_f(s.get('gpt_ms_per_token'), '{:.1f}'):>12}{_f(s.get('tokens'), '{}'):>8}  "
                 f"{' '.join(_f(x) for x in s['loadavg'])}{' ' + '; '.join(s['errors']) if s['errors'] else ''}")
@@ -190,15 +222,22 @@ def run_compare(args) -> int:
         for t in threads:
             for side, argv in runnable.items():
                 load = os.getloadavg()[0]
-                res = run_side(argv, t, env, args.side_timeout)
+                isa = side.partition(":")[2]
+                res = run_side(argv, t, {**env, "PRIMESPEECH_ISA": isa} if isa else env, args.side_timeout)
                 res["loadavg_before"] = load
                 results[t][side].append(res)
                 what = res["error"] if "error" in res else f"e2e {res['e2e_cached_s_median']:.2f} s"
                 print(f"round {rnd + 1} threads {t} {side}: load {load:.2f} {what}", file=sys.stderr, flush=True)
     summary = summarize(results)
+    builds = {side: kernel_build(argv[0], {**env, "PRIMESPEECH_ISA": side.partition(":")[2]}
+                                 if ":" in side else env)
+              for side, argv in runnable.items() if side.startswith("ours")}
     if args.json:
-        print(json.dumps({"summary": summary, "not_run": not_run, "raw": results}, default=str, ensure_ascii=False))
+        print(json.dumps({"cpu": cpu_name(), "kernels": builds, "summary": summary, "not_run": not_run,
+                          "raw": results}, default=str, ensure_ascii=False))
     else:
+        print(f"CPU: {cpu_name()}")
+        print("\n".join(f"{side} kernels: {build}" for side, build in builds.items()))
         print(table(summary, not_run))
     return 0
 
@@ -209,7 +248,8 @@ def add_arguments(p) -> None:
                    "venv's python) and the peers, and print ratios from one run")
     g.add_argument("--compare-tools", metavar="DIR", help="the compare tools folder (default: shared/tools/compare "
                    "beside the checkout, or $PRIMESPEECH_COMPARE_TOOLS)")
-    g.add_argument("--sides", default=",".join(SIDES), help="comma list (default: all four)")
+    g.add_argument("--sides", default=",".join(SIDES), help="comma list (default: all four); ours:ISA runs this "
+                   "package again with a forced kernel build (e.g. ours:avx2 on an AVX-512 machine)")
     g.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
     g.add_argument("--rounds", type=int, default=1, help="alternating rounds (default 1)")
     g.add_argument("--runs", type=int, default=3, help="timed runs per side and round (default 3)")

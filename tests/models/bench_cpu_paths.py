@@ -32,9 +32,9 @@ def main() -> int:
     ap.add_argument("--no-mlx", action="store_true", help="skip the float32 MLX RoBERTa")
     args = ap.parse_args()
 
-    from dora_primespeech_mlx import bench
+    from dora_primespeech_mlx.bench import measure, weights as bench
 
-    bench._preload_blas()
+    measure._preload_blas()
     import mlx.core as mx
 
     from dora_primespeech_mlx.convert import load

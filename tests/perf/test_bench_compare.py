@@ -83,3 +83,33 @@ def test_package_root_is_the_folder_that_holds_the_package():
     """The original's side gets PACKAGE_ROOT on its PYTHONPATH: it must hold ``dora_primespeech_mlx`` (the package
     folder itself would put this package's ``text`` in place of the original's)."""
     assert (bc.PACKAGE_ROOT / "dora_primespeech_mlx" / "__init__.py").is_file()
+
+
+def test_ours_with_a_forced_build_is_a_side(tmp_path, monkeypatch, capsys):
+    """``ours:ISA`` runs this package again with PRIMESPEECH_ISA=ISA (e.g. the AVX2 kernels on an AVX-512 machine),
+    gets ratios like any side and reports the build each ours side took; unknown builds are refused."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "sidebyside.py").write_text("")
+    cmds = bc.side_commands(_args(tmp_path, sides="ours,ours:avx2"), tools)
+    assert cmds["ours:avx2"] == cmds["ours"]
+    for bad in ("ours:sse", "upstream:avx2", "ours:"):
+        with pytest.raises(SystemExit, match="unknown side"):
+            bc.side_commands(_args(tmp_path, sides=bad), tools)
+    (tmp_path / "set" / "gpt").mkdir(parents=True)
+    (tmp_path / "set" / "gpt" / "s1-v2-random.ckpt").write_bytes(b"")
+    monkeypatch.setenv("REF_BIG", str(tmp_path / "set"))
+    monkeypatch.delenv("PRIMESPEECH_ISA", raising=False)
+    seen = []
+
+    def fake_run_side(argv, threads, env, timeout):
+        seen.append(env.get("PRIMESPEECH_ISA"))
+        return _sbs("ours", [2.0] if env.get("PRIMESPEECH_ISA") else [1.0])
+
+    monkeypatch.setattr(bc, "run_side", fake_run_side)
+    monkeypatch.setattr(bc, "kernel_build", lambda py, env: f"build {env.get('PRIMESPEECH_ISA') or 'auto'}")
+    assert bc.run_compare(_args(tmp_path, compare_tools=str(tools), sides="ours,ours:avx2", threads="1")) == 0
+    assert seen == [None, "avx2"]
+    out = capsys.readouterr().out
+    assert "ours:avx2 kernels: build avx2" in out and "ours kernels: build auto" in out and "CPU: " in out
+    assert "0.50x" in out  # ours (1.0 s) / ours:avx2 (2.0 s)
