@@ -32,7 +32,8 @@ def main() -> int:
     ap.add_argument("--no-mlx", action="store_true", help="skip the float32 MLX RoBERTa")
     args = ap.parse_args()
 
-    from dora_primespeech_mlx.bench import measure, weights as bench
+    from dora_primespeech_mlx.bench import measure
+    from dora_primespeech_mlx.bench import weights as bench
 
     measure._preload_blas()
     import mlx.core as mx
