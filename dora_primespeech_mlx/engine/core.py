@@ -158,15 +158,17 @@ class GPTSoVITSEngine:
                 batch = DecodeBatch(width) if width > 1 and len(r.chunks) > 1 else None  # this request's own
                 latents, all_tokens = [], []  # per sentence: audio, or a future of the lane's vocoder run
                 for i, chunk in enumerate(r.chunks):
-                    alone = not latents or lane is None  # no vocoder beside it (which slows everything down)
-                    decoded = timer.timings.get("gpt_decode", 0.0)
+                    quiet = not latents or lane is None  # no vocoder beside it (which slows everything down)
+                    decoded, solo = timer.timings.get("gpt_decode", 0.0), True
                     if batch is None:
                         tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel)
                     else:  # the sentences after it decode beside it (continuous batching: same tokens)
                         tokens, solo = self._batched_tokens(r, batch, i, timer, cancel)
-                        alone = alone and solo
-                    if alone:  # the speeds streams are paced by (engine/pacing.py)
-                        self.rates.note_tokens(timer.timings.get("gpt_decode", 0.0) - decoded, len(tokens) - 1)
+                    seconds = timer.timings.get("gpt_decode", 0.0) - decoded
+                    if quiet and (solo or (i == 0 and self.rates.token_s is None)):  # the speeds streams are
+                        # paced by (engine/pacing.py). The first sentence's tokens each took a batched step, slower
+                        # than a step alone: until one is measured, a cautious stand-in (a first stream is paced)
+                        self.rates.note_tokens(seconds, len(tokens) - 1)
                     pipeline.check_cancel(cancel)
                     with stage("sovits", timer):
                         bank = self.noise_bank((r.seed, i), r.models.prior_channels)
@@ -174,7 +176,7 @@ class GPTSoVITSEngine:
                         z = pipeline.sentence_latent(r.models, r.ref, tokens, chunk.phones, r.speed,
                                                      r.cfg.noise_scale, bank)
                         t1 = time.perf_counter()
-                        if alone:
+                        if quiet:  # (whether its tokens were decoded in a batch or not)
                             self.rates.note_latent(t1 - t0, window=False)
                         if lane is not None:  # the GPT goes on with the next sentence meanwhile
                             latents.append((z, lane.submit(r.models.sovits.vocoder_backend, z, r.ref.ge)))

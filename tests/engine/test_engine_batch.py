@@ -12,7 +12,7 @@ import pytest
 from test_engine import GenerateSpy, case, model_dir, voice  # noqa: F401  (shared fixtures)
 from test_engine import engine as engine  # noqa: F401,F811
 
-from dora_primespeech_mlx.engine import batching, pipeline
+from dora_primespeech_mlx.engine import batching, pacing, pipeline
 from dora_primespeech_mlx.models import t2s_batch
 
 MULTI = "Hello world, this is a small test. The second sentence comes next. And a third one follows it now."
@@ -55,6 +55,26 @@ def test_whole_synthesis_batched_equals_one_by_one(engine, batched, monkeypatch)
     assert not batched
     np.testing.assert_array_equal(many.semantic_tokens, one.semantic_tokens)
     np.testing.assert_array_equal(many.audio, one.audio)
+
+
+def test_a_batched_synthesis_measures_the_speeds_a_first_stream_is_paced_by(engine, batched, monkeypatch):
+    """After a whole synthesis whose sentences decoded together, the engine knows every speed its streams are paced
+    by (else the next stream would go unpaced): the first sentence's SoVITS ran with nothing beside it, and its
+    batched steps, slower than steps alone, stand in for the GPT's speed until a step alone is measured; they never
+    replace a measured one, and later sentences (read from tokens decoded earlier, in ~0 s) are never taken."""
+    if _sentences(engine, MULTI) < 2:
+        pytest.skip("the front end gives one sentence for the text with this voice")
+    rates = pacing.StreamRates()
+    monkeypatch.setattr(engine, "rates", rates)
+    engine.synthesize(MULTI, seed=11, **KW)
+    assert max(batched) >= 2, "the sentences did not decode together"
+    assert rates.known(), rates.as_dict()
+    assert len(rates._seen["token_s"]) == 1, "only the first sentence's batched steps stand in"
+    measured = pacing.StreamRates()
+    measured.note_tokens(0.5, 100)
+    monkeypatch.setattr(engine, "rates", measured)
+    engine.synthesize(MULTI, seed=11, **KW)
+    assert measured.token_s == pytest.approx(0.005) and len(measured._seen["token_s"]) == 1
 
 
 def test_stream_sentences_keep_their_tokens(engine, batched, monkeypatch):
