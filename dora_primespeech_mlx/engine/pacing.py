@@ -50,7 +50,9 @@ class StreamRates:
     ``token_s``: GPT decode seconds per token; ``frame_s``: vocoder seconds per latent frame; ``latent_s``: SoVITS
     up to the vocoder, seconds per stream window (until a window was measured, a whole sentence's, which is
     larger: a conservative estimate). The engine reports only measurements taken while the vocoder lane was idle
-    (beside it everything is slower, and a stream's first window never has it beside it)."""
+    (beside it everything is slower, and a stream's first window never has it beside it), and GPT seconds only where
+    each token took a step alone, but for one cautious stand-in: until such a step was measured, the batched steps
+    of a whole request's first sentence (slower than steps alone)."""
 
     def __init__(self):
         self._lock = threading.Lock()
