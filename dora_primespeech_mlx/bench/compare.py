@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -100,20 +101,24 @@ def kernel_build(python: str, env: dict[str, str]) -> str:
 
 def cpu_name() -> str:
     """This machine's CPU model and whether it has AVX-512 (the kernels' fastest build)."""
-    model, flags = "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == "unknown CPU":
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        import platform
+    from ..models.half_gemv import cpu_flags
 
-        return platform.processor() or platform.machine()
-    isa = "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
+    flags = cpu_flags()  # a list, or why there is none
+    isa = flags if isinstance(flags, str) else \
+        "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
     return f"{model} ({isa}, {os.cpu_count()} CPUs)"
+
+
+def side_env(env: dict[str, str], side: str) -> dict[str, str]:
+    """A side's environment: ``ours:ISA`` forces that kernel build (``PRIMESPEECH_ISA``)."""
+    isa = side.partition(":")[2]
+    return {**env, "PRIMESPEECH_ISA": isa} if isa else env
 
 
 def _median(values: list[float]) -> float | None:
@@ -222,16 +227,14 @@ def run_compare(args) -> int:
         for t in threads:
             for side, argv in runnable.items():
                 load = os.getloadavg()[0]
-                isa = side.partition(":")[2]
-                res = run_side(argv, t, {**env, "PRIMESPEECH_ISA": isa} if isa else env, args.side_timeout)
+                res = run_side(argv, t, side_env(env, side), args.side_timeout)
                 res["loadavg_before"] = load
                 results[t][side].append(res)
                 what = res["error"] if "error" in res else f"e2e {res['e2e_cached_s_median']:.2f} s"
                 print(f"round {rnd + 1} threads {t} {side}: load {load:.2f} {what}", file=sys.stderr, flush=True)
     summary = summarize(results)
-    builds = {side: kernel_build(argv[0], {**env, "PRIMESPEECH_ISA": side.partition(":")[2]}
-                                 if ":" in side else env)
-              for side, argv in runnable.items() if side.startswith("ours")}
+    builds = {side: kernel_build(argv[0], side_env(env, side)) for side, argv in runnable.items()
+              if side.startswith("ours")}
     if args.json:
         print(json.dumps({"cpu": cpu_name(), "kernels": builds, "summary": summary, "not_run": not_run,
                           "raw": results}, default=str, ensure_ascii=False))
