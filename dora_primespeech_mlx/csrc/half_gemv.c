@@ -97,6 +97,18 @@ static inline void dot4_f16(const uint16_t *w, const float *const *x, int64_t k,
 }
 #endif
 
+/* Software prefetch of the weight row bytes this far ahead of the row being read (more reads in flight than the
+   hardware prefetcher keeps at the start of every chunk and page). Measured on the 2-core AVX2 EPYC with 24 layers of
+   decode-shaped gemvs (151 MB), alternating with the same kernel without it in one process, medians of 12-20 rounds
+   of best-of-6, three runs: 1 thread 11.37 / 12.00 / 12.56 ms -> 11.34 / 11.53 / 11.89 ms, 2 threads 6.94 / 7.50 /
+   7.17 ms -> 6.77 / 7.02 / 7.05 ms (a few per cent; 1 KB ahead was no better). Prefetching never faults. */
+#define PREFETCH_AHEAD 2048
+
+static inline void prefetch_row(const uint16_t *w, int64_t k) {
+  const uintptr_t end = (uintptr_t)w + PREFETCH_AHEAD + (uintptr_t)k * sizeof(uint16_t);
+  for (uintptr_t p = (uintptr_t)w + PREFETCH_AHEAD; p < end; p += 64) PREFETCH(p);
+}
+
 /* rows i0..i1 of W against `nb` vectors xs[r] into ys[r]: each weight row is read from memory once for all of them
    (four vectors per pass share its conversion; it stays in L1 between passes) */
 static void gemv_rows(const uint16_t *W, const float *const *xs, const float *b, float *const *ys, int64_t nb,
@@ -105,6 +117,7 @@ static void gemv_rows(const uint16_t *W, const float *const *xs, const float *b,
     const float *x = xs[0];
     float *y = ys[0];
     for (int64_t i = i0; i < i1; i++) {
+      prefetch_row(W + i * k, k);
       const float acc = dot_f16(W + i * k, x, k);
       y[i] = b ? acc + b[i] : acc;
     }
@@ -112,6 +125,7 @@ static void gemv_rows(const uint16_t *W, const float *const *xs, const float *b,
   }
   for (int64_t i = i0; i < i1; i++) {
     const uint16_t *w = W + i * k;
+    prefetch_row(w, k);
     int64_t r = 0;
     for (; nb - r >= 2; r += 4) { /* pairs and triples fill the pass with repeats of their first vector */
       const float *x4[4];
