@@ -16,7 +16,8 @@ and KV cache read per token / the measured read bandwidth) is measured in the sa
 
 Modules: :mod:`.weights` (the models and inputs), :mod:`.stages` (stage and end-to-end timings),
 :mod:`.memory` (RSS probes), :mod:`.measure` (helpers), :mod:`.report` (the table), :mod:`.compare`
-(``--compare``: the original and the peers side by side), :mod:`.conv` (the vocoder convolution bench).
+(``--compare``: the original and the peers side by side), :mod:`.conv` (the vocoder convolution bench),
+:mod:`.timeline` (``--timeline``: where each core's time goes during one request).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def run(args) -> int:
         from .compare import run_compare
 
         return run_compare(args)
+    if args.timeline:  # per-thread CPU through one request, in a fresh process per thread count
+        from .timeline import run_timeline
+
+        return run_timeline(args)
     _preload_blas()
     root = Path(args.models_dir).expanduser() if args.models_dir else default_models_dir()
     if args.memory_levers:
@@ -100,6 +105,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-memory-probe", action="store_true", help="skip the lean-loading RSS probes")
     p.add_argument("--memory-levers", action="store_true",
                    help="only the engine's RSS with each vocoder memory lever on/off (fresh process each)")
+    p.add_argument("--timeline", action="store_true",
+                   help="per-thread CPU through one whole and one streamed request at each --threads count, with "
+                   "the stages running at each moment (Linux)")
     p.add_argument("--models-dir", help="where the random-weight models are written (default: user cache)")
     from .compare import add_arguments
 

@@ -1,6 +1,7 @@
 """Timings and counters: :class:`Timer` (one request's stage seconds), :func:`stage` (times a stage and turns an
 unexpected failure into :class:`SynthesisError` naming the stage) and :class:`EngineStats` (the running totals
-behind ``engine.stats()``, thread-safe on their own lock)."""
+behind ``engine.stats()``, thread-safe on their own lock). :func:`recording_spans` collects every stage's
+interval and thread for the bench's per-core timeline."""
 
 from __future__ import annotations
 
@@ -24,6 +25,23 @@ class Timer:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
 
 
+_spans: list[tuple[str, int, float, float]] | None = None  # (stage, native thread id, start, end) while recording
+
+
+@contextlib.contextmanager
+def recording_spans():
+    """Collect ``(stage, native thread id, start, end)`` (``time.perf_counter`` seconds) of every stage that
+    ends inside the block, from every thread (``bench --timeline``). Off otherwise: a stage then costs one
+    global read more."""
+    global _spans
+    out: list[tuple[str, int, float, float]] = []
+    _spans = out
+    try:
+        yield out
+    finally:
+        _spans = None
+
+
 @contextlib.contextmanager
 def stage(name: str, timer: Timer | None = None, key: str | None = None):
     """Time stage ``name`` into ``timer`` (under ``key`` when given) and turn unexpected failures into
@@ -36,8 +54,12 @@ def stage(name: str, timer: Timer | None = None, key: str | None = None):
     except Exception as exc:
         raise SynthesisError(f"{name} stage failed: {type(exc).__name__}: {exc}", stage=name) from exc
     finally:
+        t1 = time.perf_counter()
         if timer is not None:
-            timer.add(key or name, time.perf_counter() - t0)
+            timer.add(key or name, t1 - t0)
+        spans = _spans
+        if spans is not None:
+            spans.append((key or name, threading.get_native_id(), t0, t1))
 
 
 class EngineStats:
