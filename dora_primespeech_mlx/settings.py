@@ -292,9 +292,9 @@ VARS: tuple[Var, ...] = (
     Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
         "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
         "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
-    Var("vocoder_parts", "PRIMESPEECH_VOCODER_PARTS", "1", _choice(("auto", "1", "2", "3", "4", "6", "8")),
-        "ONNX Runtime vocoder cut into this many stretches run at once, one per core (same samples): 1 (one "
-        "run with intra-op threads; faster on the bench VM) | auto (PRIMESPEECH_THREADS) | N.", ()),
+    Var("vocoder_parts", "PRIMESPEECH_VOCODER_PARTS", "auto", _choice(("auto", "1", "2", "3", "4", "6", "8")),
+        "ONNX Runtime vocoder cut into this many stretches run at once, one thread each (same samples; latents "
+        "under 4 receptive fields a part run whole): auto (2 at PRIMESPEECH_THREADS=2, else 1) | 1 | N.", ()),
     Var("batch", "PRIMESPEECH_BATCH", 4, _ranged(_int, 1, 16),
         "Sentences decoded together by the GPT (continuous batching: a request's later sentences and the texts "
         "queued behind it, same voice, join the running decode; each keeps its own tokens): rows "
@@ -396,7 +396,7 @@ class Settings(defaults.RequestDefaults):
     vocoder: str = "auto"
     overlap: str = "auto"
     batch: int = 4
-    vocoder_parts: str = "1"
+    vocoder_parts: str = "auto"
     gpt_half: str = "auto"
     isa: str = "auto"
     gpt_prefill: str = "auto"

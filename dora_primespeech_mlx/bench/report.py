@@ -85,6 +85,13 @@ def table(report: dict[str, Any]) -> str:
            f"{st['sovits_onnxruntime_split']['min'] / st['sovits_onnxruntime']['min']:.2f} / "
            f"{st['sovits_onnxruntime_split']['median'] / st['sovits_onnxruntime']['median']:.2f}", None, None)
           for _ in [0] if "sovits_onnxruntime_split" in st and "sovits_onnxruntime" in st],
+        *[(f"  vocoder, {st[key]['sentences']} sentences {what}", "s/sentence", _fmt(st[key], digits=3), None, None)
+          for key, what in (("vocoder_after_another", "one after another, all threads"),
+                            ("vocoder_at_once", "at once, 1 thread each")) if key in st],
+        *[("  vocoder at once / one after another (same run)", "ratio",
+           f"{st['vocoder_at_once']['min'] / st['vocoder_after_another']['min']:.2f} / "
+           f"{st['vocoder_at_once']['median'] / st['vocoder_after_another']['median']:.2f}", None, None)
+          for _ in [0] if "vocoder_at_once" in st and "vocoder_after_another" in st],
         *[("  SoVITS onnxruntime no arena / arena", "ratio",
            f"{st['sovits_onnxruntime']['min'] / st['sovits_onnxruntime_arena']['min']:.3f} / "
            f"{st['sovits_onnxruntime']['median'] / st['sovits_onnxruntime_arena']['median']:.3f}", None, None)

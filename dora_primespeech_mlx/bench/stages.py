@@ -136,7 +136,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
             vocoder.attach(sovits, cache_dir=root / "sovits", mode="onnx", release_mlx=False)
             onnx_gen = sovits.vocoder_backend.generator
         if onnx_gen is not None:
-            backends.update(_onnx_variants(sovits, onnx_gen))
+            backends.update(_onnx_variants(sovits, onnx_gen, root / "sovits"))
         per_backend: dict[str, list[float]] = {name: [] for name in backends}
         info = {}
         for name, backend in backends.items():
@@ -150,6 +150,8 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
                     lambda: mx.eval(sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)), 1, warmup=0
                 )
         sovits.vocoder_backend = chosen
+        if onnx_gen is not None:
+            results.update(_vocoder_side_by_side(sovits, onnx_gen, root / "sovits", np.asarray(ge), repeat))
         for name, samples in per_backend.items():
             seconds, finite = info[name]
             results[f"sovits_{name}"] = _summary(
@@ -165,7 +167,44 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     return results, memory
 
 
-def _onnx_variants(sovits, gen) -> dict[str, Any]:
+def _vocoder_side_by_side(sovits, gen, cache_dir: Path, ge: np.ndarray, repeat: int) -> dict[str, Any]:
+    """With N >= 2 threads: N sentences' vocoders (100 tokens each) one after another on the N-thread session (what
+    the engine does) against all N at once, each a one-thread run of the one-thread graph: whether sentences on
+    separate cores would use the cores better. Seconds per sentence, alternating in one run."""
+    import threading
+
+    from ..models import vocoder_onnx
+
+    n = vocoder_onnx.resolve_threads(None)
+    if n < 2:
+        return {}
+    wide = gen if gen.threads == n else vocoder_onnx.load_or_build(sovits.dec, cache_dir, n)
+    single = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1)
+    frames = N_TOKENS * 2  # v2: two latent frames per semantic token
+    channels = int(wide.session.get_inputs()[0].shape[1])
+    z = np.random.default_rng(0).standard_normal((1, channels, frames), np.float32)
+
+    def after_another():
+        for _ in range(n):
+            wide(z, ge)
+
+    def at_once():
+        threads = [threading.Thread(target=single, args=(z, ge)) for _ in range(n)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+
+    after_another(), at_once()  # warm-up
+    samples: dict[str, list[float]] = {"after_another": [], "at_once": []}
+    for _ in range(repeat):
+        for name, fn in (("after_another", after_another), ("at_once", at_once)):
+            samples[name] += [s / n for s in timed(fn, 1, warmup=0)]
+    return {f"vocoder_{name}": _summary(v, "s", what=f"{n} sentences of {N_TOKENS} tokens, seconds per sentence",
+                                        sentences=n) for name, v in samples.items()}
+
+
+def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
     """The ONNX Runtime vocoder as one run with the configured intra-op threads, and (2+ threads) cut into one
     single-threaded run per thread (models/vocoder_split.py), each as a backend for the SoVITS stage."""
     from ..models import vocoder, vocoder_onnx
@@ -177,10 +216,10 @@ def _onnx_variants(sovits, gen) -> dict[str, Any]:
     out = {"onnxruntime": vocoder.VocoderBackend("onnx", whole)}
     if gen.path is not None:  # the same graph with ONNX Runtime's CPU memory arena (off by default)
         out["onnxruntime_arena"] = vocoder.VocoderBackend("onnx", vocoder_onnx.OnnxGenerator(gen.path, n, arena=True))
-    if n > 1:
-        single = gen if gen.threads == 1 else vocoder_onnx.OnnxGenerator(source, 1)
-        split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame)
-        out["onnxruntime_split"] = vocoder.VocoderBackend("onnx", single, split=split)
+    if n > 1:  # as vocoder.attach cuts: parts on the one-thread graph, short latents whole on the n-thread one
+        single = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1)
+        split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame, whole=whole)
+        out["onnxruntime_split"] = vocoder.VocoderBackend("onnx", whole, split=split)
     return out
 
 

@@ -377,7 +377,7 @@ class GPTSoVITSEngine:
                         if not busy:  # its speed alone
                             self.rates.note_latent(p.latent_s, window=True)
                             if p.vocode_s is not None:
-                                self.rates.note_vocoder(p.vocode_s, p.window.z.shape[2])
+                                self.rates.note_vocoder(p.vocode_s, p.window.z.shape[2], window=True)
                         pending.append((s, done, p))
                     yield from emit(lane is None or (done and s == last))
                     if done:

@@ -45,19 +45,18 @@ GROWTH = 1.2  # the first piece feeds a window this much larger than the break-e
 
 class StreamRates:
     """This engine's speeds, shared by its requests (the speeds are the machine's): each the median of the
-    :data:`RECENT` latest measurements, None until measured.
-
-    ``token_s``: GPT decode seconds per token; ``frame_s``: vocoder seconds per latent frame; ``latent_s``: SoVITS
-    up to the vocoder, seconds per stream window (until a window was measured, a whole sentence's, which is
-    larger: a conservative estimate). The engine reports only measurements taken while the vocoder lane was idle
-    (beside it everything is slower, and a stream's first window never has it beside it), and GPT seconds only where
-    each token took a step alone, but for one cautious stand-in: until such a step was measured, the batched steps
-    of a whole request's first sentence (slower than steps alone)."""
+    :data:`RECENT` latest measurements, None until measured. ``token_s``: GPT decode seconds per token; ``frame_s``:
+    vocoder seconds per latent frame (until a window was measured, a whole sentence's); ``latent_s``: SoVITS up to
+    the vocoder, seconds per stream window (until a window was measured, a whole sentence's, which is larger: a
+    conservative estimate). The engine reports only measurements taken while the vocoder lane was idle (beside it
+    everything is slower, and a stream's first window never has it beside it), and GPT seconds only where each token
+    took a step alone, but for one cautious stand-in: until such a step was measured, the batched steps of a whole
+    request's first sentence (slower than steps alone)."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._seen: dict[str, collections.deque] = {k: collections.deque(maxlen=RECENT) for k in KINDS}
-        self.latent_from_windows = False
+        self._from_windows: set[str] = set()  # the kinds measured on a stream window (whole sentences then ignored)
 
     def _add(self, kind: str, value: float) -> None:
         with self._lock:
@@ -84,20 +83,29 @@ class StreamRates:
         if tokens > 0 and seconds > 0:
             self._add("token_s", seconds / tokens)
 
-    def note_vocoder(self, seconds: float, frames: int) -> None:
+    def note_vocoder(self, seconds: float, frames: int, window: bool = False) -> None:
+        """A window's (``window``) or a whole sentence's vocoder seconds for ``frames`` latent frames. A whole
+        sentence is a stand-in until a window is measured: per frame it is cheaper (no per-run overhead to share,
+        and a long latent is cut over the cores: ``PRIMESPEECH_VOCODER_PARTS``)."""
         if frames > 0 and seconds > 0:
-            self._add("frame_s", seconds / frames)
+            self._note("frame_s", seconds / frames, window)
 
     def note_latent(self, seconds: float, window: bool) -> None:
         """A window's (``window``) or a whole sentence's SoVITS seconds up to the vocoder."""
-        if seconds <= 0:
-            return
+        if seconds > 0:
+            self._note("latent_s", seconds, window)
+
+    def _note(self, kind: str, value: float, window: bool) -> None:
         with self._lock:
-            if window and not self.latent_from_windows:  # whole sentences were only a stand-in
-                self._seen["latent_s"].clear()
-                self.latent_from_windows = True
-            if window or not self.latent_from_windows:
-                self._seen["latent_s"].append(seconds)
+            if window and kind not in self._from_windows:  # whole sentences were only a stand-in
+                self._seen[kind].clear()
+                self._from_windows.add(kind)
+            if window or kind not in self._from_windows:
+                self._seen[kind].append(value)
+
+    @property
+    def latent_from_windows(self) -> bool:
+        return "latent_s" in self._from_windows
 
     def known(self) -> bool:
         return None not in (self.token_s, self.frame_s, self.latent_s)

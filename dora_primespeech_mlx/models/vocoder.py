@@ -188,8 +188,8 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
     ``cache_dir``: where the ONNX graph is cached (None: built in memory). ``release_mlx``: drop the MLX
     generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``);
     None: ``RELEASE_MLX``. ``parts``: ONNX Runtime runs the generator over this many time stretches at once, one
-    single-threaded run per core (``models/vocoder_split``; ``auto``: the thread count; ``1``: whole, with
-    ``threads`` intra-op threads)."""
+    single-threaded run per core (``models/vocoder_split``; latents too short for that run whole with ``threads``
+    intra-op threads; ``auto``: :func:`auto_parts`; ``1``: always whole)."""
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
     previous = getattr(sovits, "vocoder_backend", None)
@@ -203,13 +203,15 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
         try:
             from . import vocoder_onnx
 
-            n = vocoder_onnx.resolve_threads(threads) if str(parts) == "auto" else int(parts)
-            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1 if n > 1 else threads)
+            n = auto_parts(vocoder_onnx.resolve_threads(threads)) if str(parts) == "auto" else int(parts)
+            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads)
             backend = VocoderBackend(mode, generator, reason="CPU" if mode == "auto" else f"{ENV}=onnx")
-            if n > 1:
+            if n > 1:  # the parts on the one-thread graph (2-D: NCHWc kernels), short latents whole on `generator`
                 from .vocoder_split import SplitRunner
 
-                backend.split = SplitRunner(generator, n, sovits.dec.receptive_frames, sovits.samples_per_frame)
+                single = generator if generator.threads == 1 else vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1)
+                backend.split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame,
+                                            whole=generator)
         except Exception as exc:  # ImportError, a build or load error: MLX it is
             backend = VocoderBackend(mode, reason="fallback")
             backend.fail(f"ONNX Runtime backend unavailable: {type(exc).__name__}: {exc}")
@@ -217,6 +219,14 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
             _release_mlx(sovits, backend)
     sovits.vocoder_backend = backend
     return sovits
+
+
+def auto_parts(threads: int) -> int:
+    """``PRIMESPEECH_VOCODER_PARTS=auto``: two parts at two threads, else whole. Two one-thread runs side by side beat
+    one run with two intra-op threads from ~100 latent frames (2-core AVX2 EPYC, 200 frames: 1.22 vs 1.45 s;
+    ``models/vocoder_split``); with more threads a cut into as many parts needs ever longer latents and is
+    unmeasured, so ONNX Runtime's own threads run it (``threads`` 0: all cores)."""
+    return 2 if threads == 2 else 1
 
 
 def _release_mlx(sovits, backend: VocoderBackend) -> None:

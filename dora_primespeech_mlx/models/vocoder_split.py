@@ -1,9 +1,16 @@
 """The vocoder over several cores by splitting time: the generator is a stack of convolutions, so a stretch of the
 latent with :attr:`Generator.receptive_frames` extra frames on each side vocodes to exactly the samples of that
-stretch in the whole (bit-identical on ONNX Runtime, measured). ``parts`` stretches run at once, each on its own
-thread with a single-threaded ONNX Runtime session (one session; ``run`` is thread-safe), so the cores never
-wait on each other inside a layer — ONNX Runtime's own intra-op threads synchronise at every one of the
-generator's ~100 convolutions. Latents too short for the margins to be small stay whole."""
+stretch in the whole (bit-identical on ONNX Runtime, measured). Which session runs a latent depends only on its
+length, so a request's audio does not depend on timing. ``parts`` stretches run at once, each on its own thread with
+a single-threaded ONNX Runtime session (one session; ``run`` is thread-safe), so the cores never wait on each other
+inside a layer — ONNX Runtime's own intra-op threads synchronise at every one of the generator's ~100 convolutions.
+A latent too short for every part to be :data:`MIN_FRAMES_PER_MARGIN` margins long runs whole on ``whole`` (the
+session with ``parts`` intra-op threads), never on fewer cores.
+
+Measured on the 2-core AVX2 EPYC, v2 generator (margin 13 frames), two parts against one run with two intra-op
+threads, medians of 5 alternating, ms: 24 frames 260 vs 189, 48 frames 432 vs 386, 80 frames 561 vs 574, 120
+frames 786 vs 867, 160 frames 959 vs 1203, 200 frames 1222 vs 1449, 300 frames 1784 vs 2008, 400 frames 2318 vs
+2726: cutting wins from about 6 margins of latent, hence parts of at least 4 margins."""
 
 from __future__ import annotations
 
@@ -12,14 +19,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-MIN_FRAMES_PER_MARGIN = 8  # split only when every part is >= this many margins long (margins cost < 1/4 more work)
+MIN_FRAMES_PER_MARGIN = 4  # cut only when every part is >= this many margins long (else the whole run is faster)
 
 
 class SplitRunner:
-    """Runs ``fn(z, ge) -> audio`` (numpy, (B, C, T) -> (B, 1, T * hop)) over ``parts`` time stretches at once."""
+    """Runs ``fn(z, ge) -> audio`` (numpy, (B, C, T) -> (B, 1, T * hop)) over ``parts`` time stretches at once.
+    ``whole``: what runs a latent too short to be cut into ``parts`` (the several-thread session); without it such
+    a latent is cut into fewer parts, or runs on ``fn`` alone."""
 
-    def __init__(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], parts: int, margin: int, hop: int):
+    def __init__(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], parts: int, margin: int, hop: int,
+                 whole: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
         self.fn, self.parts, self.margin, self.hop = fn, max(1, int(parts)), int(margin), int(hop)
+        self.whole = whole
         self._pool = ThreadPoolExecutor(self.parts - 1, thread_name_prefix="primespeech-vocoder-part") \
             if self.parts > 1 else None
 
@@ -29,6 +40,8 @@ class SplitRunner:
     def __call__(self, z: np.ndarray, ge: np.ndarray) -> np.ndarray:
         frames = z.shape[2]
         n = self.parts_for(frames)
+        if n < self.parts and self.whole is not None:
+            return self.whole(z, ge)
         if n == 1 or self._pool is None:
             return self.fn(z, ge)
         bounds = np.linspace(0, frames, n + 1).round().astype(int)
@@ -44,4 +57,5 @@ class SplitRunner:
         return np.concatenate([first, *(f.result() for f in others)], axis=-1)
 
     def describe(self) -> dict:
-        return {"parts": self.parts, "margin_frames": self.margin}
+        return {"parts": self.parts, "margin_frames": self.margin,
+                "whole_below_frames": self.parts * MIN_FRAMES_PER_MARGIN * self.margin if self.whole else None}

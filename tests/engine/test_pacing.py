@@ -147,6 +147,11 @@ def test_rates_are_recent_medians_and_prefer_window_measurements():
     assert r.latent_s == 0.1
     r.note_latent(0.9, window=False)  # whole sentences no longer count
     assert r.latent_s == 0.1
+    assert r.frame_s == pytest.approx(0.008)  # (vocoder seconds: still the whole sentence's)
+    r.note_vocoder(0.5, 50, window=True)  # a window's vocoder: per frame dearer than a whole (cut) sentence's
+    assert r.frame_s == pytest.approx(0.01)
+    r.note_vocoder(0.2, 100)
+    assert r.frame_s == pytest.approx(0.01)
     for seconds in (2.0, 1.2, 50.0):  # one stray slow measurement does not move the median far
         r.note_tokens(seconds, 100)
     assert r.token_s == pytest.approx(0.016)

@@ -289,6 +289,39 @@ def test_split_vocoder_gives_the_same_samples(mlx_model, parts):
     assert runner.parts_for(short) < parts  # short latents are cut less (margins would dominate)
 
 
+def test_auto_parts_cut_at_two_threads_and_run_short_latents_whole(raw_sovits, mlx_model, tmp_path):
+    """PRIMESPEECH_VOCODER_PARTS=auto: at two threads the latent is cut in two on the one-thread 2-D graph, a latent
+    too short for that runs whole on the two-thread graph; every length gives the MLX generator's samples; at
+    one thread nothing is cut."""
+    from dora_primespeech_mlx.models.vocoder_split import MIN_FRAMES_PER_MARGIN
+
+    assert [vocoder.auto_parts(t) for t in (0, 1, 2, 3, 8)] == [1, 1, 2, 1, 1]
+    model = from_checkpoint(raw_sovits)
+    vocoder.attach(model, cache_dir=tmp_path, mode="onnx", threads=2, release_mlx=False, parts="auto")
+    backend = model.vocoder_backend
+    split = backend.split
+    assert split is not None and split.parts == 2
+    assert (backend.generator.threads, backend.generator.layout) == (2, "1d")
+    assert (split.fn.threads, split.fn.layout) == (1, "2d") and split.whole is backend.generator
+    assert vocoder.status(model)["split"]["whole_below_frames"] == 2 * MIN_FRAMES_PER_MARGIN * split.margin
+    calls = []
+    for name in ("fn", "whole"):
+        run = getattr(split, name)
+        setattr(split, name, lambda z, ge, run=run, name=name: calls.append(name) or run(z, ge))
+    rng = np.random.default_rng(3)
+    ge = rng.standard_normal((1, model.dec.cond.weight.shape[2], 1)).astype(np.float32)
+    for frames, expected in ((2 * MIN_FRAMES_PER_MARGIN * split.margin - 1, ["whole"]),
+                             (2 * MIN_FRAMES_PER_MARGIN * split.margin + 3, ["fn", "fn"])):
+        calls.clear()
+        z = rng.standard_normal((1, model.args.inter_channels, frames)).astype(np.float32)
+        audio = np.asarray(model.vocode(mx.array(z), mx.array(ge)))
+        assert calls == expected, frames
+        np.testing.assert_allclose(audio, np.asarray(mlx_model.vocode(mx.array(z), mx.array(ge))), atol=1e-4)
+    one = from_checkpoint(raw_sovits)
+    vocoder.attach(one, cache_dir=tmp_path, mode="onnx", threads=1, release_mlx=False, parts="auto")
+    assert one.vocoder_backend.split is None and one.vocoder_backend.generator.layout == "2d"
+
+
 # -- memory: the MLX generator weights are not kept while ONNX Runtime serves the generator ---------------------
 
 

@@ -102,15 +102,14 @@ if A.variant:
     variants = [parse_variant(v) for v in A.variant]
     vocoders = {}
     if any("parts" in opts for _, opts in variants):
-        from dora_primespeech_mlx.models.vocoder_onnx import OnnxGenerator
-        from dora_primespeech_mlx.models.vocoder_split import SplitRunner
+        from dora_primespeech_mlx.models import vocoder
 
         sovits = eng.store.models(eng.voice).sovits
-        path, margin = sovits.vocoder_backend.generator.path, sovits.dec.receptive_frames
-        for value in {opts["parts"] for _, opts in variants if "parts" in opts}:
-            n = int(value)
-            gen = OnnxGenerator(path, 1 if n > 1 else A.threads)
-            vocoders[value] = (gen, SplitRunner(gen, n, margin, sovits.samples_per_frame) if n > 1 else None)
+        cache = sovits.vocoder_backend.generator.path.parent
+        for value in {opts["parts"] for _, opts in variants if "parts" in opts}:  # as the engine attaches them
+            backend = vocoder.attach(sovits, cache, mode="onnx", threads=A.threads, release_mlx=False,
+                                     parts=value).vocoder_backend
+            vocoders[value] = (backend.generator, backend.split)
     results = {name: [] for name, _ in variants}
     for _name, opts in variants:  # warm-up of each
         one_run(apply_variant(opts))
