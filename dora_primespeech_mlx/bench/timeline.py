@@ -98,9 +98,9 @@ def analyse(rows, spans, names: dict[int, str], t0: float, t1: float, skip: set[
         if tb <= t0 or ta >= t1:
             continue
         i = min(n - 1, max(0, int(((ta + tb) / 2 - t0) / bucket)))
-        for tid, v in rb.items():
-            if tid not in skip and tid in ra and v > ra[tid]:
-                cpu[i][tid] += (v - ra[tid]) / 1e9
+        for tid, v in rb.items():  # (a thread new since the previous sample: all its time falls in between)
+            if tid not in skip and v > ra.get(tid, 0):
+                cpu[i][tid] += (v - ra.get(tid, 0)) / 1e9
         machine[i] += bb - ba
         steal[i] += sb - sa
     labels = []
@@ -142,6 +142,7 @@ def run_one(text: str, split: str) -> dict[str, Any]:
     """In this process (its thread count already set): one whole and one streamed synthesis, sampled."""
     from ..engine import GPTSoVITSEngine
     from ..engine.stats import recording_spans
+    from ..settings import read as read_setting
     from .measure import _preload_blas
     from .weights import bench_voice, default_models_dir, ensure_models
 
@@ -165,8 +166,7 @@ def run_one(text: str, split: str) -> dict[str, Any]:
 
     whole()
     streamed()  # warm-up: every shape once
-    out: dict[str, Any] = {"threads": os.environ.get("PRIMESPEECH_THREADS"),
-                           "backends": engine.stats().get("backends")}
+    out: dict[str, Any] = {"threads": read_setting("threads"), "backends": engine.stats().get("backends")}
     for mode, fn in (("whole", whole), ("stream", streamed)):
         sampler = Sampler()
         sampler.start()
@@ -218,13 +218,14 @@ def run_timeline(args) -> int:
     if not os.path.isdir("/proc/self/task"):
         print("error: --timeline reads /proc (Linux only)", file=sys.stderr)
         return 2
+    from ..settings import child_env
     from .weights import TARGET_TEXT, default_models_dir, ensure_models
 
     ensure_models(default_models_dir())  # once, before the timed processes
     text = args.text or TARGET_TEXT
     results: dict[int, dict[str, Any]] = {}
     for t in (int(x) for x in args.threads.split(",")):
-        env = {**os.environ, "PRIMESPEECH_THREADS": str(t)}
+        env = child_env(PRIMESPEECH_THREADS=str(t))
         code = ("import json, sys; from dora_primespeech_mlx.bench import timeline as t; "
                 "print('TIMELINE ' + json.dumps(t.run_one(sys.argv[1], sys.argv[2]), default=str))")
         proc = subprocess.run([sys.executable, "-c", code, text, args.split], env=env, capture_output=True,
