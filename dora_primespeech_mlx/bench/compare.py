@@ -253,11 +253,12 @@ def add_arguments(p) -> None:
                    "beside the checkout, or $PRIMESPEECH_COMPARE_TOOLS)")
     g.add_argument("--sides", default=",".join(SIDES), help="comma list (default: all four); ours:ISA runs this "
                    "package again with a forced kernel build (e.g. ours:avx2 on an AVX-512 machine)")
-    g.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    g.add_argument("--threads", default="1,2", help="thread counts, --compare and --timeline (default 1,2)")
     g.add_argument("--rounds", type=int, default=1, help="alternating rounds (default 1)")
     g.add_argument("--runs", type=int, default=3, help="timed runs per side and round (default 3)")
-    g.add_argument("--text", help="text to speak (default: the runners' one sentence)")
-    g.add_argument("--split", default="cut0", help="text_split_method for every side (default cut0)")
+    g.add_argument("--text", help="text to speak, --compare and --timeline (default: the one sentence)")
+    g.add_argument("--split", default="cut0", help="text_split_method, --compare and --timeline (default cut0)")
     g.add_argument("--genie-python", help="Genie-TTS venv python (default ~/.cache/primespeech-ref/genie-venv)")
     g.add_argument("--cpufast-python", help="gpt-sovits-cpufast venv python (default .../cpufast-venv)")
-    g.add_argument("--side-timeout", type=float, default=1800.0, help="seconds per side process (default 1800)")
+    g.add_argument("--side-timeout", type=float, default=1800.0,
+                   help="seconds per side (or --timeline) process (default 1800)")

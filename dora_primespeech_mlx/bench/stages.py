@@ -150,8 +150,8 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
                     lambda: mx.eval(sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)), 1, warmup=0
                 )
         sovits.vocoder_backend = chosen
-        if onnx_gen is not None:
-            results.update(_vocoder_side_by_side(sovits, onnx_gen, root / "sovits", np.asarray(ge), repeat))
+        if "onnxruntime_split" in backends:
+            results.update(_vocoder_side_by_side(backends["onnxruntime_split"].split, np.asarray(ge), repeat))
         for name, samples in per_backend.items():
             seconds, finite = info[name]
             results[f"sovits_{name}"] = _summary(
@@ -167,19 +167,14 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     return results, memory
 
 
-def _vocoder_side_by_side(sovits, gen, cache_dir: Path, ge: np.ndarray, repeat: int) -> dict[str, Any]:
-    """With N >= 2 threads: N sentences' vocoders (100 tokens each) one after another on the N-thread session (what
-    the engine does) against all N at once, each a one-thread run of the one-thread graph: whether sentences on
-    separate cores would use the cores better. Seconds per sentence, alternating in one run."""
+def _vocoder_side_by_side(split, ge: np.ndarray, repeat: int) -> dict[str, Any]:
+    """``split`` (the SplitRunner of :func:`_onnx_variants`, N >= 2 parts): N sentences' vocoders (100 tokens each)
+    one after another on its N-thread session (what the engine does) against all N at once, each a one-thread run
+    of its one-thread graph: whether sentences on separate cores would use the cores better. Seconds per sentence,
+    alternating in one run."""
     import threading
 
-    from ..models import vocoder_onnx
-
-    n = vocoder_onnx.resolve_threads(None)
-    if n < 2:
-        return {}
-    wide = gen if gen.threads == n else vocoder_onnx.load_or_build(sovits.dec, cache_dir, n)
-    single = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1)
+    n, wide, single = split.parts, split.whole, split.fn
     frames = N_TOKENS * 2  # v2: two latent frames per semantic token
     channels = int(wide.session.get_inputs()[0].shape[1])
     z = np.random.default_rng(0).standard_normal((1, channels, frames), np.float32)
