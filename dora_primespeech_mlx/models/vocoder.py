@@ -223,8 +223,8 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
 
 def auto_parts(threads: int) -> int:
     """``PRIMESPEECH_VOCODER_PARTS=auto``: two parts at two threads, else whole. Two one-thread runs side by side beat
-    one run with two intra-op threads from ~100 latent frames (2-core AVX2 EPYC, 200 frames: 1.22 vs 1.45 s;
-    ``models/vocoder_split``); with more threads a cut into as many parts needs ever longer latents and is
+    one run with two intra-op threads from ~100 latent frames (2-core AVX2 EPYC; ``models/vocoder_split``,
+    ``tests/tools/vocoder_cut_sweep.py``); with more threads a cut into as many parts needs ever longer latents and is
     unmeasured, so ONNX Runtime's own threads run it (``threads`` 0: all cores)."""
     return 2 if threads == 2 else 1
 

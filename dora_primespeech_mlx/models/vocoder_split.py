@@ -7,10 +7,9 @@ inside a layer — ONNX Runtime's own intra-op threads synchronise at every one 
 A latent too short for every part to be :data:`MIN_FRAMES_PER_MARGIN` margins long runs whole on ``whole`` (the
 session with ``parts`` intra-op threads), never on fewer cores.
 
-Measured on the 2-core AVX2 EPYC, v2 generator (margin 13 frames), two parts against one run with two intra-op
-threads, medians of 5 alternating, ms: 24 frames 260 vs 189, 48 frames 432 vs 386, 80 frames 561 vs 574, 120
-frames 786 vs 867, 160 frames 959 vs 1203, 200 frames 1222 vs 1449, 300 frames 1784 vs 2008, 400 frames 2318 vs
-2726: cutting wins from about 6 margins of latent, hence parts of at least 4 margins."""
+Where cutting pays: ``python tests/tools/vocoder_cut_sweep.py`` times two parts against one run with two intra-op
+threads per latent length (docs/performance.md, "The vocoder cut in two at two threads"); on the 2-core AVX2 EPYC
+cutting wins from about 6 margins of latent, hence parts of at least 4 margins."""
 
 from __future__ import annotations
 
