@@ -214,8 +214,8 @@ VARS: tuple[Var, ...] = (
         "Send audio in chunks while the GPT still generates (else one `audio` message per text).",
         ("RETURN_FRAGMENT", "GPTSVITS_STREAMING")),
     Var("stream_chunk_tokens", "STREAM_CHUNK_TOKENS", None, _limits("stream_chunk_tokens"),
-        "Streaming: the most semantic tokens (40 ms of audio each) per chunk (unset: the engine's 40); "
-        "GPTSVITS_CHUNK_SIZE gives it in samples (1280 per token).",
+        "Streaming: the most semantic tokens (40 ms of audio each) per chunk after the first (unset: the "
+        "engine's 40); GPTSVITS_CHUNK_SIZE gives it in samples (1280 per token).",
         ("GPTSVITS_CHUNK_SIZE",), (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),)),
     Var("stream_pace", "PRIMESPEECH_STREAM_PACE", True, _bool,
         "Streaming: size the chunks from the measured speed so a stream keeps up once started; false: fixed "

@@ -137,8 +137,11 @@ class GPTSoVITSEngine:
         lang = cfg.text_lang or spec.language
         if isinstance(text, str) and (self.settings.llm_text if cfg.llm_text is None else cfg.llm_text):
             text = llm_text.clean(text, lang)  # speak an LLM's prose, not its markup and reasoning
+        bert_s = timer.timings.get("bert", 0.0)
         chunks = pipeline.text_chunks(text, lang, cfg.text_split_method, spec, models, timer, bert_upto,
                                       cancel, self.settings.max_text_seconds)
+        bert_s = timer.timings.get("bert", 0.0) - bert_s  # (a stream's pacer counts it for its later sentences)
+        self.rates.note_start("bert", bert_s, sum(len(c.phones) for c in chunks if c.bert is not None))
         speed = float(cfg.speed_factor if cfg.speed_factor is not None else spec.speed_factor)
         seed = cfg.seed if cfg.seed != -1 else secrets.randbelow(2**31)
         return _Request(cfg, spec, models, ref, chunks, speed, seed)
@@ -165,6 +168,7 @@ class GPTSoVITSEngine:
                     else:  # the sentences after it decode beside it (continuous batching: same tokens)
                         tokens, solo = self._batched_tokens(r, batch, i, timer, cancel)
                     seconds = timer.timings.get("gpt_decode", 0.0) - decoded
+                    self.rates.note_length(r.spec.name, len(tokens), len(chunk.phones))  # (streams' windows plan by it)
                     if quiet and (solo or (i == 0 and self.rates.token_s is None)):  # the speeds streams are
                         # paced by (engine/pacing.py). The first sentence's tokens each took a batched step, slower
                         # than a step alone: until one is measured, a cautious stand-in (a first stream is paced)
@@ -332,12 +336,22 @@ class GPTSoVITSEngine:
                 stitcher = streaming.Stitcher(r.models.hop, r.speed, round(cfg.stream_crossfade_ms * sr / 1000))
                 bank = self.noise_bank((r.seed, s), r.models.prior_channels)
                 with locked():  # the first sentence's BERT came with the request, the others' come now
+                    missing = sum(len(c.phones) for c in r.chunks[s:] if c.bert is None)
+                    t0 = time.perf_counter()
                     pipeline.fill_bert(r.chunks, s, r.spec, r.models, timer)
-                    row = r.rows.get(s) or self.batching.admit(r, s, timer)  # its prefill, unless it joined earlier
+                    t1 = time.perf_counter()
+                    row = r.rows.get(s)
+                    if row is None:  # its prefill, unless it joined earlier
+                        row = self.batching.admit(r, s, timer)
+                        self.rates.note_start("prefill", time.perf_counter() - t1)
+                    if missing:
+                        self.rates.note_start("bert", t1 - t0, missing)
                 gen = batch.tokens(row)
                 tokens: list[int] = []
                 pacer = pacing.Pacer(cfg, self.rates, r.speed, streaming.vocoder_margin(r.models, cfg),
-                                     stitcher.crossfade_frames, stitcher.hop / sr)
+                                     stitcher.crossfade_frames, stitcher.hop / sr,
+                                     self.rates.expected_tokens(r.spec.name, len(chunk.phones)),
+                                     self._later_sentences(r, s))
                 cut_at, decode_s = 0, 0.0  # tokens at the last cut; GPT seconds since
                 lane_was_busy = lane_busy()
                 steps, row_steps = batch.steps, batch.row_steps  # a window's steps with other rows beside it
@@ -353,9 +367,11 @@ class GPTSoVITSEngine:
                     timer.add("gpt_decode", dt)
                     decode_s += dt
                     done = tok is None
-                    if not done:  # a waiting sentence joins the decode when the listener has audio in hand
+                    if not done:  # a waiting sentence joins the decode when the listener has audio in hand, but
+                        # not where the plan counts on this sentence's steps alone (near real time: pacing.Pacer.
+                        # covering; the later sentences then decode after it, as the plan has them)
                         with locked():
-                            self._admit_next(r, s, out["until"], upcoming)
+                            self._admit_next(r, s, None if pacer.covering else out["until"], upcoming)
                     if not done:
                         tokens.append(int(tok))
                         n_tokens += 1
@@ -364,11 +380,16 @@ class GPTSoVITSEngine:
                             continue
                     busy = lane_busy()
                     alone = solo(batch, steps, row_steps, len(tokens) - cut_at)
-                    if not (busy or lane_was_busy or not alone):  # the GPT's speed alone (beside the lane, slower)
+                    clean = not (busy or lane_was_busy or not alone)  # nothing beside it (which slows it down)
+                    if clean:  # the GPT's speed alone (beside the lane, slower)
                         self.rates.note_tokens(decode_s, len(tokens) - cut_at)
                     if not (busy or lane_was_busy) and len(tokens) > cut_at:  # beside other rows a step is slower
                         pacer.batched_token_s = 0.0 if alone else decode_s / (len(tokens) - cut_at)
+                    window_gpt_s, window_tokens = decode_s, len(tokens) - cut_at
+                    estimate = pacer.estimate(window_tokens)  # (the plan's speeds at the cut)
                     cut_at, decode_s, lane_was_busy = len(tokens), 0.0, busy
+                    if done:
+                        self.rates.note_length(r.spec.name, len(tokens), len(chunk.phones))
                     steps, row_steps = batch.steps, batch.row_steps
                     with locked(), stage("sovits", timer, key="sovits_stream"):
                         p = streaming.next_window(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done,
@@ -378,6 +399,8 @@ class GPTSoVITSEngine:
                             self.rates.note_latent(p.latent_s, window=True)
                             if p.vocode_s is not None:
                                 self.rates.note_vocoder(p.vocode_s, p.window.z.shape[2], window=True)
+                        if clean and pacer.paced and p.vocode_s is not None:  # how far off the plan was
+                            self.rates.note_window(window_gpt_s + p.latent_s + p.vocode_s, estimate)
                         pending.append((s, done, p))
                     yield from emit(lane is None or (done and s == last))
                     if done:
@@ -402,8 +425,24 @@ class GPTSoVITSEngine:
             with self._lock:
                 trim_after_request()
 
+    def _later_sentences(self, r: _Request, s: int) -> list[tuple[int, float]]:
+        """The pacer's view of ``r``'s sentences after ``s``: (expected tokens, seconds before its first token: its
+        prefill unless it has its row, and for the first of them the BERT the sentences still lack); empty where a
+        length cannot be expected."""
+        later, bert_phones = [], sum(len(c.phones) for c in r.chunks[s + 1:] if c.bert is None)
+        for k in range(s + 1, len(r.chunks)):
+            tokens = self.rates.expected_tokens(r.spec.name, len(r.chunks[k].phones))
+            if tokens is None:
+                return []
+            start = 0.0 if k in r.rows else self.rates.start_s("prefill")
+            if k == s + 1:
+                start += self.rates.start_s("bert") * bert_phones
+            later.append((tokens, start))
+        return later
+
     def _admit_next(self, r: _Request, head: int, until: float | None, upcoming) -> None:
-        """Let one waiting sentence join the decode batch (its prefill, now): see ``batching.next_to_admit``."""
+        """Let one waiting sentence join the decode batch (its prefill, now): see ``batching.next_to_admit``.
+        ``until`` None: none joins (queued texts cancelled since they joined still leave)."""
         queued = None if until is None else until - time.perf_counter()
         pick = self.batching.next_to_admit(r, head, queued, upcoming,
                                            lambda u: self._prepare_joined(r, u))

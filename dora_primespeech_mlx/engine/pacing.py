@@ -15,12 +15,22 @@ The pacer therefore (``stream_pace``, on by default, once speeds were measured)
 - starts a stream with ``stream_first_tokens`` tokens, or, where this machine is too slow for a small first
   piece to be followed without a gap, with enough that the first piece covers ``B*`` for a window
   :data:`GROWTH` times ``n*`` (then the first audio comes later, by design: one wait at the start instead of
-  gaps in the middle); where no window size keeps up (slower than real time), the first piece has
-  ``stream_first_tokens`` tokens and every later one ``stream_chunk_tokens``, also after the listener ran dry
-  (the largest windows make the total wait the shortest);
+  gaps in the middle);
 - cuts each later window *just in time*: it waits for more tokens (larger windows, less overhead per second of
   audio) while one more token would still leave the window ready before the audio already sent has played,
-  with a safety margin; never fewer than :data:`GROWTH` times ``n*``, never more than ``stream_chunk_tokens``.
+  with a safety margin; never fewer than :data:`GROWTH` times ``n*``, never more than ``stream_chunk_tokens``;
+- where windows cannot grow enough to gain on the listener (``n*`` above ``stream_chunk_tokens``: a machine only
+  a little faster than real time; or slower than real time), *covers* (:attr:`Pacer.covering`): later windows
+  have ``stream_chunk_tokens`` tokens, and the first piece is the smallest after which the rest of the request
+  (this sentence's, then each later sentence's prefill, BERT, windows and pause) arrives without a gap, the
+  whole sentence at most (:meth:`Pacer._covering_first`). The lengths are expected from the phones and this
+  voice's recent tokens per phone (:meth:`StreamRates.expected_tokens`). While it covers, no other sentence
+  joins the decode (the plan counts on steps alone). Before a length was measured for the voice it starts with
+  ``stream_first_tokens`` (slower than real time) or as where ``n*`` fits.
+
+The safety margin is :data:`SAFETY_S` plus :data:`SAFETY_FRACTION` of the estimated cost. Where recent windows
+took longer than the speeds say (a throttled or shared machine: :attr:`StreamRates.slowdown`, the median ratio),
+the plan takes the speeds that much slower: larger windows and a larger first piece instead of gaps.
 
 Without measured speeds (the first stream of an engine that has not synthesised anything yet) or with
 ``stream_pace`` off, windows follow :func:`window_steps`."""
@@ -41,6 +51,7 @@ SAFETY_S = 0.05  # seconds kept in hand beyond the estimate ...
 SAFETY_FRACTION = 0.15  # ... plus this share of the estimated window cost (machines are noisy)
 KINDS = ("token_s", "frame_s", "latent_s")
 GROWTH = 1.2  # the first piece feeds a window this much larger than the break-even size (so the buffer grows)
+SLOWDOWN_MAX = 2.0  # the measured slowdown never exceeds this (windows twice as slow as estimated)
 
 
 class StreamRates:
@@ -57,6 +68,9 @@ class StreamRates:
         self._lock = threading.Lock()
         self._seen: dict[str, collections.deque] = {k: collections.deque(maxlen=RECENT) for k in KINDS}
         self._from_windows: set[str] = set()  # the kinds measured on a stream window (whole sentences then ignored)
+        self._errors: collections.deque = collections.deque(maxlen=RECENT)  # windows' measured / estimated seconds
+        self._lengths: dict[str, collections.deque] = {}  # per voice: its sentences' tokens per phone
+        self._starts: dict[str, collections.deque] = {}  # a sentence's prefill seconds, BERT seconds per phone
 
     def _add(self, kind: str, value: float) -> None:
         with self._lock:
@@ -107,11 +121,53 @@ class StreamRates:
     def latent_from_windows(self) -> bool:
         return "latent_s" in self._from_windows
 
+    def note_window(self, seconds: float, estimated: float) -> None:
+        """A paced window's seconds (its GPT tokens and SoVITS, nothing beside it) against the pacer's estimate."""
+        if seconds > 0 and estimated > 0:
+            with self._lock:
+                self._errors.append(seconds / estimated)
+
+    @property
+    def slowdown(self) -> float:
+        """How much longer than estimated recent windows took (the median of the last :data:`RECENT`: a bias, not
+        the noise the safety margins cover), 1 at least, at most :data:`SLOWDOWN_MAX`: the pacer plans with the
+        speeds this much slower (a throttled or shared machine gets larger windows and a larger first piece,
+        measured, instead of gaps)."""
+        with self._lock:
+            seen = list(self._errors)
+        return min(SLOWDOWN_MAX, max(1.0, statistics.median(seen))) if seen else 1.0
+
+    def note_start(self, kind: str, seconds: float, phones: int = 1) -> None:
+        """A sentence's work before its first token: ``prefill`` (its GPT prefill, seconds) or ``bert`` (BERT
+        features for ``phones`` phones)."""
+        if seconds > 0 and phones > 0:
+            with self._lock:
+                self._starts.setdefault(kind, collections.deque(maxlen=RECENT)).append(seconds / phones)
+
+    def start_s(self, kind: str) -> float:
+        """The median of :meth:`note_start`'s recent ``kind`` seconds (per phone for ``bert``); 0 before one."""
+        with self._lock:
+            seen = list(self._starts.get(kind, ()))
+        return statistics.median(seen) if seen else 0.0
+
+    def note_length(self, voice: str, tokens: int, phones: int) -> None:
+        """A sentence of ``phones`` target phones decoded to ``tokens`` semantic tokens by ``voice``."""
+        if tokens > 0 and phones > 0:
+            with self._lock:
+                self._lengths.setdefault(voice, collections.deque(maxlen=RECENT)).append(tokens / phones)
+
+    def expected_tokens(self, voice: str, phones: int) -> int | None:
+        """How many tokens ``voice`` is likely to decode for a sentence of ``phones`` phones (the median of its
+        recent sentences' tokens per phone), None before one was measured."""
+        with self._lock:
+            seen = list(self._lengths.get(voice, ()))
+        return max(1, round(statistics.median(seen) * phones)) if seen and phones > 0 else None
+
     def known(self) -> bool:
         return None not in (self.token_s, self.frame_s, self.latent_s)
 
     def as_dict(self) -> dict[str, float | None]:
-        return {k: self._median(k) for k in KINDS}
+        return {**{k: self._median(k) for k in KINDS}, "slowdown": self.slowdown}
 
 
 def window_steps(cfg: SynthesisConfig) -> Iterator[int]:
@@ -132,10 +188,13 @@ class Pacer:
 
     ``margin_frames``: latent frames vocoded beyond the emitted span on each side (``streaming.vocoder_margin``);
     ``crossfade_frames``: the crossfade's frames (vocoded again at each seam); ``frame_audio_s``: seconds of
-    audio per latent frame at speed 1 (hop / sample rate)."""
+    audio per latent frame at speed 1 (hop / sample rate); ``expected_tokens``: the sentence's likely length
+    (:meth:`StreamRates.expected_tokens`), None if unknown; ``after``: the request's later sentences, each as
+    (expected tokens, seconds of work before its first token: prefill, BERT), where their lengths are expected."""
 
     def __init__(self, cfg: SynthesisConfig, rates: StreamRates | None, speed: float, margin_frames: int,
-                 crossfade_frames: int, frame_audio_s: float):
+                 crossfade_frames: int, frame_audio_s: float, expected_tokens: int | None = None,
+                 after: list[tuple[int, float]] = ()):
         self.cfg = cfg
         self.steps = window_steps(cfg)
         self.next_step: int | None = None
@@ -147,7 +206,13 @@ class Pacer:
         self.rates = rates
         self.batched_token_s = 0.0  # the stream's recent seconds per token while other rows decode beside it
         self.token_s = self.frame_s = self.latent_s = 0.0
+        self.slow = 1.0  # the measured slowdown the plan applies (StreamRates.slowdown)
+        self.expected_tokens = expected_tokens
+        self.after = list(after)
+        self.done = 0  # the sentence's tokens in the windows cut so far
+        self.lookahead_tokens = cfg.stream_lookahead_tokens
         self.n_min, self.first_tokens, self.sustainable = 1, cfg.stream_first_tokens, True
+        self.covering = False  # the first piece covers the rest of the sentence (windows cannot gain on the listener)
         if self.paced:
             self._plan()
 
@@ -155,23 +220,91 @@ class Pacer:
         """The sizes from the speeds measured so far (again at every decision: the windows of this stream
         update them)."""
         cfg, rates = self.cfg, self.rates
-        self.token_s, self.frame_s, self.latent_s = rates.token_s, rates.frame_s, rates.latent_s
+        self.slow = slow = rates.slowdown  # recent windows took this much longer than estimated: slower speeds
+        self.token_s, self.frame_s, self.latent_s = rates.token_s * slow, rates.frame_s * slow, rates.latent_s * slow
         self.token_s = max(self.token_s, self.batched_token_s)  # a batched step takes longer than a step alone
         per_token = self.token_s + self.frame_s * self.frames_per_token  # work per token, beside the overhead
         gain = self.audio_per_token - per_token  # audio gained per token of a window, net of its work
         overhead = self.latent_s + self.frame_s * self.extra_frames
         top = cfg.stream_chunk_tokens
         self.sustainable = gain > 0.02 * self.audio_per_token
-        if not self.sustainable:  # slower than real time: no plan keeps up; the first audio as early as asked,
-            self.n_min, self.first_tokens = top, cfg.stream_first_tokens  # then the largest windows
+        left = (self.expected_tokens or 0) - self.done  # the sentence's tokens still to come, as expected
+        n_star = GROWTH * overhead / gain if self.sustainable else math.inf
+        # windows cannot grow enough to gain on the listener (slower than real time, or n* above the largest
+        # window): the largest windows, after a first piece that covers what they lose over the rest of the
+        # sentence, where its length is expected
+        self.covering = n_star > top and left > 0
+        if n_star > top:
+            self.n_min = top
+            self.first_tokens = self._covering_first(left) if self.covering else cfg.stream_first_tokens
+            if self.sustainable and not self.covering:  # its length unknown: a first piece for the largest window
+                self.first_tokens = max(cfg.stream_first_tokens, self._feeding(top))
             return
         # windows of at least GROWTH times the break-even size n*: each adds audio to the buffer, so later windows
         # can grow with it (less overhead; the vocoder lane once 1.5 s are queued); the first piece covers one
-        self.n_min = max(1, min(top, math.ceil(GROWTH * overhead / gain)))
-        cost = self.cost(self.n_min)
-        need = self.token_s * self.n_min + cost + SAFETY_S + SAFETY_FRACTION * cost  # queued when it is cut
-        first = cfg.stream_lookahead_tokens + math.ceil(need / self.audio_per_token)
-        self.first_tokens = max(cfg.stream_first_tokens, min(top, first))
+        self.n_min = max(1, math.ceil(n_star))
+        self.first_tokens = max(cfg.stream_first_tokens, self._feeding(self.n_min))
+
+    def _feeding(self, n: int) -> int:
+        """The tokens of a first piece that holds what a window of ``n`` tokens takes (when it is cut), at most
+        ``stream_chunk_tokens``."""
+        cost = self.cost(n)
+        need = self.token_s * n + cost + SAFETY_S + SAFETY_FRACTION * cost  # queued when it is cut
+        first = self.cfg.stream_lookahead_tokens + math.ceil(need / self.audio_per_token)
+        return min(self.cfg.stream_chunk_tokens, first)
+
+    def _covering_first(self, total: int, have: int = 0, queued: float = 0.0) -> int:
+        """The fewest tokens (``stream_first_tokens`` and ``have`` at least) a first piece needs so that the rest of
+        the request arrives before the listener runs dry (:meth:`_keeps_up_after`): the rest of this ``total``-token
+        sentence and the later sentences; ``total`` (the whole sentence in one piece, the most that can be held
+        back) if none. ``have``: tokens decoded already, ``queued``: seconds of audio the listener has in hand now.
+        (A larger first piece only helps: bisection, as the plan is made again at every token.)"""
+        lo = max(self.cfg.stream_first_tokens, have)
+        hi = max(lo, total)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._keeps_up_after(mid, total, have, queued, self.after):
+                hi = mid
+            else:
+                lo = mid + 1
+        return hi
+
+    def _keeps_up_after(self, first: int, total: int, have: int | None = None, queued: float = 0.0,
+                        after: list[tuple[int, float]] = ()) -> bool:
+        """Whether, after a first piece of ``first`` tokens (``have`` of them decoded now, all by default) of a
+        ``total``-token rest of the sentence, every later piece arrives before the listener needs it: the rest of
+        this sentence and then each sentence of ``after`` (:attr:`after`'s form: its prefill and BERT first) in
+        windows of ``stream_chunk_tokens``, each sentence's end with its ``fragment_interval`` pause. The timing
+        model of :meth:`cut`: the GPT and SoVITS one after another, each window ready :data:`SAFETY_S` +
+        :data:`SAFETY_FRACTION` of its cost before it is needed; the listener hears ``queued`` seconds first and
+        may wait for the first piece."""
+        top = self.cfg.stream_chunk_tokens
+        work = (first - (first if have is None else have)) * self.token_s + self.cost(first)  # seconds from now
+        played_until = max(work, queued) + self._audio(first, True, first >= total)
+        for start_s, tokens, fresh in [(0.0, max(0, total - first), False)] + [(w, t, True) for t, w in after]:
+            work += start_s
+            done = 0
+            while done < tokens:
+                n = min(top, tokens - done)
+                cost = self.cost(n)
+                work += n * self.token_s + cost
+                if work + SAFETY_S + SAFETY_FRACTION * cost > played_until:
+                    return False
+                played_until += self._audio(n, fresh and done == 0, done + n >= tokens)
+                done += n
+        return True
+
+    def _audio(self, tokens: int, first: bool, last: bool) -> float:
+        """Seconds of audio a window of ``tokens`` new tokens sends: the first of a sentence holds back the lookahead,
+        the last sends it, with the sentence's pause."""
+        lookahead = self.lookahead_tokens
+        sent = tokens - (lookahead if first else 0) + (lookahead if last else 0)
+        return sent * self.audio_per_token + (self.cfg.fragment_interval if last else 0.0)
+
+    def estimate(self, new_tokens: int) -> float:
+        """A window's seconds (its GPT tokens and SoVITS) by the measured speeds, before the slowdown: what
+        :meth:`StreamRates.note_window` compares the window's measured seconds with."""
+        return (new_tokens * self.token_s + self.cost(new_tokens)) / self.slow
 
     def cost(self, new_tokens: int) -> float:
         """Estimated seconds of a window emitting ``new_tokens`` tokens (SoVITS up to and with the vocoder)."""
@@ -182,6 +315,12 @@ class Pacer:
 
         ``now``: the clock; ``deadline``: when the audio already sent will have been played (None before the
         stream's first audio)."""
+        if self._cut(new_tokens, now, deadline):
+            self.done += new_tokens
+            return True
+        return False
+
+    def _cut(self, new_tokens: int, now: float, deadline: float | None) -> bool:
         if not self.paced:
             if self.next_step is None:
                 self.next_step = next(self.steps)
@@ -191,10 +330,14 @@ class Pacer:
             return True
         self._plan()
         top = self.cfg.stream_chunk_tokens
-        if new_tokens >= top:
-            return True
+        queued = 0.0 if deadline is None else max(0.0, deadline - now)
+        if self.covering and (self.done == 0 or queued == 0.0):  # the sentence's first piece, or the listener ran
+            # dry: a piece after which the rest keeps up
+            return new_tokens >= self._covering_first(self.expected_tokens - self.done, new_tokens, queued)
         if deadline is None or (deadline <= now and self.sustainable):  # nothing is playing: a piece the listener
             return new_tokens >= self.first_tokens                       # can be kept fed after
+        if new_tokens >= top:
+            return True
         # slower than real time and the listener ran dry: the largest windows (n_min), which make the total wait
         # the shortest; small ones would spend the time on each window's overhead
         if new_tokens < self.n_min:

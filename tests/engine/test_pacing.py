@@ -22,15 +22,19 @@ HOP_S = 0.02  # seconds of audio per latent frame (640 samples at 32 kHz)
 MARGIN, XF = 13, 1
 
 
-def simulate(cfg: SynthesisConfig, rates: StreamRates, n_tokens: int, lookahead_work: bool = True):
-    """A stream of one sentence on a machine with exactly ``rates``' speeds: returns (first audio time,
-    worst margin, window sizes). Prefill time is left out (it shifts every arrival alike)."""
-    pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S)
+def simulate(cfg: SynthesisConfig, rates: StreamRates, n_tokens: int, expected: int | None = None,
+             slow: list[float] = (1.0,), queued: float = 0.0):
+    """A stream of one sentence on a machine with exactly ``rates``' speeds (window i and its tokens ``slow[i %
+    len(slow)]`` times slower: a machine slower than measured, or noisy): returns (first audio time, worst margin,
+    window sizes). Prefill time is left out (it shifts every arrival alike). ``expected``: the sentence's length
+    as the engine expects it; ``queued``: seconds of audio (an earlier sentence's) the listener has at the start
+    (the first piece may come after it: the worst margin is the later pieces')."""
+    pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, expected)
     now, tokens, cut_at, done_tokens = 0.0, 0, 0, 0
-    until, first, margins, sizes = None, None, [], []
+    until, first, margins, sizes = queued or None, None, [], []
     L = cfg.stream_lookahead_tokens
     while tokens < n_tokens:
-        now += rates.token_s
+        now += rates.token_s * slow[len(sizes) % len(slow)]
         tokens += 1
         final = tokens == n_tokens
         if not final and not pacer.cut(tokens - cut_at, now, until):
@@ -40,11 +44,11 @@ def simulate(cfg: SynthesisConfig, rates: StreamRates, n_tokens: int, lookahead_
         stop = tokens if final else tokens - L
         emitted = stop - done_tokens
         frames = 2 * emitted + XF + MARGIN + (0 if final else min(MARGIN, 2 * L))
-        now += rates.latent_s + rates.frame_s * frames
+        now += (rates.latent_s + rates.frame_s * frames) * slow[(len(sizes) - 1) % len(slow)]
         done_tokens = stop
         duration = 2 * emitted * HOP_S
         if first is None:
-            first, until = now, now + duration
+            first, until = now, max(now, until or now) + duration
         else:
             margins.append(until - now)
             until = max(until, now) + duration
@@ -173,8 +177,13 @@ def test_engine_measures_its_speeds_and_the_paced_stream_matches_the_whole(engin
     whole = engine.synthesize(text, **kw)
     r = engine.rates
     assert r.known() and r.token_s > 0 and r.frame_s > 0
+    voice_name = engine.voice.name
+    assert r.expected_tokens(voice_name, 50) > 0 and r.expected_tokens(voice_name + "-other", 50) is None
+    lengths = len(r._lengths[voice_name])
     chunks = list(engine.synthesize_stream(text, stream_chunk_tokens=10, stream_context_tokens=8, **kw))
     assert r.latent_from_windows
+    assert len(r._lengths[voice_name]) == lengths + 1  # the stream's sentence, too
+    assert r._errors and 1.0 <= r.slowdown <= 2.0  # its windows against the plan's estimates
     streamed = np.concatenate([c.audio for c in chunks])
     assert len(streamed) == len(whole.audio)
     gap = int(0.3 * 32000)
@@ -184,3 +193,151 @@ def test_engine_measures_its_speeds_and_the_paced_stream_matches_the_whole(engin
     st = engine.stats()["mean_timings"]
     assert st["sovits_stream"] > 0  # a stream's windows are timed apart from whole decodes' "sovits"
     assert math.isfinite(st["sovits"])
+
+
+# A machine only a little faster than real time (the 2-core VM at 1 thread, engine.stats()["stream_rates"]): the
+# break-even window n* is above stream_chunk_tokens, so windows of at most 40 tokens lose on the listener
+NEAR = rates_of(token_s=0.0155, frame_s=0.0105, latent_s=0.08)
+
+
+def test_near_real_time_the_first_piece_covers_the_expected_rest_of_the_sentence():
+    cfg = SynthesisConfig()
+    pacer = Pacer(cfg, NEAR, 1.0, MARGIN, XF, HOP_S)
+    assert pacer.sustainable and pacer.n_min == cfg.stream_chunk_tokens
+    _, unknown_margin, sizes = simulate(cfg, NEAR, 106)
+    assert unknown_margin < -0.05, sizes  # length unknown: the pieces of 40 tokens fall behind (as measured)
+    for n in (60, 106, 180, 400):
+        first, margin, sizes = simulate(cfg, NEAR, n, expected=n)
+        assert margin is None or margin >= 0, (n, margin, sizes)
+        assert sizes[0] > cfg.stream_chunk_tokens or n < 100  # (a short sentence: 40 + the rest may do)
+        assert max(sizes[1:], default=0) <= cfg.stream_chunk_tokens
+        # the fewest tokens that do it: one token less and the simulated listener runs dry
+        if len(sizes) > 1:
+            smaller = Pacer(cfg, NEAR, 1.0, MARGIN, XF, HOP_S, n)
+            assert not smaller._keeps_up_after(sizes[0] - 1, n)
+    # a sentence shorter than expected only has more in hand
+    _, margin, _ = simulate(cfg, NEAR, 80, expected=106)
+    assert margin is None or margin >= 0
+    # the next sentence of a stream, with audio still queued: no gap inside it, and the more is queued the earlier
+    # its first piece (a wait, if any, falls between the sentences)
+    firsts = []
+    for queued in (0.3, 1.0, 3.0):
+        first, margin, sizes = simulate(cfg, NEAR, 106, expected=106, queued=queued)
+        assert margin is None or margin >= 0, (queued, margin, sizes)
+        firsts.append(sizes[0])
+    assert firsts[0] >= firsts[1] >= firsts[2] and firsts[0] > firsts[2], firsts
+    # slower than real time: early audio then gaps where the length is unknown, one wait at the start where known
+    slower = rates_of(0.02, 0.012, 0.1)
+    first_unknown, margin, _ = simulate(cfg, slower, 106)
+    assert margin < -0.3
+    first, margin, sizes = simulate(cfg, slower, 106, expected=106)
+    assert margin is None or margin >= 0, sizes
+    assert first > first_unknown and max(sizes[1:], default=0) <= cfg.stream_chunk_tokens
+    # a fast machine is unaffected by the expected length
+    assert simulate(cfg, FAST, 106, expected=106)[2] == simulate(cfg, FAST, 106)[2]
+
+
+def test_expected_length_is_the_voice_s_recent_tokens_per_phone():
+    r = StreamRates()
+    assert r.expected_tokens("a", 40) is None
+    r.note_length("a", 100, 40)
+    r.note_length("a", 120, 40)
+    r.note_length("a", 0, 40)  # nothing decoded: ignored
+    r.note_length("b", 300, 40)  # another voice speaks slower
+    assert r.expected_tokens("a", 40) == 110 and r.expected_tokens("a", 20) == 55
+    assert r.expected_tokens("b", 40) == 300
+    assert r.expected_tokens("a", 0) is None
+
+
+def test_windows_slower_than_estimated_slow_the_plan_s_speeds_down():
+    r = rates_of(0.010, 0.0079, 0.06)
+    assert r.slowdown == 1.0  # nothing measured: the speeds as measured
+    for ratio in (0.8, 1.0, 1.05):
+        r.note_window(ratio, 1.0)
+    assert r.slowdown == pytest.approx(1.0)  # windows faster than estimated never speed the plan up
+    for _ in range(4):
+        r.note_window(1.4, 1.0)
+    assert r.slowdown == pytest.approx(1.4)  # most windows 40 % slower than estimated: a bias
+    r.note_window(0.0, 1.0)  # nothing measured: ignored
+    assert r.slowdown == pytest.approx(1.4)
+    for _ in range(9):
+        r.note_window(1.0, 1.0)
+    assert r.slowdown == pytest.approx(1.0)  # only the recent windows count
+    for ratio in [1.0] * 5 + [1.3, 1.2, 3.0, 5.0]:  # noise and strays do not set it (the margins are for them) ...
+        r.note_window(ratio, 1.0)
+    assert r.slowdown == pytest.approx(1.0)
+    for _ in range(9):  # ... and it never exceeds SLOWDOWN_MAX
+        r.note_window(5.0, 1.0)
+    assert r.slowdown == pytest.approx(2.0)
+    assert r.as_dict()["slowdown"] == pytest.approx(2.0)
+    pacer = Pacer(SynthesisConfig(), r, 1.0, MARGIN, XF, HOP_S)
+    assert pacer.token_s == pytest.approx(0.02) and pacer.latent_s == pytest.approx(0.12)
+    assert pacer.estimate(10) == pytest.approx(10 * 0.01 + 0.06 + 0.0079 * (20 + MARGIN + XF + 8))
+
+
+@pytest.mark.parametrize("base", [SLOW, rates_of(0.006, 0.004, 0.03)])
+@pytest.mark.parametrize("pattern", [[1.3], [1.0, 1.3], [1.3, 1.0, 1.0]])
+def test_a_machine_slower_than_measured_keeps_up_once_its_windows_show_it(base, pattern):
+    cfg = SynthesisConfig()
+    rates = rates_of(base.token_s, base.frame_s, base.latent_s)
+    _, before, sizes = simulate(cfg, rates, 200, expected=200, slow=pattern)
+    if base is SLOW:  # windows up to 30 % slower than the speeds say: the fixed margins fall short
+        assert before < 0, sizes
+    for _ in range(3):
+        rates.note_window(1.3, 1.0)
+    first_after, after, sizes = simulate(cfg, rates, 200, expected=200, slow=pattern)
+    assert after >= 0, sizes
+    assert first_after < 2.5 and len(sizes) > 3  # still a stream, not the whole sentence at once
+
+
+def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int], start_s: float,
+                     expected: bool = True):
+    """A stream of several sentences, one after another as the pacer covers: each sentence ``start_s`` of work
+    (prefill, BERT) before its first token and ``cfg.fragment_interval`` of silence after its audio. Returns (first
+    audio time, worst margin, per sentence its window sizes)."""
+    now, until, first, margins, plans = 0.0, None, None, [], []
+    L = cfg.stream_lookahead_tokens
+    for k, n_tokens in enumerate(lengths):
+        now += start_s
+        after = [(t, start_s) for t in lengths[k + 1:]] if expected else []
+        pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, n_tokens if expected else None, after)
+        tokens, cut_at, done_tokens, sizes = 0, 0, 0, []
+        while tokens < n_tokens:
+            now += rates.token_s
+            tokens += 1
+            final = tokens == n_tokens
+            if not final and not pacer.cut(tokens - cut_at, now, until):
+                continue
+            sizes.append(tokens - cut_at)
+            cut_at = tokens
+            stop = tokens if final else tokens - L
+            emitted = stop - done_tokens
+            frames = 2 * emitted + XF + MARGIN + (0 if final else min(MARGIN, 2 * L))
+            now += rates.latent_s + rates.frame_s * frames
+            done_tokens = stop
+            duration = 2 * emitted * HOP_S + (cfg.fragment_interval if final else 0.0)
+            if first is None:
+                first, until = now, now + duration
+            else:
+                margins.append(until - now)
+                until = max(until, now) + duration
+        plans.append(sizes)
+    return first, min(margins), plans
+
+
+def test_near_real_time_the_first_piece_covers_the_request_s_later_sentences():
+    cfg = SynthesisConfig()
+    lengths, start_s = [90, 70, 110], 0.4
+    _, unknown, plans = simulate_request(cfg, NEAR, lengths, start_s, expected=False)
+    assert unknown < -0.1, plans  # lengths unknown: gaps
+    first_one, _, plans_one = simulate(cfg, NEAR, lengths[0], expected=lengths[0])
+    first, margin, plans = simulate_request(cfg, NEAR, lengths, start_s)
+    assert margin >= 0, plans  # no gap inside a sentence nor between two
+    assert plans[0][0] > plans_one[0] and first > first_one  # the first piece holds what the later ones lose
+    assert all(max(p[1:], default=0) <= cfg.stream_chunk_tokens for p in plans)
+    r = StreamRates()
+    assert r.start_s("prefill") == 0.0 and r.start_s("bert") == 0.0
+    r.note_start("prefill", 0.4)
+    r.note_start("bert", 0.2, 40)
+    r.note_start("bert", 0.0, 40)  # nothing measured (no Chinese): ignored
+    assert r.start_s("prefill") == pytest.approx(0.4) and r.start_s("bert") == pytest.approx(0.005)

@@ -16,7 +16,9 @@ Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each var
 (PRIMESPEECH_OVERLAP) and ``crop=0`` (vocode whole windows, as before the receptive-field crop) and ``bert_all=1``
 (a stream computes every sentence's BERT before its first audio, as before) and ``parts=1|2`` (the ONNX Runtime
 vocoder as one run with ``--threads`` intra-op threads, or cut into that many single-threaded runs at once) and
-``gpt_yield=0`` (the GPT keeps its threads while the lane works). Prints one ``KEEPSUP`` line per variant;
+``gpt_yield=0`` (the GPT keeps its threads while the lane works) and ``length=0`` (the pacer expects no sentence
+length) and ``slowdown=0`` (the pacer ignores how much longer than estimated windows took). Prints one
+``KEEPSUP`` line per variant;
 ``--whole`` also times a whole (non-streaming) request after each streamed one.
 """
 
@@ -69,6 +71,12 @@ def apply_variant(opts: dict) -> dict:
         backend = eng.store.models(eng.voice).sovits.vocoder_backend
         backend.generator, backend.split = vocoders[parts]
     eng._lane.on_busy = base_busy if opts.pop("gpt_yield", "1") != "0" else None
+    rates = eng.rates  # the pacer's inputs: instance attributes shadow the methods for this variant only
+    rates.__dict__.pop("expected_tokens", None)
+    if opts.pop("length", "1") == "0":
+        rates.expected_tokens = lambda voice, phones: None
+    slowdown = opts.pop("slowdown", "1") != "0"
+    type(rates).slowdown = base_slowdown if slowdown else property(lambda self: 1.0)
     crop = opts.pop("crop", "1") != "0"
     eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
@@ -99,6 +107,7 @@ if A.variant:
     from dora_primespeech_mlx.models.hifigan import Generator
 
     base_overlap, base_reach, base_busy = eng.settings.overlap, Generator.receptive_frames, eng._lane.on_busy
+    base_slowdown = type(eng.rates).slowdown
     variants = [parse_variant(v) for v in A.variant]
     vocoders = {}
     if any("parts" in opts for _, opts in variants):
