@@ -85,6 +85,7 @@ class GPTSoVITSEngine:
         self._lock = threading.RLock()
         self._lane = overlap.VocoderLane(on_busy=_gpt_one_thread)  # the vocoder beside the GPT (engine/overlap.py)
         self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
+        self._join_while_covering = False  # waiting sentences join a decode whose pacer covers (measuring tools)
         self.rates = pacing.StreamRates()  # measured speeds: how a stream paces its windows (engine/pacing.py)
         self.batching = batching.Batching()  # the GPT's decode batch and the queued texts that joined it
 
@@ -371,7 +372,8 @@ class GPTSoVITSEngine:
                         # not where the plan counts on this sentence's steps alone (near real time: pacing.Pacer.
                         # covering; the later sentences then decode after it, as the plan has them)
                         with locked():
-                            self._admit_next(r, s, None if pacer.covering else out["until"], upcoming)
+                            covering = pacer.covering and not self._join_while_covering
+                            self._admit_next(r, s, None if covering else out["until"], upcoming)
                     if not done:
                         tokens.append(int(tok))
                         n_tokens += 1

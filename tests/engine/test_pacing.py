@@ -29,30 +29,47 @@ def simulate(cfg: SynthesisConfig, rates: StreamRates, n_tokens: int, expected: 
     window sizes). Prefill time is left out (it shifts every arrival alike). ``expected``: the sentence's length
     as the engine expects it; ``queued``: seconds of audio (an earlier sentence's) the listener has at the start
     (the first piece may come after it: the worst margin is the later pieces')."""
-    pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, expected)
-    now, tokens, cut_at, done_tokens = 0.0, 0, 0, 0
-    until, first, margins, sizes = queued or None, None, [], []
+    first, worst, plans = simulate_request(cfg, rates, [n_tokens], 0.0, expected is not None, slow, queued,
+                                           pause=False, lengths_expected=[expected])
+    return first, worst, plans[0]
+
+
+def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int], start_s: float,
+                     expected: bool = True, slow: list[float] = (1.0,), queued: float = 0.0, pause: bool = True,
+                     lengths_expected: list[int | None] | None = None):
+    """A stream of several sentences, one after another as the pacer covers: each sentence ``start_s`` of work
+    (prefill, BERT) before its first token and (``pause``) ``cfg.fragment_interval`` of silence after its audio.
+    Returns (first audio time, worst margin, per sentence its window sizes). ``lengths_expected``: the lengths the
+    pacer expects (default: the true ones, where ``expected``)."""
+    lengths_expected = lengths_expected or (lengths if expected else [None] * len(lengths))
+    now, until, first, margins, plans = 0.0, queued or None, None, [], []
     L = cfg.stream_lookahead_tokens
-    while tokens < n_tokens:
-        now += rates.token_s * slow[len(sizes) % len(slow)]
-        tokens += 1
-        final = tokens == n_tokens
-        if not final and not pacer.cut(tokens - cut_at, now, until):
-            continue
-        sizes.append(tokens - cut_at)
-        cut_at = tokens
-        stop = tokens if final else tokens - L
-        emitted = stop - done_tokens
-        frames = 2 * emitted + XF + MARGIN + (0 if final else min(MARGIN, 2 * L))
-        now += (rates.latent_s + rates.frame_s * frames) * slow[(len(sizes) - 1) % len(slow)]
-        done_tokens = stop
-        duration = 2 * emitted * HOP_S
-        if first is None:
-            first, until = now, max(now, until or now) + duration
-        else:
-            margins.append(until - now)
-            until = max(until, now) + duration
-    return first, min(margins) if margins else None, sizes
+    for k, n_tokens in enumerate(lengths):
+        now += start_s
+        after = [(t, start_s) for t in lengths_expected[k + 1:]] if expected else []
+        pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, lengths_expected[k], after)
+        tokens, cut_at, done_tokens, sizes = 0, 0, 0, []
+        while tokens < n_tokens:
+            now += rates.token_s * slow[len(sizes) % len(slow)]
+            tokens += 1
+            final = tokens == n_tokens
+            if not final and not pacer.cut(tokens - cut_at, now, until):
+                continue
+            sizes.append(tokens - cut_at)
+            cut_at = tokens
+            stop = tokens if final else tokens - L
+            emitted = stop - done_tokens
+            frames = 2 * emitted + XF + MARGIN + (0 if final else min(MARGIN, 2 * L))
+            now += (rates.latent_s + rates.frame_s * frames) * slow[(len(sizes) - 1) % len(slow)]
+            done_tokens = stop
+            duration = 2 * emitted * HOP_S + (cfg.fragment_interval if final and pause else 0.0)
+            if first is None:
+                first, until = now, max(now, until or now) + duration
+            else:
+                margins.append(until - now)
+                until = max(until, now) + duration
+        plans.append(sizes)
+    return first, min(margins) if margins else None, plans
 
 
 def rates_of(token_s: float, frame_s: float, latent_s: float) -> StreamRates:
@@ -288,41 +305,6 @@ def test_a_machine_slower_than_measured_keeps_up_once_its_windows_show_it(base, 
     first_after, after, sizes = simulate(cfg, rates, 200, expected=200, slow=pattern)
     assert after >= 0, sizes
     assert first_after < 2.5 and len(sizes) > 3  # still a stream, not the whole sentence at once
-
-
-def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int], start_s: float,
-                     expected: bool = True):
-    """A stream of several sentences, one after another as the pacer covers: each sentence ``start_s`` of work
-    (prefill, BERT) before its first token and ``cfg.fragment_interval`` of silence after its audio. Returns (first
-    audio time, worst margin, per sentence its window sizes)."""
-    now, until, first, margins, plans = 0.0, None, None, [], []
-    L = cfg.stream_lookahead_tokens
-    for k, n_tokens in enumerate(lengths):
-        now += start_s
-        after = [(t, start_s) for t in lengths[k + 1:]] if expected else []
-        pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, n_tokens if expected else None, after)
-        tokens, cut_at, done_tokens, sizes = 0, 0, 0, []
-        while tokens < n_tokens:
-            now += rates.token_s
-            tokens += 1
-            final = tokens == n_tokens
-            if not final and not pacer.cut(tokens - cut_at, now, until):
-                continue
-            sizes.append(tokens - cut_at)
-            cut_at = tokens
-            stop = tokens if final else tokens - L
-            emitted = stop - done_tokens
-            frames = 2 * emitted + XF + MARGIN + (0 if final else min(MARGIN, 2 * L))
-            now += rates.latent_s + rates.frame_s * frames
-            done_tokens = stop
-            duration = 2 * emitted * HOP_S + (cfg.fragment_interval if final else 0.0)
-            if first is None:
-                first, until = now, now + duration
-            else:
-                margins.append(until - now)
-                until = max(until, now) + duration
-        plans.append(sizes)
-    return first, min(margins), plans
 
 
 def test_near_real_time_the_first_piece_covers_the_request_s_later_sentences():

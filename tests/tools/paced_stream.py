@@ -12,7 +12,8 @@ audio, the total playback gap after the first audio (the sum of the waits for a 
 
 Variants (``--variant NAME:key=value,...``, repeatable; default ``sequential:batch=1`` and ``batched:batch=4``) run
 in turn within every round, after one warm-up each: ``batch`` (rows per decode step), ``admit`` (seconds of
-unplayed audio a stream needs before a waiting sentence joins; engine/batching.py ADMIT_QUEUED_S). Prints one
+unplayed audio a stream needs before a waiting sentence joins; engine/batching.py ADMIT_QUEUED_S), ``join=1``
+(sentences join also while the pacer covers, engine/pacing.py). Prints one
 ``PACED {json}`` line per variant. Not a test.
 """
 
@@ -85,6 +86,7 @@ def parse_variant(spec: str):
 def one_run(opts: dict) -> dict:
     engine.settings = dataclasses.replace(engine.settings, batch=int(opts.get("batch", 4)))
     batching.ADMIT_QUEUED_S = float(opts.get("admit", base_admit))
+    engine._join_while_covering = opts.get("join", "0") == "1"
     player = Player()
     handler = MessageHandler(settings, lambda progress: (engine, voice), DirectTransport(player))
     handler.start()

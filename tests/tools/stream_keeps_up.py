@@ -17,7 +17,8 @@ Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each var
 (a stream computes every sentence's BERT before its first audio, as before) and ``parts=1|2`` (the ONNX Runtime
 vocoder as one run with ``--threads`` intra-op threads, or cut into that many single-threaded runs at once) and
 ``gpt_yield=0`` (the GPT keeps its threads while the lane works) and ``length=0`` (the pacer expects no sentence
-length) and ``slowdown=0`` (the pacer ignores how much longer than estimated windows took). Prints one
+length) and ``slowdown=0`` (the pacer ignores how much longer than estimated windows took) and ``join=1`` (later
+sentences join the decode also while the pacer covers). Prints one
 ``KEEPSUP`` line per variant;
 ``--whole`` also times a whole (non-streaming) request after each streamed one.
 """
@@ -79,6 +80,7 @@ def apply_variant(opts: dict) -> dict:
     type(rates).slowdown = base_slowdown if slowdown else property(lambda self: 1.0)
     crop = opts.pop("crop", "1") != "0"
     eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
+    eng._join_while_covering = opts.pop("join", "0") == "1"
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
     if not crop:
         opts["stream_vocoder_margin"] = "4096"  # every frame of each window through the vocoder
