@@ -337,7 +337,7 @@ class GPTSoVITSEngine:
                 stitcher = streaming.Stitcher(r.models.hop, r.speed, round(cfg.stream_crossfade_ms * sr / 1000))
                 bank = self.noise_bank((r.seed, s), r.models.prior_channels)
                 with locked():  # the first sentence's BERT came with the request, the others' come now
-                    missing = sum(len(c.phones) for c in r.chunks[s:] if c.bert is None)
+                    missing = sum(len(c.phones) for c in r.chunks[s:] if c.bert is None) if chunk.bert is None else 0
                     t0 = time.perf_counter()
                     pipeline.fill_bert(r.chunks, s, r.spec, r.models, timer)
                     t1 = time.perf_counter()

@@ -201,6 +201,7 @@ def test_engine_measures_its_speeds_and_the_paced_stream_matches_the_whole(engin
     assert r.latent_from_windows
     assert len(r._lengths[voice_name]) == lengths + 1  # the stream's sentence, too
     assert r._errors and 1.0 <= r.slowdown <= 2.0  # its windows against the plan's estimates
+    assert r.start_s("prefill") > 0  # its sentence's prefill, for the plans of later sentences
     streamed = np.concatenate([c.audio for c in chunks])
     assert len(streamed) == len(whole.audio)
     gap = int(0.3 * 32000)
@@ -323,3 +324,16 @@ def test_near_real_time_the_first_piece_covers_the_request_s_later_sentences():
     r.note_start("bert", 0.2, 40)
     r.note_start("bert", 0.0, 40)  # nothing measured (no Chinese): ignored
     assert r.start_s("prefill") == pytest.approx(0.4) and r.start_s("bert") == pytest.approx(0.005)
+
+
+def test_a_stream_measures_each_sentence_s_start_once(engine, monkeypatch):
+    kw = {"text_split_method": "cut5", "top_k": 1, "seed": 7, "speed_factor": 1.0}
+    notes = []
+    real = engine.rates.note_start
+    monkeypatch.setattr(engine.rates, "note_start", lambda kind, seconds, phones=1: (
+        notes.append((kind, phones)), real(kind, seconds, phones)))
+    chunks = list(engine.synthesize_stream("Hello world. This is a small test.", **kw))
+    assert {c.sentence_index for c in chunks} == {0, 1}
+    # the request's BERT (its first sentence), the second sentence's when its turn comes; each prefill once
+    assert [k for k, _ in notes].count("bert") == 2, notes
+    assert 1 <= [k for k, _ in notes].count("prefill") <= 2, notes
