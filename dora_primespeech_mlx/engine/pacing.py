@@ -210,9 +210,8 @@ class Pacer:
         self.expected_tokens = expected_tokens
         self.after = list(after)
         self.done = 0  # the sentence's tokens in the windows cut so far
-        self.lookahead_tokens = cfg.stream_lookahead_tokens
         self.n_min, self.first_tokens, self.sustainable = 1, cfg.stream_first_tokens, True
-        self.covering = False  # the first piece covers the rest of the sentence (windows cannot gain on the listener)
+        self.covering = False  # the first piece covers the rest of the request (windows cannot gain on the listener)
         if self.paced:
             self._plan()
 
@@ -297,7 +296,7 @@ class Pacer:
     def _audio(self, tokens: int, first: bool, last: bool) -> float:
         """Seconds of audio a window of ``tokens`` new tokens sends: the first of a sentence holds back the lookahead,
         the last sends it, with the sentence's pause."""
-        lookahead = self.lookahead_tokens
+        lookahead = self.cfg.stream_lookahead_tokens
         sent = tokens - (lookahead if first else 0) + (lookahead if last else 0)
         return sent * self.audio_per_token + (self.cfg.fragment_interval if last else 0.0)
 
