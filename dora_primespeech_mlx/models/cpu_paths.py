@@ -30,7 +30,8 @@ DEFAULTS: dict[tuple[str, str, bool], tuple[str, str]] = {
     ("avx512", "gpt_prefill", False): ("float32", "avx512: BLAS on upcast weights 398 ms vs float16 GEMM 529 ms "
                                                   "(16-vCPU Xeon; a 2-core VM: 473 vs 454 ms)"),
     ("avx512", "gpt_prefill", True): ("float16", "avx512, 2 threads: float16 GEMM 464 ms vs BLAS 1181 ms beside "
-                                                 "busy neighbours (idle cores: BLAS 242 vs 321 ms)"),
+                                                 "busy neighbours (2 idle cores: BLAS 242 vs 321 ms; 4-16 threads: "
+                                                 "float16 as fast or faster)"),
     ("avx512", "bert", False): ("float16", "avx512: float16 GEMM 182 ms vs float32 MLX 393 ms"),
     ("avx512", "bert", True): ("float16", "avx512, 2 threads: float16 GEMM 193 ms vs float32 MLX 1173 ms"),
     ("avx2", "gpt_prefill", False): ("float32", "avx2: BLAS on upcast weights 569 ms vs float16 GEMM 722 ms "
