@@ -23,6 +23,7 @@ sampling and the decode loop live in ``t2s_generate.py``.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
@@ -38,6 +39,7 @@ BERT_DIM = 1024  # bert_proj is Linear(1024, D) in the original, whatever BERT t
 DecodeFn = Callable[..., tuple[mx.array, list[mx.array], list[mx.array]]]  # T2SModel.decode's form
 PE_ROWS = 4000  # the original builds its sinusoid table with 4000 rows and extends it on demand
 TOKENS_PER_SEC = 50  # TTS.run: early_stop_num = 50 * data.max_sec
+MAX_SEC = 600.0  # the most data.max_sec accepted (released configs: 54): a GPT without EOS stops in bounded time
 
 
 @dataclass
@@ -96,6 +98,10 @@ class T2SArgs:
             raise ValueError(f"hidden_dim {self.hidden_dim} is not divisible by head {self.num_heads}")
         if self.eos != self.vocab_size - 1:
             raise ValueError(f"EOS {self.eos} must be vocab_size - 1 ({self.vocab_size - 1})")
+        sec = self.max_sec
+        if isinstance(sec, bool) or not isinstance(sec, numbers.Real) or not 0 < float(sec) <= MAX_SEC:
+            raise ValueError(f"GPT config data.max_sec {sec!r:.40}: expected a number of seconds in (0, {MAX_SEC:g}] "
+                             "(the released configs say 54)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -315,6 +315,21 @@ def test_t2s_config_and_sanitize(raw_gpt):
         T2SArgs.from_config({"model": raw_gpt.config["model"]})
 
 
+@pytest.mark.parametrize("max_sec", [0, -1, float("nan"), float("inf"), 601, 1e30, "54", True, [54]])
+def test_t2s_config_refuses_a_max_sec_that_would_not_bound_the_decode(raw_gpt, max_sec):
+    """data.max_sec sets how many tokens a GPT may decode without EOS (50 per second): a checkpoint's config must
+    not make that unbounded, negative or a string (50 * "54" would be a 100-digit token count)."""
+    config = {**raw_gpt.config, "data": {**(raw_gpt.config.get("data") or {}), "max_sec": max_sec}}
+    with pytest.raises(ValueError, match="max_sec"):
+        T2SArgs.from_config(config)
+
+
+@pytest.mark.parametrize("max_sec", [54, 54.0, 0.5, 600])
+def test_t2s_config_accepts_a_max_sec_in_range(raw_gpt, max_sec):
+    config = {**raw_gpt.config, "data": {**(raw_gpt.config.get("data") or {}), "max_sec": max_sec}}
+    assert T2SArgs.from_config(config).early_stop_num == int(50 * max_sec)
+
+
 def test_t2s_v1_phoneme_vocab(raw_gpt):
     """v1 checkpoints have a 512-row phoneme embedding; everything else is the same."""
     config = {**raw_gpt.config, "model": {**raw_gpt.config["model"], "phoneme_vocab_size": 512}}
