@@ -15,7 +15,7 @@ from test_engine import case, model_dir, voice  # noqa: F401  (shared fixtures)
 from test_engine import engine as engine  # noqa: F401,F811
 
 from dora_primespeech_mlx.engine.config import SynthesisConfig
-from dora_primespeech_mlx.engine.pacing import Pacer, StreamRates, window_steps
+from dora_primespeech_mlx.engine.pacing import SAFETY_FRACTION, SAFETY_S, Pacer, StreamRates, window_steps
 from dora_primespeech_mlx.errors import ConfigError
 
 HOP_S = 0.02  # seconds of audio per latent frame (640 samples at 32 kHz)
@@ -337,3 +337,32 @@ def test_a_stream_measures_each_sentence_s_start_once(engine, monkeypatch):
     # the request's BERT (its first sentence), the second sentence's when its turn comes; each prefill once
     assert [k for k, _ in notes].count("bert") == 2, notes
     assert 1 <= [k for k, _ in notes].count("prefill") <= 2, notes
+
+
+def test_first_audio_bound_tool_schedules_keep_up_and_start_no_later_than_the_pacer():
+    """tests/tools/first_audio_bound.py (docs/performance.md's first-audio arithmetic): at speeds near real time
+    its best schedule starts no later than the pacer's covering plan, fills the sentence with windows of at most
+    ``stream_chunk_tokens``, and the pacer's own plan is among the schedules it accepts."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "first_audio_bound.py"
+    spec = importlib.util.spec_from_file_location("first_audio_bound", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    args = argparse.Namespace(token_s=NEAR.token_s, frame_s=NEAR.frame_s, latent_s=NEAR.latent_s, margin_frames=8,
+                              crossfade_frames=1)
+    for total in (60, 100, 250):
+        p = tool.pacer_for(args, total)
+        assert p.covering
+        best = tool.best_schedule(p, total, smallest=1)
+        assert sum(best) == total and max(best[1:], default=0) <= p.cfg.stream_chunk_tokens
+        first = p._covering_first(total)
+        assert best[0] <= first
+        top, slack = p.cfg.stream_chunk_tokens, p._audio(first, True, first == total)  # the pacer's plan, windows
+        for done in range(first, total, top):  # of stream_chunk_tokens, by the tool's rule: each ready in time
+            n = min(top, total - done)
+            cost = p.cost(n)
+            assert slack - n * p.token_s - cost >= SAFETY_S + SAFETY_FRACTION * cost - 1e-9
+            slack += p._audio(n, False, done + n == total) - n * p.token_s - cost

@@ -8,7 +8,8 @@ its reference wave is written by the first ``sidebyside.py upstream`` run) throu
 playing; the margin of chunk i (i >= 1) is the time the previous chunk finishes playing minus chunk i's
 arrival (negative = an audible gap of that length, after which playback goes on from the late chunk). The
 worst (smallest) margin is printed per run, with every margin and the arrival times. One warm-up run, then
-``--runs`` timed runs; prints one ``KEEPSUP {json}`` line. Not a test.
+``--runs`` timed runs; prints one ``KEEPSUP {json}`` line (with the engine's ``stream_rates``: the speeds the
+pacer planned by). Not a test.
 
 Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each variant in turn within every round
 (alternating, so they share the machine's state); keys are SynthesisConfig settings (``stream_first_tokens=20``,
@@ -151,5 +152,6 @@ worst = [r["worst_margin_s"] for r in runs if r["worst_margin_s"] is not None]
 print("KEEPSUP " + json.dumps({"threads": A.threads, "split": A.split, "text": A.text, "loadavg": os.getloadavg()[0],
                                "worst_margin_s_min": min(worst) if worst else None,
                                "worst_margin_s_median": statistics.median(worst) if worst else None,
-                               "backends": eng.stats().get("backends"), "runs": runs}, ensure_ascii=False,
+                               "backends": eng.stats().get("backends"),
+                               "stream_rates": eng.stats().get("stream_rates"), "runs": runs}, ensure_ascii=False,
                               default=str))
