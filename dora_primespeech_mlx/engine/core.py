@@ -352,7 +352,7 @@ class GPTSoVITSEngine:
                 pacer = pacing.Pacer(cfg, self.rates, r.speed, streaming.vocoder_margin(r.models, cfg),
                                      stitcher.crossfade_frames, stitcher.hop / sr,
                                      self.rates.expected_tokens(r.spec.name, len(chunk.phones)),
-                                     self._later_sentences(r, s))
+                                     self._later_sentences(r, s), taper=s == 0)
                 cut_at, decode_s = 0, 0.0  # tokens at the last cut; GPT seconds since
                 lane_was_busy = lane_busy()
                 steps, row_steps = batch.steps, batch.row_steps  # a window's steps with other rows beside it

@@ -21,12 +21,14 @@ The pacer therefore (``stream_pace``, on by default, once speeds were measured)
   with a safety margin; never fewer than :data:`GROWTH` times ``n*``, never more than ``stream_chunk_tokens``;
 - where windows cannot grow enough to gain on the listener (``n*`` above ``stream_chunk_tokens``: a machine only
   a little faster than real time; or slower than real time), *covers* (:attr:`Pacer.covering`): later windows
-  have ``stream_chunk_tokens`` tokens, and the first piece is the smallest after which the rest of the request
-  (this sentence's, then each later sentence's prefill, BERT, windows and pause) arrives without a gap, the
-  whole sentence at most (:meth:`Pacer._covering_first`). The lengths are expected from the phones and this
-  voice's recent tokens per phone (:meth:`StreamRates.expected_tokens`). While it covers, no other sentence
-  joins the decode (the plan counts on steps alone). Before a length was measured for the voice it starts with
-  ``stream_first_tokens`` (slower than real time) or as where ``n*`` fits.
+  have ``stream_chunk_tokens`` tokens, the last ones shrinking towards the sentence's end where that lets the
+  first piece be smaller (:meth:`Pacer.windows`: the listener then waits for less audio at the end; the plan
+  works to :data:`TAPER_HEADROOM` beyond the expected length), and the first piece is the smallest after which
+  the rest of the request (this sentence's, then each later sentence's prefill, BERT, windows and pause) arrives
+  without a gap, the whole sentence at most (:meth:`Pacer._covering_first`). The lengths are expected from the
+  phones and this voice's recent tokens per phone (:meth:`StreamRates.expected_tokens`). While it covers, no
+  other sentence joins the decode (the plan counts on steps alone). Before a length was measured for the voice it
+  starts with ``stream_first_tokens`` (slower than real time) or as where ``n*`` fits.
 
 The safety margin is :data:`SAFETY_S` plus :data:`SAFETY_FRACTION` of the estimated cost. Where recent windows
 took longer than the speeds say (a throttled or shared machine: :attr:`StreamRates.slowdown`, the median ratio),
@@ -52,6 +54,12 @@ SAFETY_FRACTION = 0.15  # ... plus this share of the estimated window cost (mach
 KINDS = ("token_s", "frame_s", "latent_s")
 GROWTH = 1.2  # the first piece feeds a window this much larger than the break-even size (so the buffer grows)
 SLOWDOWN_MAX = 2.0  # the measured slowdown never exceeds this (windows twice as slow as estimated)
+TAPER = True  # while covering, a sentence's last windows shrink (tests/tools: off to measure the plan without)
+TAPER_SAFETY_S = 0.05  # seconds more in hand for each shrinking window (small windows' costs vary the most)
+TAPER_HEADROOM = 1.25  # a shrinking plan ends this much after the expected length: a sentence up to 25 % longer
+# than expected still keeps up (tests/engine/test_pacing.py); one that ends sooner only has more in hand
+TAPERS = tuple((last, step) for last in (8, 12, 16, 24) for step in (3, 5, 7, 10))  # (last window, growth per
+# window towards the front) that a covering plan tries; the one after which the first piece is smallest wins
 
 
 class StreamRates:
@@ -190,11 +198,14 @@ class Pacer:
     ``crossfade_frames``: the crossfade's frames (vocoded again at each seam); ``frame_audio_s``: seconds of
     audio per latent frame at speed 1 (hop / sample rate); ``expected_tokens``: the sentence's likely length
     (:meth:`StreamRates.expected_tokens`), None if unknown; ``after``: the request's later sentences, each as
-    (expected tokens, seconds of work before its first token: prefill, BERT), where their lengths are expected."""
+    (expected tokens, seconds of work before its first token: prefill, BERT), where their lengths are expected;
+    ``taper``: while covering, the last windows may shrink (:meth:`windows`; the engine: a request's first sentence,
+    whose first audio the listener waits for; a later one's larger plan would make the wait between sentences
+    longer)."""
 
     def __init__(self, cfg: SynthesisConfig, rates: StreamRates | None, speed: float, margin_frames: int,
                  crossfade_frames: int, frame_audio_s: float, expected_tokens: int | None = None,
-                 after: list[tuple[int, float]] = ()):
+                 after: list[tuple[int, float]] = (), taper: bool = True):
         self.cfg = cfg
         self.steps = window_steps(cfg)
         self.next_step: int | None = None
@@ -212,6 +223,10 @@ class Pacer:
         self.done = 0  # the sentence's tokens in the windows cut so far
         self.n_min, self.first_tokens, self.sustainable = 1, cfg.stream_first_tokens, True
         self.covering = False  # the first piece covers the rest of the request (windows cannot gain on the listener)
+        self.tail: tuple[int, int] | None = None  # while covering: how a sentence's windows shrink (windows())
+        self._tail_for: int | None = None  # the tokens done when the tail was chosen (None: not chosen)
+        self._first_for: tuple | None = None  # what first_tokens was computed for while covering
+        self.taper = taper
         if self.paced:
             self._plan()
 
@@ -227,7 +242,7 @@ class Pacer:
         overhead = self.latent_s + self.frame_s * self.extra_frames
         top = cfg.stream_chunk_tokens
         self.sustainable = gain > 0.02 * self.audio_per_token
-        left = (self.expected_tokens or 0) - self.done  # the sentence's tokens still to come, as expected
+        left = self._end() - self.done  # the sentence's tokens still to come, as expected (or planned)
         n_star = GROWTH * overhead / gain if self.sustainable else math.inf
         # windows cannot grow enough to gain on the listener (slower than real time, or n* above the largest
         # window): the largest windows, after a first piece that covers what they lose over the rest of the
@@ -235,7 +250,20 @@ class Pacer:
         self.covering = n_star > top and left > 0
         if n_star > top:
             self.n_min = top
-            self.first_tokens = self._covering_first(left) if self.covering else cfg.stream_first_tokens
+            if not self.covering or not TAPER or not self.taper:
+                self.tail, self._tail_for = None, None
+            elif self._tail_for is None:  # the shrinking of the last windows after which the first piece is the
+                self._tail_for = self.done  # smallest (chosen once: the sentence's windows follow it); ties: fewer
+                longer = math.ceil(self.expected_tokens * TAPER_HEADROOM) - self.done
+                options = [(self._covering_first(longer, tail=t, exact=False), len(self.windows(longer, t)), t)
+                           for t in TAPERS]
+                first, _, tail = min(options, key=lambda o: o[:2])
+                self.tail = tail if first < self._covering_first(left, tail=None, exact=False) else None
+                left = self._end() - self.done
+            if not self.covering:
+                self.first_tokens = cfg.stream_first_tokens
+            elif self._first_for != (key := (self.done, self.tail, self.token_s, self.frame_s, self.latent_s)):
+                self._first_for, self.first_tokens = key, self._covering_first(left)  # (once per window and speeds)
             if self.sustainable and not self.covering:  # its length unknown: a first piece for the largest window
                 self.first_tokens = max(cfg.stream_first_tokens, self._feeding(top))
             return
@@ -252,46 +280,76 @@ class Pacer:
         first = self.cfg.stream_lookahead_tokens + math.ceil(need / self.audio_per_token)
         return min(self.cfg.stream_chunk_tokens, first)
 
-    def _covering_first(self, total: int, have: int = 0, queued: float = 0.0) -> int:
+    def _covering_first(self, total: int, have: int = 0, queued: float = 0.0, tail=..., exact: bool = True) -> int:
         """The fewest tokens (``stream_first_tokens`` and ``have`` at least) a first piece needs so that the rest of
         the request arrives before the listener runs dry (:meth:`_keeps_up_after`): the rest of this ``total``-token
         sentence and the later sentences; ``total`` (the whole sentence in one piece, the most that can be held
         back) if none. ``have``: tokens decoded already, ``queued``: seconds of audio the listener has in hand now.
-        (A larger first piece only helps: bisection, as the plan is made again at every token.)"""
+        (A larger first piece mostly helps: bisection, then, where ``exact``, the smaller ones below it.)"""
         lo = max(self.cfg.stream_first_tokens, have)
         hi = max(lo, total)
+        low = lo
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._keeps_up_after(mid, total, have, queued, self.after):
+            if self._keeps_up_after(mid, total, have, queued, self.after, tail):
                 hi = mid
             else:
                 lo = mid + 1
-        return hi
+        if not exact:
+            return hi
+        # shrinking windows make a rest of one token more or less fit them better or worse: the first that keeps
+        # up below the bisection's
+        return next((n for n in range(low, hi) if self._keeps_up_after(n, total, have, queued, self.after, tail)),
+                    hi)
 
     def _keeps_up_after(self, first: int, total: int, have: int | None = None, queued: float = 0.0,
-                        after: list[tuple[int, float]] = ()) -> bool:
+                        after: list[tuple[int, float]] = (), tail=...) -> bool:
         """Whether, after a first piece of ``first`` tokens (``have`` of them decoded now, all by default) of a
         ``total``-token rest of the sentence, every later piece arrives before the listener needs it: the rest of
         this sentence and then each sentence of ``after`` (:attr:`after`'s form: its prefill and BERT first) in
-        windows of ``stream_chunk_tokens``, each sentence's end with its ``fragment_interval`` pause. The timing
-        model of :meth:`cut`: the GPT and SoVITS one after another, each window ready :data:`SAFETY_S` +
-        :data:`SAFETY_FRACTION` of its cost before it is needed; the listener hears ``queued`` seconds first and
-        may wait for the first piece."""
-        top = self.cfg.stream_chunk_tokens
+        the windows of :meth:`windows` (this sentence's ``tail``, default :attr:`tail`), each sentence's end with its
+        ``fragment_interval`` pause. The timing model of :meth:`cut`: the GPT and SoVITS one after another, each
+        window ready :data:`SAFETY_S` + :data:`SAFETY_FRACTION` of its cost before it is needed; the listener hears
+        ``queued`` seconds first and may wait for the first piece."""
         work = (first - (first if have is None else have)) * self.token_s + self.cost(first)  # seconds from now
         played_until = max(work, queued) + self._audio(first, True, first >= total)
         for start_s, tokens, fresh in [(0.0, max(0, total - first), False)] + [(w, t, True) for t, w in after]:
             work += start_s
             done = 0
-            while done < tokens:
-                n = min(top, tokens - done)
+            shrinking = not fresh and (self.tail if tail is ... else tail) is not None
+            for n in self.windows(tokens, None if fresh else tail):  # (later sentences do not shrink theirs)
                 cost = self.cost(n)
                 work += n * self.token_s + cost
-                if work + SAFETY_S + SAFETY_FRACTION * cost > played_until:
+                if work + SAFETY_S + SAFETY_FRACTION * cost + (TAPER_SAFETY_S if shrinking else 0.0) > played_until:
                     return False
                 played_until += self._audio(n, fresh and done == 0, done + n >= tokens)
                 done += n
         return True
+
+    def _end(self) -> int:
+        """The sentence's length the plan works to: as expected, or :data:`TAPER_HEADROOM` more with a tail."""
+        expected = self.expected_tokens or 0
+        return expected if self.tail is None else math.ceil(expected * TAPER_HEADROOM)
+
+    def windows(self, tokens: int, tail=...) -> list[int]:
+        """The window sizes, in order, for a sentence's next ``tokens`` tokens while the pacer covers. ``tail``
+        (default :attr:`tail`) None: windows of ``stream_chunk_tokens``, the leftover last; ``(last, step)``: the
+        last window has ``last`` tokens and each one before it ``step`` more, up to ``stream_chunk_tokens`` (a
+        small leftover joins the first). Smaller windows at the end let the first piece be smaller: the listener
+        waits for less of the sentence's audio at its end, for the overhead of the further windows."""
+        top = self.cfg.stream_chunk_tokens
+        tail = self.tail if tail is ... else tail
+        if tail is None:
+            return [top] * (tokens // top) + ([tokens % top] if tokens % top else [])
+        (n, step), sizes, left = tail, [], tokens
+        while left > 0:
+            planned = min(n, top)
+            sizes.append(min(planned, left))
+            left -= sizes[-1]
+            n += step
+        if len(sizes) > 1 and sizes[-1] < planned and sizes[-1] + sizes[-2] <= top:  # a leftover (the front
+            sizes[-2:] = [sizes[-2] + sizes[-1]]  # window cut short) joins the window after it
+        return sizes[::-1]
 
     def _audio(self, tokens: int, first: bool, last: bool) -> float:
         """Seconds of audio a window of ``tokens`` new tokens sends: the first of a sentence holds back the lookahead,
@@ -332,11 +390,16 @@ class Pacer:
         queued = 0.0 if deadline is None else max(0.0, deadline - now)
         if self.covering and (self.done == 0 or queued == 0.0):  # the sentence's first piece, or the listener ran
             # dry: a piece after which the rest keeps up
-            return new_tokens >= self._covering_first(self.expected_tokens - self.done, new_tokens, queued)
+            total = self._end() - self.done  # (the most it waits for: the expected rest, as without a tail)
+            return new_tokens >= max(self.cfg.stream_first_tokens, self.expected_tokens - self.done) or (
+                new_tokens >= self.cfg.stream_first_tokens
+                and self._keeps_up_after(new_tokens, total, new_tokens, queued, self.after))
         if deadline is None or (deadline <= now and self.sustainable):  # nothing is playing: a piece the listener
             return new_tokens >= self.first_tokens                       # can be kept fed after
         if new_tokens >= top:
             return True
+        if self.covering and self.tail is not None:  # the next window of the plan (shrinking towards the end)
+            return new_tokens >= self.windows(max(1, self._end() - self.done))[0]
         # slower than real time and the listener ran dry: the largest windows (n_min), which make the total wait
         # the shortest; small ones would spend the time on each window's overhead
         if new_tokens < self.n_min:

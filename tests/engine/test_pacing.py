@@ -14,6 +14,7 @@ import pytest
 from test_engine import case, model_dir, voice  # noqa: F401  (shared fixtures)
 from test_engine import engine as engine  # noqa: F401,F811
 
+from dora_primespeech_mlx.engine import pacing
 from dora_primespeech_mlx.engine.config import SynthesisConfig
 from dora_primespeech_mlx.engine.pacing import SAFETY_FRACTION, SAFETY_S, Pacer, StreamRates, window_steps
 from dora_primespeech_mlx.errors import ConfigError
@@ -47,7 +48,7 @@ def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int
     for k, n_tokens in enumerate(lengths):
         now += start_s
         after = [(t, start_s) for t in lengths_expected[k + 1:]] if expected else []
-        pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, lengths_expected[k], after)
+        pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, lengths_expected[k], after, taper=k == 0)  # (as the engine)
         tokens, cut_at, done_tokens, sizes = 0, 0, 0, []
         while tokens < n_tokens:
             now += rates.token_s * slow[len(sizes) % len(slow)]
@@ -232,7 +233,7 @@ def test_near_real_time_the_first_piece_covers_the_expected_rest_of_the_sentence
         # the fewest tokens that do it: one token less and the simulated listener runs dry
         if len(sizes) > 1:
             smaller = Pacer(cfg, NEAR, 1.0, MARGIN, XF, HOP_S, n)
-            assert not smaller._keeps_up_after(sizes[0] - 1, n)
+            assert not smaller._keeps_up_after(sizes[0] - 1, smaller._end())  # (the plan's end: see the tail)
     # a sentence shorter than expected only has more in hand
     _, margin, _ = simulate(cfg, NEAR, 80, expected=106)
     assert margin is None or margin >= 0
@@ -358,11 +359,50 @@ def test_first_audio_bound_tool_schedules_keep_up_and_start_no_later_than_the_pa
         assert p.covering
         best = tool.best_schedule(p, total, smallest=1)
         assert sum(best) == total and max(best[1:], default=0) <= p.cfg.stream_chunk_tokens
-        first = p._covering_first(total)
-        assert best[0] <= first
+        assert best[0] <= p._covering_first(total)  # the pacer's plan (its tail)
+        first = p._covering_first(total, tail=None)
         top, slack = p.cfg.stream_chunk_tokens, p._audio(first, True, first == total)  # the pacer's plan, windows
         for done in range(first, total, top):  # of stream_chunk_tokens, by the tool's rule: each ready in time
             n = min(top, total - done)
             cost = p.cost(n)
             assert slack - n * p.token_s - cost >= SAFETY_S + SAFETY_FRACTION * cost - 1e-9
             slack += p._audio(n, False, done + n == total) - n * p.token_s - cost
+
+
+@pytest.fixture
+def taper_off():
+    yield
+    pacing.TAPER = True
+
+
+@pytest.mark.parametrize("n", [106, 180])
+def test_near_real_time_shrinking_last_windows_let_the_first_piece_come_sooner(n, taper_off):
+    """While covering, the last windows shrink (Pacer.windows): the listener waits for less of the sentence's audio
+    at its end, so the first piece can be smaller; no gap either way, and a sentence up to TAPER_HEADROOM longer
+    than expected keeps up too (the plan works to that end)."""
+    cfg = SynthesisConfig()
+    pacing.TAPER = False
+    first_fixed, margin, fixed = simulate(cfg, NEAR, n, expected=n)
+    assert margin >= 0 and all(w == cfg.stream_chunk_tokens for w in fixed[1:-1]), fixed  # windows of 40
+    pacing.TAPER = True
+    first, margin, sizes = simulate(cfg, NEAR, n, expected=n)
+    assert margin >= 0, sizes
+    assert first < first_fixed - 0.1 and sizes[0] < fixed[0], (sizes, fixed)
+    tail = sizes[1:]
+    assert tail[-1] < cfg.stream_chunk_tokens and tail == sorted(tail, reverse=True), sizes  # shrinking
+    longer = math.floor(n * pacing.TAPER_HEADROOM) - 1
+    _, margin, sizes = simulate(cfg, NEAR, longer, expected=n)
+    assert margin >= 0, sizes
+    _, margin, sizes = simulate(cfg, NEAR, n * 3 // 4, expected=n)  # shorter: more in hand
+    assert margin >= 0, sizes
+
+
+def test_pacer_windows_shrink_by_their_step_and_a_short_leftover_joins_the_first():
+    assert Pacer(SynthesisConfig(), NEAR, 1.0, MARGIN, XF, HOP_S, 100).tail is not None  # near real time: a tail
+    assert Pacer(SynthesisConfig(), NEAR, 1.0, MARGIN, XF, HOP_S, 100, taper=False).tail is None  # a later sentence
+    pacer = Pacer(SynthesisConfig(), NEAR, 1.0, MARGIN, XF, HOP_S, 100)
+    assert pacer.windows(100, None) == [40, 40, 20]  # without a tail: windows of stream_chunk_tokens
+    assert pacer.windows(42, (8, 6)) == [20, 14, 8]
+    assert pacer.windows(45, (8, 6)) == [23, 14, 8]  # the leftover 3 joins the window after it
+    assert pacer.windows(150, (8, 6)) == [12, 38, 32, 26, 20, 14, 8]  # (12 + 38 > 40: the leftover stays alone)
+    assert pacer.windows(400, (16, 10)) == [2] + [40] * 8 + [36, 26, 16]  # (the first-piece search makes it 0)

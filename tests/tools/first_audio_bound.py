@@ -1,8 +1,9 @@
 """How early can a stream's first audio be, with no gap after it? The pacer's own timing model (engine/pacing.py:
 the GPT and SoVITS one after another, each window ready a safety margin before it is needed), for one sentence at
-given speeds: the first piece the pacer takes while it covers (later windows of ``stream_chunk_tokens``), against
-the best schedule in the same model (a dynamic programme over every window size, e.g. windows that shrink towards
-the sentence's end). Not a test: arithmetic behind docs/performance.md.
+given speeds: the first piece while covering with later windows of ``stream_chunk_tokens``, with the pacer's plan
+(the last windows shrinking, :meth:`Pacer.windows`; it works to ``TAPER_HEADROOM`` times the expected length), and
+with the best schedule in the same model (a dynamic programme over every window size, to exactly the expected
+length). Not a test: arithmetic behind docs/performance.md.
 
     python tests/tools/first_audio_bound.py --token-s 0.0164 --frame-s 0.0107 --latent-s 0.098 --start-s 0.6
 
@@ -79,12 +80,15 @@ def main() -> int:
         if not p.covering:
             print(f"{total} tokens: the pacer does not cover at these speeds (windows gain on the listener)")
             continue
-        first = p._covering_first(total)
-        fixed = [first] + [min(p.cfg.stream_chunk_tokens, total - k)
-                           for k in range(first, total, p.cfg.stream_chunk_tokens)]
+        plans = []
+        for name, tail in (("windows of stream_chunk_tokens", None), (f"the pacer's (tail {p.tail})", p.tail)):
+            end = total if tail is None else p._end()  # a plan with a tail works to TAPER_HEADROOM more
+            first = p._covering_first(end, tail=tail)
+            plan = [first, *p.windows(end - first, tail)]
+            plans.append(f"{name} F = {first_audio(p, first, args.start_s):.2f} s {plan}")
         best = best_schedule(p, total)
-        print(f"{total} tokens: the pacer's plan F = {first_audio(p, first, args.start_s):.2f} s {fixed}; "
-              f"the best schedule F = {first_audio(p, best[0], args.start_s):.2f} s {best}")
+        print(f"{total} tokens: " + "; ".join(plans) +
+              f"; the best schedule F = {first_audio(p, best[0], args.start_s):.2f} s {best}")
     return 0
 
 

@@ -19,7 +19,8 @@ Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each var
 vocoder as one run with ``--threads`` intra-op threads, or cut into that many single-threaded runs at once) and
 ``gpt_yield=0`` (the GPT keeps its threads while the lane works) and ``length=0`` (the pacer expects no sentence
 length) and ``slowdown=0`` (the pacer ignores how much longer than estimated windows took) and ``join=1`` (later
-sentences join the decode also while the pacer covers). Prints one
+sentences join the decode also while the pacer covers) and ``taper=0`` (while covering, windows of
+``stream_chunk_tokens`` to the sentence's end instead of shrinking ones). Prints one
 ``KEEPSUP`` line per variant;
 ``--whole`` also times a whole (non-streaming) request after each streamed one.
 """
@@ -45,7 +46,7 @@ os.environ["PRIMESPEECH_THREADS"] = str(A.threads)
 
 from ref_big import model_dir_with_big, models_dir  # noqa: E402
 
-from dora_primespeech_mlx.engine import GPTSoVITSEngine  # noqa: E402
+from dora_primespeech_mlx.engine import GPTSoVITSEngine, pacing  # noqa: E402
 
 MODELS = models_dir(A.models)
 md = model_dir_with_big(MODELS, "keepsup-")
@@ -82,6 +83,7 @@ def apply_variant(opts: dict) -> dict:
     crop = opts.pop("crop", "1") != "0"
     eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
     eng._join_while_covering = opts.pop("join", "0") == "1"
+    pacing.TAPER = opts.pop("taper", "1") != "0"
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
     if not crop:
         opts["stream_vocoder_margin"] = "4096"  # every frame of each window through the vocoder
