@@ -104,12 +104,40 @@ def pytest_configure(config):
     _RUN["full"] = bool(config.getoption("--full"))
 
 
+# .ci/run runs the quick tier, then the full tier without the tests that already passed in it: the quick tier
+# writes the ids of its passed tests to $PRIMESPEECH_PASSED_IDS_OUT; a run given $PRIMESPEECH_SKIP_IDS deselects
+# those ids (the full tier's remaining rows, the slow tests and the wheel check run), but for the tests marked
+# ``tiered`` (they do more under --full). Case rows are parametrized by their ids, the same in both tiers.
+_PASSED: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.passed and os.environ.get("PRIMESPEECH_PASSED_IDS_OUT"):
+        _PASSED.append(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = os.environ.get("PRIMESPEECH_PASSED_IDS_OUT")
+    if out and exitstatus == 0:
+        Path(out).write_text("\n".join(_PASSED) + "\n", encoding="utf-8")
+
+
+def _skip_ids() -> set[str]:
+    path = os.environ.get("PRIMESPEECH_SKIP_IDS")
+    return set(Path(path).read_text(encoding="utf-8").split()) if path else set()
+
+
 def full_run() -> bool:
     """True under ``--full``: every case row, the slow tests included."""
     return _RUN["full"]
 
 
 def pytest_collection_modifyitems(config, items):
+    skip = _skip_ids()
+    if skip:  # (a test marked tiered does more under --full: it runs again)
+        done = [item for item in items if item.nodeid in skip and not item.get_closest_marker("tiered")]
+        config.hook.pytest_deselected(items=done)
+        items[:] = [item for item in items if item not in done]
     if full_run() or config.option.markexpr:  # -m chooses by markers itself (-m slow: the slow tests)
         return
     slow = [item for item in items if item.get_closest_marker("slow")]

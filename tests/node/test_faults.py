@@ -161,6 +161,7 @@ def test_a_voice_folder_deleted_while_running_keeps_serving(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tiered
 def test_per_request_voices_stay_within_the_cache_bound(tmp_path):
     """Requests cycling over 6 voices with their own GPT files (8 of them, each loading a voice; 50 under --full):
     the cache holds the current voice plus at most PRIMESPEECH_VOICE_CACHE others."""

@@ -182,6 +182,7 @@ def _shared_handler():
 EXAMPLES = 10_000 if full_run() else 300
 
 
+@pytest.mark.tiered
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(events=_events, streaming=st.booleans())
