@@ -311,12 +311,13 @@ class Pacer:
         ``fragment_interval`` pause. The timing model of :meth:`cut`: the GPT and SoVITS one after another, each
         window ready :data:`SAFETY_S` + :data:`SAFETY_FRACTION` of its cost before it is needed; the listener hears
         ``queued`` seconds first and may wait for the first piece."""
+        tail = self.tail if tail is ... else tail
         work = (first - (first if have is None else have)) * self.token_s + self.cost(first)  # seconds from now
         played_until = max(work, queued) + self._audio(first, True, first >= total)
         for start_s, tokens, fresh in [(0.0, max(0, total - first), False)] + [(w, t, True) for t, w in after]:
             work += start_s
             done = 0
-            shrinking = not fresh and (self.tail if tail is ... else tail) is not None
+            shrinking = not fresh and tail is not None
             for n in self.windows(tokens, None if fresh else tail):  # (later sentences do not shrink theirs)
                 cost = self.cost(n)
                 work += n * self.token_s + cost
