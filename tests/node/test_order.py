@@ -239,8 +239,8 @@ print("RESULT " + json.dumps({"latencies": latencies, "busy": busy, "answered": 
 """
 
 
-@pytest.mark.parametrize("name", [  # the quick tier runs the slowest text; --full all of them
-    pytest.param(name, marks=() if name == "oov-words" else pytest.mark.slow) for name in SLOW_TEXTS])
+@pytest.mark.slow  # 12-15 s each (a child process with the real engine); the quick tier keeps the in-process
+@pytest.mark.parametrize("name", SLOW_TEXTS)  # test_the_front_end_never_holds_the_gil_for_long
 def test_controls_stay_prompt_and_reset_stops_the_front_end(real, name):
     """While the worker runs the real engine's text front end on a hostile text, ``stats`` and ``list_voices``
     are answered at once (nothing the worker runs holds the GIL for long), and a ``reset`` answers the text at
@@ -329,6 +329,7 @@ print("STATS " + json.dumps(pair[0].stats(), default=str), flush=True)
 """
 
 
+@pytest.mark.slow  # a child process with the real engine, 8 s
 def test_engine_stats_count_what_happened(real):
     """Cancelled requests are requests: no outcome count exceeds ``requests`` (205 cancelled vs 27 before). In a
     child process: one whose engine had a synthesis cancelled mid-way aborts at interpreter exit ("terminate
