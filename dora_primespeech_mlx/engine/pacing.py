@@ -25,10 +25,16 @@ The pacer therefore (``stream_pace``, on by default, once speeds were measured)
   first piece be smaller (:meth:`Pacer.windows`: the listener then waits for less audio at the end; the plan
   works to :data:`TAPER_HEADROOM` beyond the expected length), and the first piece is the smallest after which
   the rest of the request (this sentence's, then each later sentence's prefill, BERT, windows and pause) arrives
-  without a gap, the whole sentence at most (:meth:`Pacer._covering_first`). The lengths are expected from the
+  without a gap, the whole sentence at most (:meth:`Pacer._covering_first`); a later sentence's first piece, with
+  the earlier ones' audio in hand, grows to ``stream_chunk_tokens`` (what their plans counted on) while the
+  listener keeps audio (:data:`LATER_FULL`). The lengths are expected from the
   phones and this voice's recent tokens per phone (:meth:`StreamRates.expected_tokens`). While it covers, no
   other sentence joins the decode (the plan counts on steps alone). Before a length was measured for the voice it
   starts with ``stream_first_tokens`` (slower than real time) or as where ``n*`` fits.
+
+A sentence's end shows one GPT step after its last token (the end-of-sequence token): a window that would end at
+the expected length waits that step (:data:`END_WAITS`), so that it is the sentence's last, with the lookahead and
+the pause, as every plan has it, and no window of no new tokens follows.
 
 The safety margin is :data:`SAFETY_S` plus :data:`SAFETY_FRACTION` of the estimated cost. Where recent windows
 took longer than the speeds say (a throttled or shared machine: :attr:`StreamRates.slowdown`, the median ratio),
@@ -55,6 +61,8 @@ KINDS = ("token_s", "frame_s", "latent_s")
 GROWTH = 1.2  # the first piece feeds a window this much larger than the break-even size (so the buffer grows)
 SLOWDOWN_MAX = 2.0  # the measured slowdown never exceeds this (windows twice as slow as estimated)
 TAPER = True  # while covering, a sentence's last windows shrink (tests/tools: off to measure the plan without)
+END_WAITS = True  # a window that would end at the sentence's expected length waits one step for its end
+LATER_FULL = True  # while covering, a later sentence's first piece grows while the listener has audio in hand
 TAPER_SAFETY_S = 0.05  # seconds more in hand for each shrinking window (small windows' costs vary the most)
 TAPER_HEADROOM = 1.25  # a shrinking plan ends this much after the expected length: a sentence up to 25 % longer
 # than expected still keeps up (tests/engine/test_pacing.py); one that ends sooner only has more in hand
@@ -389,12 +397,28 @@ class Pacer:
         self._plan()
         top = self.cfg.stream_chunk_tokens
         queued = 0.0 if deadline is None else max(0.0, deadline - now)
+        if (END_WAITS and self.expected_tokens and self.done + new_tokens == self.expected_tokens
+                and (deadline is None or queued > self.token_s + self.cost(new_tokens) + SAFETY_S)):
+            # the sentence's expected last token: one step more shows whether it ends here; then this window is
+            # its last (the lookahead and the pause with it, as the plans have it), not one more of no new tokens
+            return False
         if self.covering and (self.done == 0 or queued == 0.0):  # the sentence's first piece, or the listener ran
             # dry: a piece after which the rest keeps up
             total = self._end() - self.done  # (the most it waits for: the expected rest, as without a tail)
-            return new_tokens >= max(self.cfg.stream_first_tokens, self.expected_tokens - self.done) or (
-                new_tokens >= self.cfg.stream_first_tokens
-                and self._keeps_up_after(new_tokens, total, new_tokens, queued, self.after))
+            if new_tokens >= max(self.cfg.stream_first_tokens, self.expected_tokens - self.done):
+                return True
+            if new_tokens < self.cfg.stream_first_tokens or not self._keeps_up_after(
+                    new_tokens, total, new_tokens, queued, self.after):
+                return False
+            if queued == 0.0 or not LATER_FULL:  # the listener waits: the first piece after which the rest keeps up
+                return True
+            # the listener has audio in hand (a later sentence's first piece): a larger piece leaves it more for
+            # the rest (the plans before this one counted on windows of stream_chunk_tokens), unless waiting for one
+            # more token would let it run dry first
+            if new_tokens >= top:
+                return True
+            estimate = self.cost(new_tokens + 1)
+            return now + self.token_s + estimate >= deadline - SAFETY_S - SAFETY_FRACTION * estimate
         if deadline is None or (deadline <= now and self.sustainable):  # nothing is playing: a piece the listener
             return new_tokens >= self.first_tokens                       # can be kept fed after
         if new_tokens >= top:

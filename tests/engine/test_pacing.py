@@ -37,11 +37,13 @@ def simulate(cfg: SynthesisConfig, rates: StreamRates, n_tokens: int, expected: 
 
 def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int], start_s: float,
                      expected: bool = True, slow: list[float] = (1.0,), queued: float = 0.0, pause: bool = True,
-                     lengths_expected: list[int | None] | None = None):
+                     lengths_expected: list[int | None] | None = None, eos_step: bool = False):
     """A stream of several sentences, one after another as the pacer covers: each sentence ``start_s`` of work
     (prefill, BERT) before its first token and (``pause``) ``cfg.fragment_interval`` of silence after its audio.
     Returns (first audio time, worst margin, per sentence its window sizes). ``lengths_expected``: the lengths the
-    pacer expects (default: the true ones, where ``expected``)."""
+    pacer expects (default: the true ones, where ``expected``). ``eos_step``: as the engine, a sentence's end shows
+    one GPT step after its last token (its end-of-sequence token), where its last window is cut (of no new tokens
+    if a window was cut at its last token)."""
     lengths_expected = lengths_expected or (lengths if expected else [None] * len(lengths))
     now, until, first, margins, plans = 0.0, queued or None, None, [], []
     L = cfg.stream_lookahead_tokens
@@ -50,10 +52,13 @@ def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int
         after = [(t, start_s) for t in lengths_expected[k + 1:]] if expected else []
         pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, lengths_expected[k], after, taper=k == 0)  # (as the engine)
         tokens, cut_at, done_tokens, sizes = 0, 0, 0, []
-        while tokens < n_tokens:
+        while True:
             now += rates.token_s * slow[len(sizes) % len(slow)]
-            tokens += 1
-            final = tokens == n_tokens
+            if tokens == n_tokens:  # the end-of-sequence step
+                final = True
+            else:
+                tokens += 1
+                final = tokens == n_tokens and not eos_step
             if not final and not pacer.cut(tokens - cut_at, now, until):
                 continue
             sizes.append(tokens - cut_at)
@@ -69,6 +74,8 @@ def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int
             else:
                 margins.append(until - now)
                 until = max(until, now) + duration
+            if final:
+                break
         plans.append(sizes)
     return first, min(margins) if margins else None, plans
 
@@ -406,3 +413,61 @@ def test_pacer_windows_shrink_by_their_step_and_a_short_leftover_joins_the_first
     assert pacer.windows(45, (8, 6)) == [23, 14, 8]  # the leftover 3 joins the window after it
     assert pacer.windows(150, (8, 6)) == [12, 38, 32, 26, 20, 14, 8]  # (12 + 38 > 40: the leftover stays alone)
     assert pacer.windows(400, (16, 10)) == [2] + [40] * 8 + [36, 26, 16]  # (the first-piece search makes it 0)
+
+
+@pytest.fixture
+def plan_switches():
+    yield
+    pacing.LATER_FULL = pacing.END_WAITS = True
+
+
+@pytest.mark.parametrize("lengths,start_s", [([100, 100, 100], 0.4), ([120, 120, 120], 0.3), ([80, 100, 120], 0.4),
+                                             ([100] * 5, 0.3)])
+def test_near_real_time_later_sentences_keep_up_though_each_end_shows_a_step_late(lengths, start_s, plan_switches):
+    """As in the engine, a sentence's end shows one step after its last token. A window cut at the expected last
+    token would leave a window of no new tokens (its overhead only) for the end: such a window waits one step for
+    the end instead (END_WAITS). A later sentence's first piece, with the earlier ones' audio in hand, grows to
+    stream_chunk_tokens while the listener keeps audio (LATER_FULL), as the first sentence's plan counted on,
+    instead of the smallest piece that keeps up. With both, these requests keep up; without, each has a gap."""
+    cfg = SynthesisConfig()
+    first, margin, plans = simulate_request(cfg, NEAR, lengths, start_s, eos_step=True)
+    assert margin >= 0, plans
+    assert all(0 not in sizes for sizes in plans), plans  # every sentence's last window has tokens
+    pacing.LATER_FULL = pacing.END_WAITS = False
+    first_old, margin_old, plans_old = simulate_request(cfg, NEAR, lengths, start_s, eos_step=True)
+    assert margin_old < 0, plans_old
+    assert first <= first_old + 2 * NEAR.token_s  # the first audio waits at most a step for the sentence's end
+
+
+@pytest.mark.parametrize("expected", [40, 100])
+@pytest.mark.parametrize("in_hand", [1.6, 2.0, 2.5, 30.0])
+def test_a_later_sentence_s_first_piece_grows_while_the_listener_has_audio(expected, in_hand, plan_switches):
+    """Covering (near real time), a later sentence whose listener has ``in_hand`` seconds queued: its first piece
+    is cut at stream_chunk_tokens, or sooner where waiting a token longer would let the listener run dry, never
+    smaller than the smallest piece after which the rest keeps up (what LATER_FULL off cuts), and in time wherever
+    that one is."""
+    cfg = SynthesisConfig()
+    top = cfg.stream_chunk_tokens
+
+    def first_cut():
+        pacer = Pacer(cfg, NEAR, 1.0, MARGIN, XF, HOP_S, expected, taper=False)
+        assert pacer.covering
+        for n in range(1, 2 * expected):
+            now = n * NEAR.token_s
+            if pacer.cut(n, now, in_hand):
+                return n, now + pacer.cost(n), pacer
+        raise AssertionError("no cut")
+
+    n, ready, pacer = first_cut()
+    pacing.LATER_FULL = False
+    smallest, ready_smallest, _ = first_cut()
+    assert n >= smallest
+    if ready_smallest <= in_hand - SAFETY_S:
+        assert ready <= in_hand - SAFETY_S
+    if smallest < n < min(top, expected):  # cut before the largest window: one more token would have been late
+        cost = pacer.cost(n + 1)
+        assert (n + 1) * NEAR.token_s + cost >= in_hand - SAFETY_S - SAFETY_FRACTION * cost
+    if in_hand > 10:  # (a piece ending at the expected end waits a step for it)
+        assert n == (top if expected > top else expected + 1) and n > smallest
+    if (expected, in_hand) == (40, 1.6):
+        assert smallest < n < top

@@ -20,7 +20,9 @@ vocoder as one run with ``--threads`` intra-op threads, or cut into that many si
 ``gpt_yield=0`` (the GPT keeps its threads while the lane works) and ``length=0`` (the pacer expects no sentence
 length) and ``slowdown=0`` (the pacer ignores how much longer than estimated windows took) and ``join=1`` (later
 sentences join the decode also while the pacer covers) and ``taper=0`` (while covering, windows of
-``stream_chunk_tokens`` to the sentence's end instead of shrinking ones). Prints one
+``stream_chunk_tokens`` to the sentence's end instead of shrinking ones) and ``later=0`` (while covering, a later
+sentence's first piece is the smallest that keeps up, even with audio in hand) and ``endwait=0`` (a window ending at
+the sentence's expected length is cut without waiting a step for its end). Prints one
 ``KEEPSUP`` line per variant;
 ``--whole`` also times a whole (non-streaming) request after each streamed one.
 """
@@ -84,6 +86,8 @@ def apply_variant(opts: dict) -> dict:
     eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
     eng._join_while_covering = opts.pop("join", "0") == "1"
     pacing.TAPER = opts.pop("taper", "1") != "0"
+    pacing.LATER_FULL = opts.pop("later", "1") != "0"
+    pacing.END_WAITS = opts.pop("endwait", "1") != "0"
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
     if not crop:
         opts["stream_vocoder_margin"] = "4096"  # every frame of each window through the vocoder
