@@ -415,10 +415,7 @@ class Pacer:
             # the listener has audio in hand (a later sentence's first piece): a larger piece leaves it more for
             # the rest (the plans before this one counted on windows of stream_chunk_tokens), unless waiting for one
             # more token would let it run dry first
-            if new_tokens >= top:
-                return True
-            estimate = self.cost(new_tokens + 1)
-            return now + self.token_s + estimate >= deadline - SAFETY_S - SAFETY_FRACTION * estimate
+            return new_tokens >= top or self._one_more_is_late(new_tokens, now, deadline)
         if deadline is None or (deadline <= now and self.sustainable):  # nothing is playing: a piece the listener
             return new_tokens >= self.first_tokens                       # can be kept fed after
         if new_tokens >= top:
@@ -427,8 +424,10 @@ class Pacer:
             return new_tokens >= self.windows(max(1, self._end() - self.done))[0]
         # slower than real time and the listener ran dry: the largest windows (n_min), which make the total wait
         # the shortest; small ones would spend the time on each window's overhead
-        if new_tokens < self.n_min:
-            return False
-        estimate = self.cost(new_tokens + 1)  # the window if one more token is awaited ...
-        ready = now + self.token_s + estimate  # ... is ready then
-        return ready >= deadline - SAFETY_S - SAFETY_FRACTION * estimate
+        return new_tokens >= self.n_min and self._one_more_is_late(new_tokens, now, deadline)
+
+    def _one_more_is_late(self, new_tokens: int, now: float, deadline: float) -> bool:
+        """Whether the window, if one more token is awaited, would be ready later than the safety margin before
+        ``deadline`` (when the audio already sent will have been played)."""
+        estimate = self.cost(new_tokens + 1)
+        return now + self.token_s + estimate >= deadline - SAFETY_S - SAFETY_FRACTION * estimate
