@@ -38,6 +38,7 @@ import glob
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 from .errors import ConfigError
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 _STATE: dict[str, str | None] = {"name": None, "path": None, "error": None}
 _THREADS: dict[str, object] = {}
+_HOLD: dict[str, object] = {"lock": threading.Lock(), "held": False, "setters": None}  # hold_one_thread's state
 SMALL_MACHINE_CPUS = 2
 
 def _has_symbol(lib: ctypes.CDLL, name: str) -> bool:
@@ -147,21 +149,45 @@ def configure_threads(threads: int | None = None) -> dict[str, object]:
     else:
         n, why = _wanted_threads()
     applied = []
-    if n is not None:
-        for tag, fn in _runtime_setters():
-            try:
-                fn(n)
-                applied.append(tag)
-            except Exception as exc:  # a foreign library: report, never fail the import
-                log.debug("cannot set BLAS threads with %s: %s", tag, exc)
-    _THREADS.clear()
-    _THREADS.update({"blas_threads": n if n is not None else "default", "reason": why, "applied": applied,
-                     "usable_cpus": usable_cpus()})
+    with _HOLD["lock"]:  # (not while hold_one_thread changes the count; a count set now replaces a hold)
+        if n is not None:
+            for tag, fn in _runtime_setters():
+                try:
+                    fn(n)
+                    applied.append(tag)
+                except Exception as exc:  # a foreign library: report, never fail the import
+                    log.debug("cannot set BLAS threads with %s: %s", tag, exc)
+        _HOLD["held"] = False
+        _THREADS.clear()
+        _THREADS.update({"blas_threads": n if n is not None else "default", "reason": why, "applied": applied,
+                         "usable_cpus": usable_cpus()})
     return dict(_THREADS)
 
 
 def thread_settings() -> dict[str, object]:
     return dict(_THREADS)
+
+
+def hold_one_thread(hold: bool) -> None:
+    """While another thread pool works beside this process's BLAS calls (the engine's vocoder lane), the BLAS keeps
+    to one thread (``hold`` True); False: back to :func:`configure_threads`' count. Spinning BLAS threads beside
+    busy ones collapse: on the 2-core VM, a stream window's text encoder and flow took 0.86-0.98 s beside the
+    lane's ONNX Runtime vocoder with two BLAS threads and 0.20 s with one (0.10 / 0.11 s alone; README,
+    "Where the second core goes"). A BLAS call already running keeps its threads; the next one takes the count.
+    Nothing happens where the BLAS runs one thread anyway."""
+    with _HOLD["lock"]:
+        n = _THREADS.get("blas_threads")
+        if n == 1 or hold == _HOLD["held"]:
+            return
+        if _HOLD["setters"] is None:
+            _HOLD["setters"] = [fn for _, fn in _runtime_setters()]
+        count = 1 if hold else (n if isinstance(n, int) and n > 0 else usable_cpus())
+        for fn in _HOLD["setters"]:
+            try:
+                fn(count)
+            except Exception as exc:  # a foreign library: never fail a synthesis over a thread count
+                log.debug("cannot set BLAS threads: %s", exc)
+        _HOLD["held"] = hold
 
 
 def preload() -> str | None:

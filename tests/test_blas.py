@@ -77,3 +77,46 @@ def test_mlx_imported_first_names_the_library_to_preload():
     assert preloaded["name"] == "preloaded" and preloaded["error"] is None, preloaded
     # the same product, reference BLAS against the named library, measured in one run: several times faster
     assert preloaded["matmul_ms"] * 2 < late["matmul_ms"], (late, preloaded)
+
+
+def _openblas_threads() -> int | None:
+    """The thread count numpy's OpenBLAS (the one the shim forwards MLX to) uses now, None where it cannot say."""
+    import ctypes
+
+    path = _blas._numpy_openblas()
+    if path is None:
+        return None
+    lib = ctypes.CDLL(path)
+    for sym in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads"):
+        if hasattr(lib, sym):
+            fn = getattr(lib, sym)
+            fn.restype = ctypes.c_int
+            return int(fn())
+    return None
+
+
+@pytest.fixture
+def restore_blas_threads():
+    before = _blas.thread_settings()
+    yield
+    _blas.configure_threads(before["blas_threads"] if before.get("reason") == "explicit" else None)
+
+
+def test_hold_one_thread_keeps_the_blas_to_one_thread_until_released(restore_blas_threads):
+    if _openblas_threads() is None:
+        pytest.skip("numpy's OpenBLAS cannot report its thread count here")
+    _blas.configure_threads(2)
+    assert _openblas_threads() == 2
+    _blas.hold_one_thread(True)
+    _blas.hold_one_thread(True)  # (twice: still one hold)
+    assert _openblas_threads() == 1
+    _blas.hold_one_thread(False)
+    assert _openblas_threads() == 2
+    _blas.hold_one_thread(True)
+    _blas.configure_threads(3)  # a count set during a hold replaces it; releasing keeps the new count
+    _blas.hold_one_thread(False)
+    assert _openblas_threads() == 3
+    _blas.configure_threads(1)  # one thread: nothing to hold
+    _blas.hold_one_thread(True)
+    _blas.hold_one_thread(False)
+    assert _openblas_threads() == 1

@@ -83,7 +83,7 @@ class GPTSoVITSEngine:
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
-        self._lane = overlap.VocoderLane(on_busy=_gpt_one_thread)  # the vocoder beside the GPT (engine/overlap.py)
+        self._lane = overlap.VocoderLane(on_busy=_one_thread_beside_lane)  # the vocoder beside the GPT (overlap.py)
         self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
         self._join_while_covering = False  # waiting sentences join a decode whose pacer covers (measuring tools)
         self.rates = pacing.StreamRates()  # measured speeds: how a stream paces its windows (engine/pacing.py)
@@ -524,11 +524,15 @@ def solo(batch: DecodeBatch, steps: int, row_steps: int, tokens: int) -> bool:
     return stepped >= tokens and batch.row_steps - row_steps == stepped
 
 
-def _gpt_one_thread(busy: bool) -> None:
-    """While the vocoder lane works, the GPT's float16 kernels keep to one thread (the other core is the lane's)."""
+def _one_thread_beside_lane(busy: bool) -> None:
+    """While the vocoder lane works, the GPT's float16 kernels and the BLAS (MLX's matrix products: BERT, the
+    prefill, the text encoder and flow) keep to one thread: the other cores are the lane's (engine/overlap.py)."""
+    from .. import _blas
     from ..models import half_gemv
 
     half_gemv.set_threads(1 if busy else None)
+    if overlap.HOLD_BLAS:
+        _blas.hold_one_thread(busy)
 
 
 def _pick_device(device: str) -> mx.Device | None:

@@ -5,11 +5,11 @@ Only the vocoder moves (ONNX Runtime releases the GIL and touches no MLX state);
 stay on the caller's thread (MLX), as does the MLX fallback when ONNX Runtime fails. One worker, first in first
 out, so pieces come back in order. ``PRIMESPEECH_OVERLAP``: ``auto`` (default) overlaps when the vocoder runs on
 ONNX Runtime with two or more threads — with one thread it would only take turns on the same core — ``1`` whenever
-ONNX Runtime runs it, ``0`` never. While the lane works, the GPT's float16 kernels run on one thread (the engine's
-``on_busy``), so the two do not fight over the same cores. A stream hands a window to the lane only while more than
-:data:`STREAM_QUEUED_S` of the audio it sent is still to be played (counting from its first chunk, played in real
-time): beside the GPT a window is ready later, so the first audio and any window the listener may soon wait for
-are vocoded in turn."""
+ONNX Runtime runs it, ``0`` never. While the lane works, the GPT's float16 kernels and the BLAS (MLX's matrix
+products: :data:`HOLD_BLAS`) run on one thread (the engine's ``on_busy``), so they do not fight over the same
+cores. A stream hands a window to the lane only while more than :data:`STREAM_QUEUED_S` of the audio it sent is
+still to be played (counting from its first chunk, played in real time): beside the GPT a window is ready later,
+so the first audio and any window the listener may soon wait for are vocoded in turn."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import numpy as np
 
 MODES = ("auto", "1", "0")
 STREAM_QUEUED_S = 1.5  # a stream's window goes to the lane only while this much sent audio is still unplayed
+HOLD_BLAS = True  # the BLAS keeps to one thread while the lane works (tests/tools: off to measure without)
 
 
 def wanted(mode: str, sovits) -> bool:

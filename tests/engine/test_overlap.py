@@ -95,3 +95,36 @@ def test_on_busy_marks_the_lane_busy_until_its_last_job():
     finally:
         lane.close()
     assert events == [True, False]
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_the_engine_s_lane_keeps_the_blas_to_one_thread_while_it_works(hold, monkeypatch):
+    """While a vocoder run is in the lane, MLX's BLAS runs one thread (two spinning BLAS threads beside the lane's
+    collapse: tests/tools/stream_keeps_up.py ``blas_hold=0``); afterwards the configured count again."""
+    import time
+
+    from dora_primespeech_mlx import _blas
+    from dora_primespeech_mlx.engine import core
+
+    calls, gate = [], threading.Event()
+    monkeypatch.setattr(_blas, "hold_one_thread", calls.append)
+    monkeypatch.setattr(overlap, "HOLD_BLAS", hold)
+
+    class Slow:
+        def run_onnx(self, z, ge):
+            gate.wait(5)
+            return z
+
+    lane = overlap.VocoderLane(on_busy=core._one_thread_beside_lane)
+    try:
+        future = lane.submit(Slow(), np.zeros((1, 1, 1)), np.zeros((1, 1, 1)))
+        assert calls == ([True] if hold else [])
+        gate.set()
+        future.result()
+        for _ in range(100):
+            if len(calls) == (2 if hold else 0):
+                break
+            time.sleep(0.01)
+    finally:
+        lane.close()
+    assert calls == ([True, False] if hold else [])

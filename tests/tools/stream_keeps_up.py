@@ -17,7 +17,8 @@ Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each var
 (PRIMESPEECH_OVERLAP) and ``crop=0`` (vocode whole windows, as before the receptive-field crop) and ``bert_all=1``
 (a stream computes every sentence's BERT before its first audio, as before) and ``parts=1|2`` (the ONNX Runtime
 vocoder as one run with ``--threads`` intra-op threads, or cut into that many single-threaded runs at once) and
-``gpt_yield=0`` (the GPT keeps its threads while the lane works) and ``length=0`` (the pacer expects no sentence
+``gpt_yield=0`` (the GPT keeps its threads while the lane works) and ``blas_hold=0`` (the BLAS keeps its
+threads while the lane works) and ``length=0`` (the pacer expects no sentence
 length) and ``slowdown=0`` (the pacer ignores how much longer than estimated windows took) and ``join=1`` (later
 sentences join the decode also while the pacer covers) and ``taper=0`` (while covering, windows of
 ``stream_chunk_tokens`` to the sentence's end instead of shrinking ones) and ``later=0`` (while covering, a later
@@ -48,7 +49,7 @@ os.environ["PRIMESPEECH_THREADS"] = str(A.threads)
 
 from ref_big import model_dir_with_big, models_dir  # noqa: E402
 
-from dora_primespeech_mlx.engine import GPTSoVITSEngine, pacing  # noqa: E402
+from dora_primespeech_mlx.engine import GPTSoVITSEngine, overlap, pacing  # noqa: E402
 
 MODELS = models_dir(A.models)
 md = model_dir_with_big(MODELS, "keepsup-")
@@ -76,6 +77,7 @@ def apply_variant(opts: dict) -> dict:
         backend = eng.store.models(eng.voice).sovits.vocoder_backend
         backend.generator, backend.split = vocoders[parts]
     eng._lane.on_busy = base_busy if opts.pop("gpt_yield", "1") != "0" else None
+    overlap.HOLD_BLAS = opts.pop("blas_hold", "1") != "0"
     rates = eng.rates  # the pacer's inputs: instance attributes shadow the methods for this variant only
     rates.__dict__.pop("expected_tokens", None)
     if opts.pop("length", "1") == "0":
