@@ -171,9 +171,9 @@ def thread_settings() -> dict[str, object]:
 def hold_one_thread(hold: bool) -> None:
     """While another thread pool works beside this process's BLAS calls (the engine's vocoder lane), the BLAS keeps
     to one thread (``hold`` True); False: back to :func:`configure_threads`' count. Spinning BLAS threads beside
-    busy ones collapse: on the 2-core VM, a stream window's text encoder and flow took 0.86-0.98 s beside the
-    lane's ONNX Runtime vocoder with two BLAS threads and 0.20 s with one (0.10 / 0.11 s alone; README,
-    "Where the second core goes"). A BLAS call already running keeps its threads; the next one takes the count.
+    busy ones collapse: on the 2-core VM a stream window's text encoder and flow take several times longer beside the
+    lane's ONNX Runtime vocoder with two BLAS threads than with one (``tests/tools/beside_lane.py``; docs/streaming.md,
+    "The vocoder beside the GPT"). A BLAS call already running keeps its threads; the next one takes the count.
     Nothing happens where the BLAS runs one thread anyway."""
     with _HOLD["lock"]:
         n = _THREADS.get("blas_threads")

@@ -151,7 +151,7 @@ if A.variant:
             "whole_s_median": statistics.median(r["whole_s"] for r in runs) if A.whole else None,
             "worst_margin_s_min": min(worst) if worst else None,
             "worst_margin_s_median": statistics.median(worst) if worst else None,
-            "runs": runs}, ensure_ascii=False, default=str))
+            "stream_rates": eng.stats().get("stream_rates"), "runs": runs}, ensure_ascii=False, default=str))
     raise SystemExit(0)
 
 one_run()  # warm-up
