@@ -71,60 +71,56 @@ def test_lane_reports_a_failed_run_as_none():
     assert audio is None
 
 
-def test_on_busy_marks_the_lane_busy_until_its_last_job():
+def _through_a_gated_lane(on_busy, jobs: int, running, idle) -> None:
+    """Runs ``jobs`` vocoder runs that wait for a gate through a lane with ``on_busy``: ``running()`` is called while
+    they wait, then the gate opens; returns when ``idle()`` is true (the lane's last callback ran) or after 1 s."""
     import time
 
-    events, gate = [], threading.Event()
+    gate = threading.Event()
 
-    class Slow:
+    class Gated:
         def run_onnx(self, z, ge):
             gate.wait(5)
             return z
 
-    lane = overlap.VocoderLane(on_busy=events.append)
+    lane = overlap.VocoderLane(on_busy=on_busy)
     try:
-        futures = [lane.submit(Slow(), np.zeros((1, 1, 1)), np.zeros((1, 1, 1))) for _ in range(3)]
-        assert events == [True]  # once, when work arrived at the idle lane
+        futures = [lane.submit(Gated(), np.zeros((1, 1, 1)), np.zeros((1, 1, 1))) for _ in range(jobs)]
+        running()
         gate.set()
         for f in futures:
             f.result()
         for _ in range(100):
-            if len(events) == 2:
+            if idle():
                 break
             time.sleep(0.01)
     finally:
         lane.close()
+
+
+def test_on_busy_marks_the_lane_busy_until_its_last_job():
+    events = []
+
+    def running():
+        assert events == [True]  # once, when work arrived at the idle lane
+
+    _through_a_gated_lane(events.append, 3, running, lambda: len(events) == 2)
     assert events == [True, False]
 
 
 @pytest.mark.parametrize("hold", [True, False])
 def test_the_engine_s_lane_keeps_the_blas_to_one_thread_while_it_works(hold, monkeypatch):
     """While a vocoder run is in the lane, MLX's BLAS runs one thread (two spinning BLAS threads beside the lane's
-    collapse: tests/tools/stream_keeps_up.py ``blas_hold=0``); afterwards the configured count again."""
-    import time
-
+    collapse: tests/tools/beside_lane.py); afterwards the configured count again."""
     from dora_primespeech_mlx import _blas
     from dora_primespeech_mlx.engine import core
 
-    calls, gate = [], threading.Event()
+    calls = []
     monkeypatch.setattr(_blas, "hold_one_thread", calls.append)
     monkeypatch.setattr(overlap, "HOLD_BLAS", hold)
 
-    class Slow:
-        def run_onnx(self, z, ge):
-            gate.wait(5)
-            return z
-
-    lane = overlap.VocoderLane(on_busy=core._one_thread_beside_lane)
-    try:
-        future = lane.submit(Slow(), np.zeros((1, 1, 1)), np.zeros((1, 1, 1)))
+    def running():
         assert calls == ([True] if hold else [])
-        gate.set()
-        future.result()
-        for _ in range(100):
-            if len(calls) == (2 if hold else 0):
-                break
-            time.sleep(0.01)
-    finally:
-        lane.close()
+
+    _through_a_gated_lane(core._one_thread_beside_lane, 2, running, lambda: len(calls) == (2 if hold else 0))
     assert calls == ([True, False] if hold else [])
