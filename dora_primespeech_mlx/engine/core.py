@@ -302,11 +302,15 @@ class GPTSoVITSEngine:
             return _Locked(self._lock, self._on_device())
 
         def lane_now() -> bool:
-            """Whether the next window goes to the lane: only while the listener has enough audio queued. Beside
-            the GPT a window is done later (the two share the cores), so the first audio, and any window the
-            player may soon wait for, is vocoded in turn; the lane is for throughput once audio is buffered."""
+            """Whether the next window goes to the lane: only while the listener has enough audio queued, or while
+            windows before it are still there. Beside the GPT a window is done later (the two share the cores), so
+            the first audio, and any window the player may soon wait for, is vocoded in turn; the lane is for
+            throughput once audio is buffered. Behind a busy lane a window vocoded in turn would only fight it for
+            the cores and hold up the caller (pieces go out in order: it waits for the lane's anyway)."""
             if lane is None or out["until"] is None:
                 return False
+            if overlap.FOLLOW_BUSY_LANE and lane_busy():
+                return True
             return out["until"] - time.perf_counter() > overlap.STREAM_QUEUED_S
 
         def lane_busy() -> bool:

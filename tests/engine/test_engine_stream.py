@@ -8,6 +8,7 @@ would show as a jump (the fixture models' audio is noise-like, so jumps there sa
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -410,3 +411,45 @@ def test_stream_uses_the_lane_only_with_audio_queued(engine, small, monkeypatch)
         counts[threshold] = len(submitted)
     assert counts[1e9] == 0
     assert counts[-1.0] == len(chunks) - 1  # all windows but the first
+
+
+class _Once:
+    """A threshold that the first comparison passes and every later one fails (``queued > _Once()``)."""
+
+    def __init__(self):
+        self.used = False
+
+    def __lt__(self, queued):
+        first, self.used = not self.used, True
+        return first
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_stream_windows_follow_a_busy_lane(engine, small, monkeypatch, follow):
+    """While a stream's earlier window is still in the lane, its next windows go there too (they go out in order:
+    vocoded in turn they would wait for it anyway, beside it and holding up the caller); the same audio either
+    way. With FOLLOW_BUSY_LANE off only the audio queued decides."""
+    import dataclasses
+
+    from dora_primespeech_mlx.engine import overlap
+
+    sovits = engine.store.models(engine.voice).sovits
+    backend = getattr(sovits, "vocoder_backend", None)
+    if backend is None or backend.active != "onnxruntime":
+        pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
+    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
+    monkeypatch.setattr(overlap, "FOLLOW_BUSY_LANE", follow)
+    text = "Hello world. This is a small test. And a third one."
+    kw = dict(small, text_split_method="cut5")
+    monkeypatch.setattr(overlap, "STREAM_QUEUED_S", 1e9)
+    alone = list(engine.synthesize_stream(text, **kw))  # every window in turn
+    submitted, real_submit = [], overlap.VocoderLane.submit
+    monkeypatch.setattr(overlap.VocoderLane, "submit", lambda self, *a: submitted.append(1) or real_submit(self, *a))
+    real_run = type(backend).run_onnx
+    monkeypatch.setattr(type(backend), "run_onnx", lambda self, z, ge: time.sleep(2.0) or real_run(self, z, ge))
+    monkeypatch.setattr(overlap, "STREAM_QUEUED_S", _Once())  # only the first window after the first audio
+    chunks = list(engine.synthesize_stream(text, **kw))
+    assert len(submitted) == (len(chunks) - 1 if follow else 1)  # (the lane holds the 2nd for 2 s: the rest follow)
+    assert [(c.chunk_index, c.sentence_index, c.is_final) for c in chunks] == [
+        (c.chunk_index, c.sentence_index, c.is_final) for c in alone]
+    np.testing.assert_array_equal(np.concatenate([c.audio for c in chunks]), np.concatenate([c.audio for c in alone]))

@@ -18,7 +18,8 @@ Levers side by side: ``--variant NAME:key=value,...`` (repeatable) runs each var
 (a stream computes every sentence's BERT before its first audio, as before) and ``parts=1|2`` (the ONNX Runtime
 vocoder as one run with ``--threads`` intra-op threads, or cut into that many single-threaded runs at once) and
 ``gpt_yield=0`` (the GPT keeps its threads while the lane works) and ``blas_hold=0`` (the BLAS keeps its
-threads while the lane works) and ``length=0`` (the pacer expects no sentence
+threads while the lane works) and ``follow=0`` (a window is vocoded in turn while little audio is queued even where
+the stream's earlier windows are still in the lane) and ``length=0`` (the pacer expects no sentence
 length) and ``slowdown=0`` (the pacer ignores how much longer than estimated windows took) and ``join=1`` (later
 sentences join the decode also while the pacer covers) and ``taper=0`` (while covering, windows of
 ``stream_chunk_tokens`` to the sentence's end instead of shrinking ones) and ``later=0`` (while covering, a later
@@ -78,6 +79,7 @@ def apply_variant(opts: dict) -> dict:
         backend.generator, backend.split = vocoders[parts]
     eng._lane.on_busy = base_busy if opts.pop("gpt_yield", "1") != "0" else None
     overlap.HOLD_BLAS = opts.pop("blas_hold", "1") != "0"
+    overlap.FOLLOW_BUSY_LANE = opts.pop("follow", "1") != "0"
     rates = eng.rates  # the pacer's inputs: instance attributes shadow the methods for this variant only
     rates.__dict__.pop("expected_tokens", None)
     if opts.pop("length", "1") == "0":
