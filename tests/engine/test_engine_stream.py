@@ -8,7 +8,6 @@ would show as a jump (the fixture models' audio is noise-like, so jumps there sa
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -431,7 +430,7 @@ def test_stream_windows_follow_a_busy_lane(engine, small, monkeypatch, follow):
     way. With FOLLOW_BUSY_LANE off only the audio queued decides."""
     import dataclasses
 
-    from dora_primespeech_mlx.engine import overlap
+    from dora_primespeech_mlx.engine import overlap, streaming
 
     sovits = engine.store.models(engine.voice).sovits
     backend = getattr(sovits, "vocoder_backend", None)
@@ -443,13 +442,34 @@ def test_stream_windows_follow_a_busy_lane(engine, small, monkeypatch, follow):
     kw = dict(small, text_split_method="cut5")
     monkeypatch.setattr(overlap, "STREAM_QUEUED_S", 1e9)
     alone = list(engine.synthesize_stream(text, **kw))  # every window in turn
+    # the lane's first run waits until the stream has cut its last window: the lane is busy for all later ones
+    cut, all_cut, real_next = [], threading.Event(), streaming.next_window
+
+    def next_window(*a, **k):
+        p = real_next(*a, **k)
+        if p is not None:
+            cut.append(1)
+            if len(cut) == len(alone):
+                all_cut.set()
+        return p
+
+    monkeypatch.setattr(streaming, "next_window", next_window)
     submitted, real_submit = [], overlap.VocoderLane.submit
     monkeypatch.setattr(overlap.VocoderLane, "submit", lambda self, *a: submitted.append(1) or real_submit(self, *a))
-    real_run = type(backend).run_onnx
-    monkeypatch.setattr(type(backend), "run_onnx", lambda self, z, ge: time.sleep(2.0) or real_run(self, z, ge))
+    real_run, lane_runs = type(backend).run_onnx, []
+
+    def run_onnx(self, z, ge):
+        if threading.current_thread().name.startswith("primespeech-vocoder"):  # (in turn: the caller's thread)
+            lane_runs.append(1)
+            if len(lane_runs) == 1:
+                all_cut.wait(30)
+        return real_run(self, z, ge)
+
+    monkeypatch.setattr(type(backend), "run_onnx", run_onnx)
     monkeypatch.setattr(overlap, "STREAM_QUEUED_S", _Once())  # only the first window after the first audio
     chunks = list(engine.synthesize_stream(text, **kw))
-    assert len(submitted) == (len(chunks) - 1 if follow else 1)  # (the lane holds the 2nd for 2 s: the rest follow)
+    assert all_cut.is_set()
+    assert len(submitted) == (len(chunks) - 1 if follow else 1)
     assert [(c.chunk_index, c.sentence_index, c.is_final) for c in chunks] == [
         (c.chunk_index, c.sentence_index, c.is_final) for c in alone]
     np.testing.assert_array_equal(np.concatenate([c.audio for c in chunks]), np.concatenate([c.audio for c in alone]))
