@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 _STATE: dict[str, str | None] = {"name": None, "path": None, "error": None}
 _THREADS: dict[str, object] = {}
-_HOLD: dict[str, object] = {"lock": threading.Lock(), "held": False, "setters": None}  # hold_one_thread's state
+_HOLD: dict[str, object] = {"lock": threading.Lock(), "held": False}  # hold_one_thread's state
 SMALL_MACHINE_CPUS = 2
 
 def _has_symbol(lib: ctypes.CDLL, name: str) -> bool:
@@ -141,6 +141,18 @@ def _runtime_setters() -> list[tuple[str, object]]:
     return setters
 
 
+def _apply_threads(n: int) -> list[str]:
+    """Set ``n`` threads through every loaded library's setter; the setters that took it."""
+    applied = []
+    for tag, fn in _runtime_setters():
+        try:
+            fn(n)
+            applied.append(tag)
+        except Exception as exc:  # a foreign library: report, never fail the import or a synthesis
+            log.debug("cannot set BLAS threads with %s: %s", tag, exc)
+    return applied
+
+
 def configure_threads(threads: int | None = None) -> dict[str, object]:
     """Set the BLAS thread count (see the module docstring): ``threads`` or the automatic choice, through the
     loaded libraries' setters. Returns what was done (also in :func:`thread_settings`)."""
@@ -148,15 +160,8 @@ def configure_threads(threads: int | None = None) -> dict[str, object]:
         n, why = int(threads), "explicit"
     else:
         n, why = _wanted_threads()
-    applied = []
     with _HOLD["lock"]:  # (not while hold_one_thread changes the count; a count set now replaces a hold)
-        if n is not None:
-            for tag, fn in _runtime_setters():
-                try:
-                    fn(n)
-                    applied.append(tag)
-                except Exception as exc:  # a foreign library: report, never fail the import
-                    log.debug("cannot set BLAS threads with %s: %s", tag, exc)
+        applied = _apply_threads(n) if n is not None else []
         _HOLD["held"] = False
         _THREADS.clear()
         _THREADS.update({"blas_threads": n if n is not None else "default", "reason": why, "applied": applied,
@@ -179,14 +184,7 @@ def hold_one_thread(hold: bool) -> None:
         n = _THREADS.get("blas_threads")
         if n == 1 or hold == _HOLD["held"]:
             return
-        if _HOLD["setters"] is None:
-            _HOLD["setters"] = [fn for _, fn in _runtime_setters()]
-        count = 1 if hold else (n if isinstance(n, int) and n > 0 else usable_cpus())
-        for fn in _HOLD["setters"]:
-            try:
-                fn(count)
-            except Exception as exc:  # a foreign library: never fail a synthesis over a thread count
-                log.debug("cannot set BLAS threads: %s", exc)
+        _apply_threads(1 if hold else (n if isinstance(n, int) and n > 0 else usable_cpus()))
         _HOLD["held"] = hold
 
 
