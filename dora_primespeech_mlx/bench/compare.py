@@ -23,10 +23,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..settings import child_env, read
+from ..settings import VARS, child_env, read
 
 SIDES = ("upstream", "ours", "genie", "cpufast")
 ISAS = ("avx512", "avx2", "generic", "none")  # ``ours:ISA`` forces a kernel build (PRIMESPEECH_ISA) for that side
+SETTINGS = {v.field: v for v in VARS}  # ``ours:FIELD=VALUE[+...]`` sets those settings for that side
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding dora_primespeech_mlx
 
 
@@ -57,10 +58,11 @@ def side_commands(args, tools: Path) -> dict[str, list[str] | str]:
     out: dict[str, list[str] | str] = {}
     for side in args.sides.split(","):
         side = side.strip()
-        base, _, isa = side.partition(":")
-        if base not in SIDES or (":" in side and (base != "ours" or isa not in ISAS)):
-            raise SystemExit(f"error: unknown side {side!r} (use {','.join(SIDES)}, or ours:ISA with ISA one of "
-                             f"{', '.join(ISAS)})")
+        base = side.partition(":")[0]
+        if base not in SIDES or (":" in side and (base != "ours" or variant_env(side) is None)):
+            raise SystemExit(f"error: unknown side {side!r} (use {','.join(SIDES)}, ours:ISA with ISA one of "
+                             f"{', '.join(ISAS)}, or ours:SETTING=VALUE[+SETTING=VALUE] with settings named as in "
+                             "the Settings fields, e.g. ours:vocoder_parts=4)")
         py, script = pythons[base], scripts[base]
         if not Path(py).is_file():
             out[side] = f"not set up: no interpreter {py}"
@@ -115,10 +117,30 @@ def cpu_name() -> str:
     return f"{model} ({isa}, {os.cpu_count()} CPUs)"
 
 
+def variant_env(side: str) -> dict[str, str] | None:
+    """The environment an ``ours:...`` side adds: ``ours:ISA`` forces that kernel build (``PRIMESPEECH_ISA``),
+    ``ours:vocoder_parts=4+overlap=0`` sets those settings (their primary environment names); None: not a variant."""
+    variant = side.partition(":")[2]
+    if not variant:
+        return {} if ":" not in side else None
+    if variant in ISAS:
+        return {"PRIMESPEECH_ISA": variant}
+    out = {}
+    for item in variant.split("+"):
+        field, eq, value = item.partition("=")
+        if not eq or field not in SETTINGS:
+            return None
+        try:
+            SETTINGS[field].parse(value)
+        except ValueError:
+            return None
+        out[SETTINGS[field].name] = value
+    return out
+
+
 def side_env(env: dict[str, str], side: str) -> dict[str, str]:
-    """A side's environment: ``ours:ISA`` forces that kernel build (``PRIMESPEECH_ISA``)."""
-    isa = side.partition(":")[2]
-    return {**env, "PRIMESPEECH_ISA": isa} if isa else env
+    """A side's environment: ``env`` with its variant's settings (:func:`variant_env`)."""
+    return {**env, **(variant_env(side) or {})}
 
 
 def _median(values: list[float]) -> float | None:
@@ -252,7 +274,8 @@ def add_arguments(p) -> None:
     g.add_argument("--compare-tools", metavar="DIR", help="the compare tools folder (default: shared/tools/compare "
                    "beside the checkout, or $PRIMESPEECH_COMPARE_TOOLS)")
     g.add_argument("--sides", default=",".join(SIDES), help="comma list (default: all four); ours:ISA runs this "
-                   "package again with a forced kernel build (e.g. ours:avx2 on an AVX-512 machine)")
+                   "package again with a forced kernel build (e.g. ours:avx2 on an AVX-512 machine), "
+                   "ours:SETTING=VALUE[+...] with those settings (e.g. ours:vocoder_parts=4)")
     g.add_argument("--threads", default="1,2", help="thread counts, --compare and --timeline (default 1,2)")
     g.add_argument("--rounds", type=int, default=1, help="alternating rounds (default 1)")
     g.add_argument("--runs", type=int, default=3, help="timed runs per side and round (default 3)")

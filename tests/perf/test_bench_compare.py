@@ -113,3 +113,22 @@ def test_ours_with_a_forced_build_is_a_side(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "ours:avx2 kernels: build avx2" in out and "ours kernels: build auto" in out and "CPU: " in out
     assert "0.50x" in out  # ours (1.0 s) / ours:avx2 (2.0 s)
+
+
+def test_ours_with_settings_is_a_side(tmp_path, monkeypatch):
+    """``ours:SETTING=VALUE[+SETTING=VALUE]`` runs this package again with those settings (their primary environment
+    names), e.g. another vocoder cut; unknown settings and values the setting refuses are refused up front."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "sidebyside.py").write_text("")
+    sides = "ours,ours:vocoder_parts=4,ours:vocoder_parts=2+overlap=0"
+    cmds = bc.side_commands(_args(tmp_path, sides=sides), tools)
+    assert cmds["ours:vocoder_parts=4"] == cmds["ours"] == cmds["ours:vocoder_parts=2+overlap=0"]
+    assert bc.side_env({"A": "1"}, "ours:vocoder_parts=4") == {"A": "1", "PRIMESPEECH_VOCODER_PARTS": "4"}
+    assert bc.side_env({}, "ours:vocoder_parts=2+overlap=0") == {"PRIMESPEECH_VOCODER_PARTS": "2",
+                                                                 "PRIMESPEECH_OVERLAP": "0"}
+    assert bc.side_env({"A": "1"}, "ours") == {"A": "1"}
+    for bad in ("ours:vocoder_parts=5", "ours:no_such=1", "ours:vocoder_parts", "ours:vocoder_parts=4+",
+                "genie:vocoder_parts=4"):
+        with pytest.raises(SystemExit, match="unknown side"):
+            bc.side_commands(_args(tmp_path, sides=bad), tools)
