@@ -295,13 +295,14 @@ VARS: tuple[Var, ...] = (
     Var("vocoder_parts", "PRIMESPEECH_VOCODER_PARTS", "auto", _choice(("auto", "1", "2", "3", "4", "6", "8")),
         "ONNX Runtime vocoder cut into this many stretches run at once, one thread each (same samples; latents "
         "under 4 receptive fields a part run whole): auto (2 at PRIMESPEECH_THREADS=2, else 1) | 1 | N.", ()),
+    Var("vocoder_spin", "PRIMESPEECH_VOCODER_SPIN", None, _auto_bool,
+        "ONNX Runtime vocoder's threads spin between convolutions: auto (off) | 1 | 0.", ()),
     Var("batch", "PRIMESPEECH_BATCH", 4, _ranged(_int, 1, 16),
         "Sentences decoded together by the GPT (continuous batching: a request's later sentences and the texts "
         "queued behind it, same voice, join the running decode; each keeps its own tokens): rows "
         "per step, 1 = one after another.", ()),
     Var("overlap", "PRIMESPEECH_OVERLAP", "auto", _choice(("auto", "1", "0")),
-        "ONNX Runtime vocoder on a worker thread beside the GPT: auto (with >= 2 threads) | 1 (always) | "
-        "0 (never).", ()),
+        "ONNX Runtime vocoder on a thread beside the GPT: auto (at >= 2 threads) | 1 | 0.", ()),
     Var("gpt_half", "PRIMESPEECH_GPT_HALF", "auto",
         _choice(("auto", "1", "0"), synonyms={"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0",
                                               "no": "0"}),
@@ -323,7 +324,7 @@ VARS: tuple[Var, ...] = (
     Var("coreml_compute_units", "PRIMESPEECH_COREML_COMPUTE_UNITS", COMPUTE_UNITS[0],
         _choice(COMPUTE_UNITS, upper=True), "CoreML compute units on macOS.", ()),
     Var("dora_sends", "PRIMESPEECH_DORA_SENDS", "auto", _choice(("auto", "worker", "main")),
-        "Thread that calls send_output: auto (worker on dora-rs >= 1, main on 0.3.x) | worker | main.",
+        "Thread calling send_output: auto (main on dora-rs 0.3, else worker) | worker | main",
         ()),
     Var("dora_node_config", "DORA_NODE_CONFIG", None, _str,
         "Read, never written: set by the dora daemon that spawned the node, which then exits (code 1) within a "
@@ -397,6 +398,7 @@ class Settings(defaults.RequestDefaults):
     overlap: str = "auto"
     batch: int = 4
     vocoder_parts: str = "auto"
+    vocoder_spin: bool | None = None
     gpt_half: str = "auto"
     isa: str = "auto"
     gpt_prefill: str = "auto"

@@ -50,7 +50,7 @@ class VoiceStore:
                     from ..models import vocoder
 
                     vocoder.attach(model, cache_dir=load.onnx_cache_dir(path, self.model_dir), mode=s.vocoder,
-                                   parts=s.vocoder_parts)
+                                   parts=s.vocoder_parts, spin=s.vocoder_spin)
                 return model
 
         return self.cache.get(self.key(kind, file_identity(path)), voice, create)

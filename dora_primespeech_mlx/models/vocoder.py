@@ -183,13 +183,14 @@ class MLXWeights:
 
 
 def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None,
-           release_mlx: bool | None = None, parts: str | int = "1"):
+           release_mlx: bool | None = None, parts: str | int = "1", spin: bool | None = None):
     """Give ``sovits`` its generator backend (see the module docstring); returns ``sovits``.
     ``cache_dir``: where the ONNX graph is cached (None: built in memory). ``release_mlx``: drop the MLX
     generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``);
     None: ``RELEASE_MLX``. ``parts``: ONNX Runtime runs the generator over this many time stretches at once, one
     single-threaded run per core (``models/vocoder_split``; latents too short for that run whole with ``threads``
-    intra-op threads; ``auto``: :func:`auto_parts`; ``1``: always whole)."""
+    intra-op threads; ``auto``: :func:`auto_parts`; ``1``: always whole). ``spin``: the intra-op threads spin
+    between convolutions (None: ``vocoder_onnx.SPIN``)."""
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
     previous = getattr(sovits, "vocoder_backend", None)
@@ -204,7 +205,7 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
             from . import vocoder_onnx
 
             n = auto_parts(vocoder_onnx.resolve_threads(threads)) if str(parts) == "auto" else int(parts)
-            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads)
+            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads, spin=spin)
             backend = VocoderBackend(mode, generator, reason="CPU" if mode == "auto" else f"{ENV}=onnx")
             if n > 1:  # the parts on the one-thread graph (2-D: NCHWc kernels), short latents whole on `generator`
                 from .vocoder_split import SplitRunner
@@ -224,8 +225,9 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
 def auto_parts(threads: int) -> int:
     """``PRIMESPEECH_VOCODER_PARTS=auto``: two parts at two threads, else whole. Two one-thread runs side by side beat
     one run with two intra-op threads from ~100 latent frames (2-core AVX2 EPYC; ``models/vocoder_split``,
-    ``tests/tools/vocoder_cut_sweep.py``); with more threads a cut into as many parts needs ever longer latents and is
-    unmeasured, so ONNX Runtime's own threads run it (``threads`` 0: all cores)."""
+    ``tests/tools/vocoder_cut_sweep.py``). At 4 threads on a 16-vCPU AVX-512 Xeon four parts won on the vocoder alone
+    from ~200 frames but lost end to end (one sentence 2.08 against 1.85 s, docs/performance.md), so with more threads
+    ONNX Runtime's own threads run it (``threads`` 0: all cores)."""
     return 2 if threads == 2 else 1
 
 

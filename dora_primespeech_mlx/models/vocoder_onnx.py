@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 BUILDER_VERSION = 2  # bump when the graph changes: the cache name changes with it
 OPSET = 17
 ARENA = False  # ONNX Runtime's CPU memory arena (OnnxGenerator's default; the bench flips it to measure it)
+SPIN = False  # intra-op threads spin between convolutions (OnnxGenerator's default; the sweep tool flips it)
 LRELU_SLOPE = 0.1
 POST_SLOPE = 0.01
 
@@ -240,7 +241,7 @@ class OnnxGenerator:
     """The generator as an ONNX Runtime session. ``__call__(z, ge)`` with numpy float32 arrays."""
 
     def __init__(self, model: str | os.PathLike | bytes, threads: int | None = None, path: Path | None = None,
-                 arena: bool | None = None):
+                 arena: bool | None = None, spin: bool | None = None):
         import onnxruntime as ort
 
         self.threads = resolve_threads(threads)
@@ -252,7 +253,8 @@ class OnnxGenerator:
         opts.log_severity_level = 3
         # Spinning worker threads collapse when a neighbour process takes a core (measured, 2 threads at
         # loadavg 4.6: 2.63 s min spinning vs 1.94 s not, per 4 s of audio); they only wait when idle.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.spin = SPIN if spin is None else bool(spin)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spin else "0")
         # No CPU memory arena: the arena keeps every activation buffer of the largest decode so far (RSS +~100 MB
         # with the v2 generator after 4 s of audio); plain allocations go back to the heap/OS. Measured in one
         # run, alternating: 0-1.4 % slower per decode (README, "Memory").
@@ -277,7 +279,7 @@ class OnnxGenerator:
 
     def describe(self) -> dict[str, Any]:
         return {"threads": self.threads, "layout": self.layout, "onnxruntime": self.onnxruntime_version,
-                "arena": self.arena,
+                "arena": self.arena, "spin": self.spin,
                 "path": None if self.path is None else str(self.path)}
 
 
@@ -286,25 +288,28 @@ def cache_file(cache_dir: Path, digest: str) -> Path:
 
 
 def load_or_build(
-    dec, cache_dir: str | os.PathLike | None, threads: int | None = None, layout: str | None = None
+    dec, cache_dir: str | os.PathLike | None, threads: int | None = None, layout: str | None = None,
+    spin: bool | None = None,
 ) -> OnnxGenerator:
     """The generator ``dec`` on ONNX Runtime: from ``cache_dir`` when its graph is already there, else
     built, written there atomically and loaded. With ``cache_dir`` None (or not writable) the graph is
-    built in memory. ``layout`` None: the one for the thread count (:func:`layout_for`)."""
+    built in memory. ``layout`` None: the one for the thread count (:func:`layout_for`). ``spin``: see
+    :class:`OnnxGenerator`."""
     if layout is None:
         layout = layout_for(resolve_threads(threads))
     weights = generator_weights(dec)
     digest = weights_digest(weights, layout)
-    gen = _load_or_build(dec, weights, digest, cache_dir, threads, layout)
+    gen = _load_or_build(dec, weights, digest, cache_dir, threads, layout, spin)
     gen.digest, gen.layout = digest, layout  # what the graph was built from (vocoder.MLXWeights checks it)
     return gen
 
 
-def _load_or_build(dec, weights, digest: str, cache_dir, threads: int | None, layout: str) -> OnnxGenerator:
+def _load_or_build(dec, weights, digest: str, cache_dir, threads: int | None, layout: str,
+                   spin: bool | None = None) -> OnnxGenerator:
     path = cache_file(Path(cache_dir), digest) if cache_dir is not None else None
     if path is not None and path.is_file():
         try:
-            return OnnxGenerator(path, threads)
+            return OnnxGenerator(path, threads, spin=spin)
         except Exception as exc:  # a damaged cache file: rebuild it
             log.warning("cached vocoder graph %s unusable (%s); rebuilding", path, exc)
     data = build_generator_model(dec, weights, layout).SerializeToString()
@@ -312,7 +317,7 @@ def _load_or_build(dec, weights, digest: str, cache_dir, threads: int | None, la
     if path is not None:
         try:
             _write_atomic(path, data)
-            return OnnxGenerator(path, threads)
+            return OnnxGenerator(path, threads, spin=spin)
         except OSError as exc:
             log.warning("cannot cache the vocoder graph in %s (%s); keeping it in memory", path.parent, exc)
-    return OnnxGenerator(data, threads)
+    return OnnxGenerator(data, threads, spin=spin)

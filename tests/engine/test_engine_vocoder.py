@@ -83,3 +83,23 @@ def test_engine_vocoder_backends(case, tmp_path, monkeypatch):
     assert fb_st["mlx_weights"]["restores"] == 1 and not fb_st["mlx_weights"]["dropped"], fb_st
     assert np.array_equal(fb_res.semantic_tokens, mlx_res.semantic_tokens)
     np.testing.assert_array_equal(np.asarray(fb_res.audio), np.asarray(mlx_res.audio))
+
+
+@pytest.mark.parametrize("case", E2E_PARAMS)
+@pytest.mark.parametrize("spin", ["1", "0", None])
+def test_engine_passes_the_spin_setting_to_the_session(case, tmp_path, monkeypatch, spin):
+    """PRIMESPEECH_VOCODER_SPIN reaches the ONNX Runtime session the engine loads (unset: auto, off)."""
+    case = require_case(case, "models/cases.json")
+    if mx.default_device().type != mx.cpu:
+        pytest.skip("the ONNX Runtime vocoder serves where MLX runs on the CPU")
+    monkeypatch.setenv("PRIMESPEECH_VOCODER", "onnx")
+    if spin is None:
+        monkeypatch.delenv("PRIMESPEECH_VOCODER_SPIN", raising=False)
+    else:
+        monkeypatch.setenv("PRIMESPEECH_VOCODER_SPIN", spin)
+    eng = GPTSoVITSEngine(model_dir=tmp_path, config=SynthesisConfig(text_split_method="cut0"))
+    eng.load_voice(_voice(case))
+    st = eng.stats()["backends"]["sovits"]
+    session = [eng.cache.peek(k) for k in eng.cache.keys("sovits")][0].vocoder_backend.generator.session
+    assert st["backend"] == "onnxruntime" and st["spin"] is (spin == "1"), st
+    assert session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == (spin or "0")

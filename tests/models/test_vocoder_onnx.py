@@ -263,6 +263,21 @@ def test_attach_picks_the_layout_by_threads(raw_sovits, mlx_model, threads):
     np.testing.assert_allclose(np.asarray(model.vocode(z, ge)), np.asarray(mlx_model.vocode(z, ge)), atol=1e-4)
 
 
+@pytest.mark.parametrize("spin", [None, True, False])
+def test_attach_sets_whether_the_intra_op_threads_spin(raw_sovits, mlx_model, spin):
+    """PRIMESPEECH_VOCODER_SPIN: the session's threads spin between convolutions only when asked (None: the module's
+    default, off); the samples do not depend on it."""
+    model = from_checkpoint(raw_sovits)
+    vocoder.attach(model, cache_dir=None, mode="onnx", threads=2, release_mlx=False, spin=spin)
+    gen = model.vocoder_backend.generator
+    want = vocoder_onnx.SPIN if spin is None else spin
+    assert vocoder_onnx.SPIN is False and gen.spin is want and gen.describe()["spin"] is want
+    entry = gen.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+    assert entry == ("1" if want else "0")
+    z, ge = _inputs(model)
+    np.testing.assert_allclose(np.asarray(model.vocode(z, ge)), np.asarray(mlx_model.vocode(z, ge)), atol=1e-4)
+
+
 @pytest.mark.parametrize("parts", [2, 3])
 def test_split_vocoder_gives_the_same_samples(mlx_model, parts):
     """PRIMESPEECH_VOCODER_PARTS: the latent cut into stretches with the generator's receptive field as margin,
