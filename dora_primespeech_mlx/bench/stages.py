@@ -207,10 +207,11 @@ def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
 
     n = vocoder_onnx.resolve_threads(None)
     source = gen.path if gen.path is not None else vocoder_onnx.build_generator_model(sovits.dec).SerializeToString()
-    whole = gen if gen.threads == n else vocoder_onnx.OnnxGenerator(source, n)
+    whole = gen if gen.threads == n else vocoder_onnx.OnnxGenerator(source, n, spin=gen.spin)
     out = {"onnxruntime": vocoder.VocoderBackend("onnx", whole)}
     if gen.path is not None:  # the same graph with ONNX Runtime's CPU memory arena (off by default)
-        out["onnxruntime_arena"] = vocoder.VocoderBackend("onnx", vocoder_onnx.OnnxGenerator(gen.path, n, arena=True))
+        arena = vocoder_onnx.OnnxGenerator(gen.path, n, arena=True, spin=gen.spin)
+        out["onnxruntime_arena"] = vocoder.VocoderBackend("onnx", arena)
     if n > 1:  # as vocoder.attach cuts: parts on the one-thread graph, short latents whole on the n-thread one
         single = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1)
         split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame, whole=whole)

@@ -305,7 +305,7 @@ def load_or_build(
 
 
 def _load_or_build(dec, weights, digest: str, cache_dir, threads: int | None, layout: str,
-                   spin: bool | None = None) -> OnnxGenerator:
+                   spin: bool | None) -> OnnxGenerator:
     path = cache_file(Path(cache_dir), digest) if cache_dir is not None else None
     if path is not None and path.is_file():
         try:

@@ -95,6 +95,7 @@ def test_device_and_encoder_switches():
         {"TEMPERATURE": "-1"}, {"STREAMING": "maybe"}, {"LOG_LEVEL": "LOUD"}, {"DEVICE": "tpu"},
         {"PRIMESPEECH_ENCODERS": "ane"}, {"AUDIO_FORMAT": "bytes"}, {"TEXT_LANG": "fr"},
         {"TEXT_SPLIT_METHOD": "cut9"}, {"SEED": "-2"}, {"USE_GPU": "sometimes"}, {"SPEED_FACTOR": "nan"},
+        {"PRIMESPEECH_VOCODER_SPIN": "fast"}, {"PRIMESPEECH_VOCODER_SPIN": "2"}, {"PRIMESPEECH_VOCODER_SPIN": "1; rm"},
     ],
 )
 def test_invalid_values_raise_config_error(env):
