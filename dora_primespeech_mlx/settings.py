@@ -289,9 +289,9 @@ VARS: tuple[Var, ...] = (
     Var("bert_half", "PRIMESPEECH_BERT_HALF", None, _auto_bool,
         "RoBERTa weights in float16 (float32 compute; ~0.55 GB less memory): auto (on where MLX runs on the CPU and "
         "the float16 kernels build, when the weights are float16 values, as released) | 1 | 0.", ()),
-    Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "mlx")),
+    Var("vocoder", "PRIMESPEECH_VOCODER", "auto", _choice(("auto", "onnx", "openvino", "mlx")),
         "SoVITS vocoder (generator) backend: auto (ONNX Runtime when MLX runs on the CPU, else MLX) | onnx | "
-        "mlx. Any ONNX Runtime failure falls back to MLX with one warning.", ()),
+        "openvino (extra `openvino`; else ONNX Runtime) | mlx. A runtime failure falls back to MLX, one warning.", ()),
     Var("vocoder_parts", "PRIMESPEECH_VOCODER_PARTS", "auto", _choice(("auto", "1", "2", "3", "4", "6", "8")),
         "ONNX Runtime vocoder cut into this many stretches run at once, one thread each (same samples; latents "
         "under 4 receptive fields a part run whole): auto (2 at PRIMESPEECH_THREADS=2, else 1) | 1 | N.", ()),

@@ -79,8 +79,13 @@ def table(report: dict[str, Any]) -> str:
          _fmt(st.get("sovits"), digits=3), round(UPSTREAM_MS["sovits_s_per_audio_s"], 3),
          TARGETS["sovits_s_per_audio_s"]),
         *[(f"  SoVITS with the {name} vocoder", "s per s audio", _fmt(st.get(f"sovits_{name}"), digits=3), None,
-           None) for name in ("mlx", "onnxruntime", "onnxruntime_split", "onnxruntime_arena")
+           None) for name in ("mlx", "onnxruntime", "onnxruntime_split", "onnxruntime_arena", "openvino")
            if f"sovits_{name}" in st],
+        *[("  SoVITS openvino / onnxruntime as the engine runs it (same run)", "ratio",
+           f"{st['sovits_openvino']['min'] / st[f'sovits_{ort}']['min']:.2f} / "
+           f"{st['sovits_openvino']['median'] / st[f'sovits_{ort}']['median']:.2f}", None, None)
+          for ort in ["onnxruntime_split" if "sovits_onnxruntime_split" in st else "onnxruntime"]
+          if "sovits_openvino" in st and f"sovits_{ort}" in st],
         *[("  SoVITS onnxruntime cut per thread / whole (same run)", "ratio",
            f"{st['sovits_onnxruntime_split']['min'] / st['sovits_onnxruntime']['min']:.2f} / "
            f"{st['sovits_onnxruntime_split']['median'] / st['sovits_onnxruntime']['median']:.2f}", None, None)

@@ -128,15 +128,16 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
         target = mx.array(phones[:, -N_TARGET_PHONES:])
         # the SoVITS decode per vocoder backend, alternated in one run (models/vocoder.py); "sovits" is
         # the backend the engine picks here
-        chosen = vocoder.attach(sovits, cache_dir=root / "sovits", release_mlx=False,
+        chosen = vocoder.attach(sovits, cache_dir=root / "sovits", release_mlx=False, mode=read_setting("vocoder"),
                                 parts=read_setting("vocoder_parts")).vocoder_backend
         onnx_gen = chosen.generator
         backends = {"mlx": None}
-        if onnx_gen is None and chosen.error is None:  # not chosen on this device: measured all the same
+        if (onnx_gen is None and chosen.error is None) or chosen.active == "openvino":  # measured all the same
             vocoder.attach(sovits, cache_dir=root / "sovits", mode="onnx", release_mlx=False)
             onnx_gen = sovits.vocoder_backend.generator
         if onnx_gen is not None:
             backends.update(_onnx_variants(sovits, onnx_gen, root / "sovits"))
+            backends.update(_openvino_variant(sovits, root / "sovits", chosen))
         per_backend: dict[str, list[float]] = {name: [] for name in backends}
         info = {}
         for name, backend in backends.items():
@@ -158,7 +159,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
                 [s / seconds for s in samples], "s/s audio", what=f"{N_TOKENS} tokens -> {seconds:.2f} s",
                 finite=finite, backend=name,
             )
-        active = "mlx" if chosen.active == "mlx" else ("onnxruntime_split" if chosen.split else "onnxruntime")
+        active = "onnxruntime_split" if chosen.split else chosen.active
         results["sovits"] = dict(results[f"sovits_{active}"], status=vocoder.status(sovits))
         results["ref_embedding"] = _summary(
             [s * 1e3 for s in timed(lambda: mx.eval(sovits.ref_embedding(mx.array(spec))), repeat)], "ms"
@@ -217,6 +218,20 @@ def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
         split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame, whole=whole)
         out["onnxruntime_split"] = vocoder.VocoderBackend("onnx", whole, split=split)
     return out
+
+
+def _openvino_variant(sovits, cache_dir: Path, chosen) -> dict[str, Any]:
+    """The vocoder on OpenVINO (``PRIMESPEECH_VOCODER=openvino``) with the configured threads, as a backend for the
+    SoVITS stage, where the extra is installed (else nothing: not measured)."""
+    from ..models import vocoder, vocoder_onnx
+
+    if chosen.active == "openvino":
+        return {"openvino": chosen}
+    try:
+        gen = vocoder_onnx.load_or_build(sovits.dec, cache_dir, None, runtime="openvino")
+    except Exception:  # not installed, or not loadable here
+        return {}
+    return {"openvino": vocoder.VocoderBackend("openvino", gen)}
 
 
 def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:

@@ -32,7 +32,7 @@ FOLLOW_BUSY_LANE = True  # a stream's window goes to the lane also while its ear
 def wanted(mode: str, sovits) -> bool:
     """Whether ``sovits``'s vocoder should run beside the GPT under ``mode``."""
     backend = getattr(sovits, "vocoder_backend", None)
-    if mode == "0" or backend is None or backend.active != "onnxruntime":
+    if mode == "0" or backend is None or backend.active == "mlx":
         return False
     split = getattr(backend, "split", None)
     cores = split.parts if split is not None else int(getattr(backend.generator, "threads", 1))

@@ -4,6 +4,9 @@
 
 - ``auto`` (default): ONNX Runtime (:mod:`.vocoder_onnx`) when MLX's default device is the CPU, MLX on a GPU;
 - ``onnx``: ONNX Runtime on any device;
+- ``openvino``: OpenVINO's CPU plugin (:mod:`.vocoder_openvino`; the optional extra ``openvino``) on the same graph,
+  run whole with ``threads`` threads (``PRIMESPEECH_VOCODER_PARTS`` and ``_SPIN`` are ONNX Runtime's); where it is
+  not installed or fails to load, ONNX Runtime;
 - ``mlx``: always MLX.
 
 :func:`attach` gives a loaded :class:`~.sovits.SoVITSModel` its backend; ``SoVITSModel.vocode`` (hence
@@ -31,7 +34,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 ENV = "PRIMESPEECH_VOCODER"
-MODES = ("auto", "onnx", "mlx")
+MODES = ("auto", "onnx", "openvino", "mlx")
 RELEASE_MLX = True  # attach's default: drop the MLX generator weights while ONNX Runtime serves (the bench flips it)
 
 
@@ -50,13 +53,16 @@ class VocoderBackend:
         self.reason = reason
         self.error = error
         self.split = split  # a vocoder_split.SplitRunner over the generator (several cores), or None
+        describe = getattr(generator, "describe", None)  # the runtime outside MLX: onnxruntime or openvino
+        self.runtime = (describe() if describe is not None else {}).get("runtime", "onnxruntime")
         self.calls = {"onnx": 0, "mlx": 0}
         self.mlx_weights: MLXWeights | None = None  # set when the MLX generator's weights were dropped
 
     def wants_onnx(self) -> bool:
+        """Whether the generator runs outside MLX (ONNX Runtime or OpenVINO) on this call."""
         if self.generator is None:
             return False
-        return self.mode == "onnx" or _on_cpu()
+        return self.mode in ("onnx", "openvino") or _on_cpu()
 
     def run(self, z, ge) -> np.ndarray | None:
         """The generator on ONNX Runtime (numpy in, numpy out), or None when MLX must run it (not chosen
@@ -76,7 +82,7 @@ class VocoderBackend:
             run = self.split if self.split is not None else self.generator
             audio = run(np.asarray(z, dtype=np.float32), np.asarray(ge, dtype=np.float32))
         except Exception as exc:
-            self.fail(f"onnxruntime run failed: {type(exc).__name__}: {exc}")
+            self.fail(f"{self.runtime} run failed: {type(exc).__name__}: {exc}")
             return None
         self.calls["onnx"] += 1
         return audio
@@ -94,7 +100,7 @@ class VocoderBackend:
 
     @property
     def active(self) -> str:
-        return "onnxruntime" if self.wants_onnx() else "mlx"
+        return self.runtime if self.wants_onnx() else "mlx"
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.active, "mode": self.mode, "calls": dict(self.calls)}
@@ -200,13 +206,16 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
         backend = VocoderBackend(mode, reason=f"{ENV}=mlx")
     elif mode == "auto" and not _on_cpu():
         backend = VocoderBackend(mode, reason="MLX default device is a GPU")
+    elif mode == "openvino" and (backend := _openvino(sovits, cache_dir, threads)) is not None:
+        pass
     else:
         try:
             from . import vocoder_onnx
 
             n = auto_parts(vocoder_onnx.resolve_threads(threads)) if str(parts) == "auto" else int(parts)
             generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads, spin=spin)
-            backend = VocoderBackend(mode, generator, reason="CPU" if mode == "auto" else f"{ENV}=onnx")
+            reason = {"auto": "CPU", "onnx": f"{ENV}=onnx"}.get(mode, "OpenVINO unavailable: ONNX Runtime instead")
+            backend = VocoderBackend(mode, generator, reason=reason)
             if n > 1:  # the parts on the one-thread graph (2-D: NCHWc kernels), short latents whole on `generator`
                 from .vocoder_split import SplitRunner
 
@@ -216,10 +225,23 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
         except Exception as exc:  # ImportError, a build or load error: MLX it is
             backend = VocoderBackend(mode, reason="fallback")
             backend.fail(f"ONNX Runtime backend unavailable: {type(exc).__name__}: {exc}")
-        if backend.generator is not None and (RELEASE_MLX if release_mlx is None else release_mlx):
-            _release_mlx(sovits, backend)
+    if backend.generator is not None and (RELEASE_MLX if release_mlx is None else release_mlx):
+        _release_mlx(sovits, backend)
     sovits.vocoder_backend = backend
     return sovits
+
+
+def _openvino(sovits, cache_dir, threads: int | None) -> VocoderBackend | None:
+    """``PRIMESPEECH_VOCODER=openvino``: the backend on OpenVINO, or None (one warning) where it is not installed
+    or does not load the graph: ONNX Runtime then."""
+    try:
+        from . import vocoder_onnx
+
+        generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads, runtime="openvino")
+    except Exception as exc:  # ImportError (the extra is not installed), a compile error
+        log.warning("SoVITS vocoder: OpenVINO unavailable (%s: %s); using ONNX Runtime", type(exc).__name__, exc)
+        return None
+    return VocoderBackend("openvino", generator, reason=f"{ENV}=openvino")
 
 
 def auto_parts(threads: int) -> int:

@@ -289,27 +289,41 @@ def cache_file(cache_dir: Path, digest: str) -> Path:
 
 def load_or_build(
     dec, cache_dir: str | os.PathLike | None, threads: int | None = None, layout: str | None = None,
-    spin: bool | None = None,
-) -> OnnxGenerator:
-    """The generator ``dec`` on ONNX Runtime: from ``cache_dir`` when its graph is already there, else
-    built, written there atomically and loaded. With ``cache_dir`` None (or not writable) the graph is
-    built in memory. ``layout`` None: the one for the thread count (:func:`layout_for`). ``spin``: see
+    spin: bool | None = None, runtime: str = "onnxruntime",
+):
+    """The generator ``dec`` on ONNX Runtime (an :class:`OnnxGenerator`) or, with ``runtime="openvino"``, on
+    OpenVINO (a :class:`.vocoder_openvino.OpenVinoGenerator`, its own layout): from ``cache_dir`` when its graph is
+    already there, else built, written there atomically and loaded. With ``cache_dir`` None (or not writable) the
+    graph is built in memory. ``layout`` None: the one for the thread count (:func:`layout_for`). ``spin``: see
     :class:`OnnxGenerator`."""
-    if layout is None:
-        layout = layout_for(resolve_threads(threads))
+    if runtime == "openvino":
+        from .vocoder_openvino import LAYOUT, OpenVinoGenerator
+
+        layout = LAYOUT
+        n = resolve_threads(threads) or (os.cpu_count() or 1)
+
+        def factory(model, path=None):
+            return OpenVinoGenerator(model, n, path=path)
+    elif runtime == "onnxruntime":
+        if layout is None:
+            layout = layout_for(resolve_threads(threads))
+
+        def factory(model, path=None):
+            return OnnxGenerator(model, threads, path=path, spin=spin)
+    else:
+        raise ValueError(f"vocoder runtime {runtime!r}: expected onnxruntime or openvino")
     weights = generator_weights(dec)
     digest = weights_digest(weights, layout)
-    gen = _load_or_build(dec, weights, digest, cache_dir, threads, layout, spin)
+    gen = _load_or_build(dec, weights, digest, cache_dir, layout, factory)
     gen.digest, gen.layout = digest, layout  # what the graph was built from (vocoder.MLXWeights checks it)
     return gen
 
 
-def _load_or_build(dec, weights, digest: str, cache_dir, threads: int | None, layout: str,
-                   spin: bool | None) -> OnnxGenerator:
+def _load_or_build(dec, weights, digest: str, cache_dir, layout: str, factory):
     path = cache_file(Path(cache_dir), digest) if cache_dir is not None else None
     if path is not None and path.is_file():
         try:
-            return OnnxGenerator(path, threads, spin=spin)
+            return factory(path)
         except Exception as exc:  # a damaged cache file: rebuild it
             log.warning("cached vocoder graph %s unusable (%s); rebuilding", path, exc)
     data = build_generator_model(dec, weights, layout).SerializeToString()
@@ -317,7 +331,7 @@ def _load_or_build(dec, weights, digest: str, cache_dir, threads: int | None, la
     if path is not None:
         try:
             _write_atomic(path, data)
-            return OnnxGenerator(path, threads, spin=spin)
+            return factory(path)
         except OSError as exc:
             log.warning("cannot cache the vocoder graph in %s (%s); keeping it in memory", path.parent, exc)
-    return OnnxGenerator(data, threads, spin=spin)
+    return factory(data)

@@ -103,3 +103,25 @@ def test_engine_passes_the_spin_setting_to_the_session(case, tmp_path, monkeypat
     session = [eng.cache.peek(k) for k in eng.cache.keys("sovits")][0].vocoder_backend.generator.session
     assert st["backend"] == "onnxruntime" and st["spin"] is (spin == "1"), st
     assert session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == (spin or "0")
+
+
+@pytest.mark.parametrize("case", E2E_PARAMS)
+def test_engine_vocoder_on_openvino(case, tmp_path, monkeypatch):
+    """PRIMESPEECH_VOCODER=openvino: the engine's SoVITS runs its generator on OpenVINO (float32) from the cached
+    graph, drops the MLX generator weights, speaks what the MLX generator speaks, and falls back to MLX (weights read
+    back, same audio) when an OpenVINO run fails."""
+    pytest.importorskip("openvino", reason="openvino is not installed (the extra `openvino`; `.[dev]` has it)")
+    case = require_case(case, "models/cases.json")
+    ov_res, ov_st = _run(case, tmp_path, monkeypatch, "openvino")
+    assert ov_st["backend"] == "openvino" and ov_st["precision"] == "f32" and ov_st["calls"]["onnx"] >= 1, ov_st
+    assert ov_st["mlx_weights"]["dropped"], "the MLX generator weights stayed resident next to OpenVINO's"
+    assert ov_st["path"] and str(tmp_path) in ov_st["path"], "graph not cached next to the converted model"
+    mlx_res, _ = _run(case, tmp_path, monkeypatch, "mlx")
+    atol = float(case["tolerance"]["sovits_audio"]["atol"])
+    assert np.array_equal(ov_res.semantic_tokens, mlx_res.semantic_tokens)
+    diff = float(np.max(np.abs(np.asarray(ov_res.audio) - np.asarray(mlx_res.audio))))
+    assert diff <= atol, f"OpenVINO vs MLX vocoder in the engine: max|diff| {diff} > {atol}"
+    fb_res, fb_st = _run(case, tmp_path, monkeypatch, "openvino", break_onnx=True)
+    assert fb_st["backend"] == "mlx" and "simulated" in fb_st["error"] and "openvino" in fb_st["error"], fb_st
+    assert fb_st["mlx_weights"]["restores"] == 1, fb_st
+    np.testing.assert_array_equal(np.asarray(fb_res.audio), np.asarray(mlx_res.audio))

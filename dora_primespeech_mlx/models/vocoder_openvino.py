@@ -1,0 +1,70 @@
+"""The SoVITS generator (vocoder) on OpenVINO's CPU plugin (oneDNN kernels): ``PRIMESPEECH_VOCODER=openvino``.
+
+The graph is the one :mod:`.vocoder_onnx` builds and caches (the 2-D layout, OpenVINO's faster one at 1 and 2 threads
+on the 2-core AVX-512 Xeon VM of docs/performance.md); OpenVINO compiles it with float32 inference precision. Its
+default precision on CPUs with AMX or AVX-512 BF16 is bfloat16, which would change the audio, so the hint is always
+set. ``openvino`` is an optional extra (``pip install "dora-primespeech-mlx[openvino]"``, ~180 MB installed);
+without it, or on any failure, :func:`.vocoder.attach` falls back to ONNX Runtime."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LAYOUT = "2d"  # the graph layout OpenVINO runs (2 threads, 215 frames: 2-D 0.97-1.00 s, 1-D 1.12-1.18 s)
+
+
+def _config(threads: int) -> dict[str, Any]:
+    return {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+            "NUM_STREAMS": 1}
+
+
+class OpenVinoGenerator:
+    """The generator compiled by OpenVINO for the CPU. ``__call__(z, ge)`` with numpy float32 arrays, like
+    :class:`.vocoder_onnx.OnnxGenerator`; callable from several threads at once (one infer request per thread)."""
+
+    def __init__(self, model: str | os.PathLike | bytes, threads: int, path: Path | None = None):
+        import openvino as ov
+
+        self.threads = max(1, int(threads))
+        core = ov.Core()
+        if isinstance(model, bytes):  # a graph kept in memory (no writable cache): compiled from a scratch file
+            fd, tmp = tempfile.mkstemp(suffix=".onnx")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(model)
+                self.compiled = core.compile_model(tmp, "CPU", _config(self.threads))
+            finally:
+                os.unlink(tmp)
+        else:
+            self.compiled = core.compile_model(str(model), "CPU", _config(self.threads))
+        precision = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        if "f32" not in precision and "float32" not in precision:
+            raise RuntimeError(f"OpenVINO compiled the vocoder with {precision} precision, not float32")
+        self.path = path if path is not None else (None if isinstance(model, bytes) else Path(model))
+        self.version = ov.get_version()
+        self.digest: str | None = None  # set by vocoder_onnx.load_or_build
+        self.layout = LAYOUT
+        self._local = threading.local()
+
+    def __call__(self, z: np.ndarray, ge: np.ndarray) -> np.ndarray:
+        z = np.ascontiguousarray(z, dtype=np.float32)
+        ge = np.ascontiguousarray(ge, dtype=np.float32)
+        if z.ndim != 3 or ge.ndim != 3:
+            raise ValueError(f"generator input shapes {z.shape}, {ge.shape}: expected (B, C, T) and (B, gin, 1)")
+        if ge.shape[0] != z.shape[0]:
+            ge = np.broadcast_to(ge, (z.shape[0], *ge.shape[1:])).copy()
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self.compiled.create_infer_request()
+        out = request.infer({"z": z, "g": ge})
+        return np.array(out[self.compiled.output(0)], dtype=np.float32, copy=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {"runtime": "openvino", "threads": self.threads, "layout": self.layout, "openvino": self.version,
+                "precision": "f32", "path": None if self.path is None else str(self.path)}
