@@ -31,6 +31,10 @@ The pacer therefore (``stream_pace``, on by default, once speeds were measured)
   phones and this voice's recent tokens per phone (:meth:`StreamRates.expected_tokens`). While it covers, no
   other sentence joins the decode (the plan counts on steps alone). Before a length was measured for the voice it
   starts with ``stream_first_tokens`` (slower than real time) or as where ``n*`` fits.
+- covers as well where windows could gain but a token's work is above :data:`COVER_LATER_FRACTION` of its audio and
+  the request's later sentences need a larger first piece than the just-in-time one (:data:`COVER_LATER`): windows
+  cut just in time keep the listener's buffer small, too small for the next sentence's prefill, BERT and first
+  window.
 
 A sentence's end shows one GPT step after its last token (the end-of-sequence token): a window that would end at
 the expected length waits that step (:data:`END_WAITS`), so that it is the sentence's last, with the lookahead and
@@ -63,6 +67,8 @@ SLOWDOWN_MAX = 2.0  # the measured slowdown never exceeds this (windows twice as
 TAPER = True  # while covering, a sentence's last windows shrink (tests/tools: off to measure the plan without)
 END_WAITS = True  # a window that would end at the sentence's expected length waits one step for its end
 LATER_FULL = True  # while covering, a later sentence's first piece grows while the listener has audio in hand
+COVER_LATER = True  # windows that gain too little for the later sentences' starts cover as well (tests/tools: off)
+COVER_LATER_FRACTION = 0.55  # ... where a token's work is above this share of its audio (below: windows grow fast)
 TAPER_SAFETY_S = 0.05  # seconds more in hand for each shrinking window (small windows' costs vary the most)
 TAPER_HEADROOM = 1.25  # a shrinking plan ends this much after the expected length: a sentence up to 25 % longer
 # than expected still keeps up (tests/engine/test_pacing.py); one that ends sooner only has more in hand
@@ -234,6 +240,7 @@ class Pacer:
         self.tail: tuple[int, int] | None = None  # while covering: how a sentence's windows shrink (windows())
         self._tail_for: int | None = None  # the tokens done when the tail was chosen (None: not chosen)
         self._first_for: tuple | None = None  # what first_tokens was computed for while covering
+        self._short: bool | None = None  # windows could gain, but the request's later sentences need a cover
         self.taper = taper
         if self.paced:
             self._plan()
@@ -252,11 +259,19 @@ class Pacer:
         self.sustainable = gain > 0.02 * self.audio_per_token
         left = self._end() - self.done  # the sentence's tokens still to come, as expected (or planned)
         n_star = GROWTH * overhead / gain if self.sustainable else math.inf
+        if n_star <= top and self._short is None and self.done == 0 and self.after and left > 0 and COVER_LATER:
+            # windows can gain, but too little to build, before this sentence ends, the audio the listener needs
+            # while the next sentences' prefill, BERT and first pieces run: where a first piece that covers the
+            # request must be larger than one that covers this sentence alone (decided once, at its start)
+            first = max(cfg.stream_first_tokens, self._feeding(max(1, math.ceil(n_star))))
+            self._short = (per_token > COVER_LATER_FRACTION * self.audio_per_token
+                           and self._covering_first(left, exact=False) > first)
+        cover = n_star > top or bool(self._short)
         # windows cannot grow enough to gain on the listener (slower than real time, or n* above the largest
-        # window): the largest windows, after a first piece that covers what they lose over the rest of the
-        # sentence, where its length is expected
-        self.covering = n_star > top and left > 0
-        if n_star > top:
+        # window), or the later sentences need more than they gain: the largest windows, after a first piece
+        # that covers what they lose over the rest of the sentence, where its length is expected
+        self.covering = cover and left > 0
+        if cover:
             self.n_min = top
             if not self.covering or not TAPER or not self.taper:
                 self.tail, self._tail_for = None, None
@@ -288,18 +303,21 @@ class Pacer:
         first = self.cfg.stream_lookahead_tokens + math.ceil(need / self.audio_per_token)
         return min(self.cfg.stream_chunk_tokens, first)
 
-    def _covering_first(self, total: int, have: int = 0, queued: float = 0.0, tail=..., exact: bool = True) -> int:
+    def _covering_first(self, total: int, have: int = 0, queued: float = 0.0, tail=..., exact: bool = True,
+                        after: list[tuple[int, float]] | None = None) -> int:
         """The fewest tokens (``stream_first_tokens`` and ``have`` at least) a first piece needs so that the rest of
         the request arrives before the listener runs dry (:meth:`_keeps_up_after`): the rest of this ``total``-token
         sentence and the later sentences; ``total`` (the whole sentence in one piece, the most that can be held
-        back) if none. ``have``: tokens decoded already, ``queued``: seconds of audio the listener has in hand now.
+        back) if none. ``have``: tokens decoded already, ``queued``: seconds of audio the listener has in hand now;
+        ``after``: the later sentences (default :attr:`after`).
         (A larger first piece mostly helps: bisection, then, where ``exact``, the smaller ones below it.)"""
+        after = self.after if after is None else after
         lo = max(self.cfg.stream_first_tokens, have)
         hi = max(lo, total)
         low = lo
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._keeps_up_after(mid, total, have, queued, self.after, tail):
+            if self._keeps_up_after(mid, total, have, queued, after, tail):
                 hi = mid
             else:
                 lo = mid + 1
@@ -307,8 +325,7 @@ class Pacer:
             return hi
         # shrinking windows make a rest of one token more or less fit them better or worse: the first that keeps
         # up below the bisection's
-        return next((n for n in range(low, hi) if self._keeps_up_after(n, total, have, queued, self.after, tail)),
-                    hi)
+        return next((n for n in range(low, hi) if self._keeps_up_after(n, total, have, queued, after, tail)), hi)
 
     def _keeps_up_after(self, first: int, total: int, have: int | None = None, queued: float = 0.0,
                         after: list[tuple[int, float]] = (), tail=...) -> bool:

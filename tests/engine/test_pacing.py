@@ -471,3 +471,40 @@ def test_a_later_sentence_s_first_piece_grows_while_the_listener_has_audio(expec
         assert n == (top if expected > top else expected + 1) and n > smallest
     if (expected, in_hand) == (40, 1.6):
         assert smallest < n < top
+
+
+@pytest.fixture
+def cover_later_on():
+    yield
+    pacing.COVER_LATER = True
+
+
+@pytest.mark.parametrize("scale,lengths,start_s", [(0.75, [100, 100, 100], 0.7), (0.85, [100] * 5, 0.7),
+                                                   (0.7, [60, 120, 80], 0.5), (0.8, [100, 100, 100], 0.7)])
+def test_windows_that_gain_little_cover_for_the_later_sentences_starts(scale, lengths, start_s, cover_later_on):
+    """A machine a little faster than real time (speeds of the 2-core Xeon VM's streams, scaled): the windows can
+    gain on the listener, so the pacer cuts them just in time, but they gain too little to build, before a sentence
+    ends, the audio the listener needs while the next sentence's prefill, BERT and first window run. Those requests
+    cover (COVER_LATER): no gap, for a later first audio; without, a gap at a sentence's start."""
+    rates = rates_of(0.0179 * scale, 0.0087 * scale, 0.118 * scale)
+    cfg = SynthesisConfig()
+    first, margin, plans = simulate_request(cfg, rates, lengths, start_s, eos_step=True)
+    assert margin >= 0, plans
+    pacing.COVER_LATER = False
+    first_old, margin_old, plans_old = simulate_request(cfg, rates, lengths, start_s, eos_step=True)
+    assert margin_old < 0, plans_old
+    assert first > first_old  # the wait at the start the gap costs
+
+
+@pytest.mark.parametrize("scale", [0.3, 0.45, 0.6])
+def test_fast_machines_keep_the_just_in_time_first_piece(scale, cover_later_on):
+    """Where a token's work is well below its audio, the windows grow fast enough for the later sentences: the plan
+    and the first audio are those without COVER_LATER."""
+    rates = rates_of(0.0179 * scale, 0.0087 * scale, 0.118 * scale)
+    cfg = SynthesisConfig()
+    for lengths in ([100, 100, 100], [60, 120, 80]):
+        new = simulate_request(cfg, rates, lengths, 0.5, eos_step=True)
+        pacing.COVER_LATER = False
+        old = simulate_request(cfg, rates, lengths, 0.5, eos_step=True)
+        pacing.COVER_LATER = True
+        assert new == old and new[1] >= 0, (new, old)

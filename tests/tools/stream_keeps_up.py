@@ -24,7 +24,8 @@ length) and ``slowdown=0`` (the pacer ignores how much longer than estimated win
 sentences join the decode also while the pacer covers) and ``taper=0`` (while covering, windows of
 ``stream_chunk_tokens`` to the sentence's end instead of shrinking ones) and ``later=0`` (while covering, a later
 sentence's first piece is the smallest that keeps up, even with audio in hand) and ``endwait=0`` (a window ending at
-the sentence's expected length is cut without waiting a step for its end). Prints one
+the sentence's expected length is cut without waiting a step for its end) and ``cover_later=0`` (windows that gain on
+the listener never cover for the later sentences' starts). Prints one
 ``KEEPSUP`` line per variant;
 ``--whole`` also times a whole (non-streaming) request after each streamed one.
 """
@@ -91,6 +92,7 @@ def apply_variant(opts: dict) -> dict:
     eng._join_while_covering = opts.pop("join", "0") == "1"
     pacing.TAPER = opts.pop("taper", "1") != "0"
     pacing.LATER_FULL = opts.pop("later", "1") != "0"
+    pacing.COVER_LATER = opts.pop("cover_later", "1") != "0"
     pacing.END_WAITS = opts.pop("endwait", "1") != "0"
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
     if not crop:
