@@ -64,8 +64,11 @@ def model_dir(tmp_path_factory):
 
 
 def tts_env(model_dir: Path) -> dict:
-    # PYTHONPATH: the node runs this checkout's package even where the console script's install is another one
+    # PYTHONPATH: the node runs this checkout's package even where the console script's install is another one;
+    # fixed window steps: a paced stream's windows follow the speeds each run measures, so two runs of the same flow
+    # (across daemons, then on one machine) may cut a sentence differently; the comparison is of the data path
     return {"PYTHONPATH": str(REPO), "VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": str(model_dir), "STREAMING": "true",
+            "PRIMESPEECH_STREAM_PACE": "false",
             "GPTSVITS_WARMUP": "false", "SEED": str(SEED), "LOG_LEVEL": "INFO",
             "NLTK_DATA": os.environ.get("NLTK_DATA", str(SHARED / "nltk_data")),
             "PRIMESPEECH_TEXT_DATA": os.environ.get("PRIMESPEECH_TEXT_DATA", str(SHARED / "data" / "gpt-sovits-text"))}
