@@ -237,6 +237,18 @@ def layout_for(threads: int) -> str:
     return "2d" if threads == 1 else "1d"
 
 
+def generator_inputs(z, ge) -> dict[str, np.ndarray]:
+    """The graph's inputs ``z`` (B, C, T) and ``g`` (B, gin, 1) as contiguous float32, ``ge`` broadcast over the
+    batch; ValueError on other ranks."""
+    z = np.ascontiguousarray(z, dtype=np.float32)
+    ge = np.ascontiguousarray(ge, dtype=np.float32)
+    if z.ndim != 3 or ge.ndim != 3:
+        raise ValueError(f"generator input shapes {z.shape}, {ge.shape}: expected (B, C, T) and (B, gin, 1)")
+    if ge.shape[0] != z.shape[0]:
+        ge = np.broadcast_to(ge, (z.shape[0], *ge.shape[1:])).copy()
+    return {"z": z, "g": ge}
+
+
 class OnnxGenerator:
     """The generator as an ONNX Runtime session. ``__call__(z, ge)`` with numpy float32 arrays."""
 
@@ -268,13 +280,7 @@ class OnnxGenerator:
         self.layout = "2d"
 
     def __call__(self, z: np.ndarray, ge: np.ndarray) -> np.ndarray:
-        z = np.ascontiguousarray(z, dtype=np.float32)
-        ge = np.ascontiguousarray(ge, dtype=np.float32)
-        if z.ndim != 3 or ge.ndim != 3:
-            raise ValueError(f"generator input shapes {z.shape}, {ge.shape}: expected (B, C, T) and (B, gin, 1)")
-        if ge.shape[0] != z.shape[0]:
-            ge = np.broadcast_to(ge, (z.shape[0], *ge.shape[1:])).copy()
-        (audio,) = self.session.run(["audio"], {"z": z, "g": ge})
+        (audio,) = self.session.run(["audio"], generator_inputs(z, ge))
         return audio
 
     def describe(self) -> dict[str, Any]:

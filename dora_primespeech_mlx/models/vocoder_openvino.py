@@ -53,16 +53,13 @@ class OpenVinoGenerator:
         self._local = threading.local()
 
     def __call__(self, z: np.ndarray, ge: np.ndarray) -> np.ndarray:
-        z = np.ascontiguousarray(z, dtype=np.float32)
-        ge = np.ascontiguousarray(ge, dtype=np.float32)
-        if z.ndim != 3 or ge.ndim != 3:
-            raise ValueError(f"generator input shapes {z.shape}, {ge.shape}: expected (B, C, T) and (B, gin, 1)")
-        if ge.shape[0] != z.shape[0]:
-            ge = np.broadcast_to(ge, (z.shape[0], *ge.shape[1:])).copy()
+        from .vocoder_onnx import generator_inputs
+
+        inputs = generator_inputs(z, ge)
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self.compiled.create_infer_request()
-        out = request.infer({"z": z, "g": ge})
+        out = request.infer(inputs)
         return np.array(out[self.compiled.output(0)], dtype=np.float32, copy=True)
 
     def describe(self) -> dict[str, Any]:

@@ -15,28 +15,18 @@ import threading
 import mlx.core as mx
 import numpy as np
 import pytest
-from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
+from conftest import require_case, require_fixture
 
-from dora_primespeech_mlx.convert.checkpoints import read_sovits
 from dora_primespeech_mlx.convert.load import from_checkpoint
 from dora_primespeech_mlx.models import vocoder
 
-pytest.importorskip("onnx", reason="onnx is not installed (a Linux dependency)")
 pytest.importorskip("openvino", reason="openvino is not installed (the extra `openvino`; `.[dev]` has it)")
+
+import test_vocoder_onnx as onnx_tests  # noqa: E402  (the fixture SoVITS, its decode cases and inputs, as read there)
 
 from dora_primespeech_mlx.models import vocoder_onnx, vocoder_openvino  # noqa: E402
 
-DECODE_PARAMS = param_or_missing(
-    [c for c in model_cases("sovits") if "audio" in c.get("outputs", {})], lambda c: c["name"], "sovits decode cases"
-)
-
-
-@pytest.fixture(scope="module")
-def raw_sovits():
-    cases = load_cases_json()
-    if not cases:
-        require_fixture("models/cases.json")
-    return read_sovits(require_fixture("models/" + cases["checkpoints"]["sovits"]))
+raw_sovits = onnx_tests.raw_sovits  # the module-scoped fixture
 
 
 @pytest.fixture(scope="module")
@@ -64,28 +54,14 @@ def test_attached_on_openvino_in_float32(ov_model):
     assert gen.compiled.get_property("INFERENCE_NUM_THREADS") == 2
 
 
-@pytest.mark.parametrize("case", DECODE_PARAMS)
+@pytest.mark.parametrize("case", onnx_tests.DECODE_PARAMS)
 def test_openvino_decode_matches_golden(ov_model, mlx_model, case):
     case = require_case(case, "models/cases.json")
     d = np.load(require_fixture("models/" + case["file"]))
-    tol = {}
-    for key, t in case.get("tolerance", {}).items():
-        for name in key.split("/"):
-            tol[name.strip()] = t
-    tol = tol["audio"]
-    params = case.get("params", {})
-    if "ref_wav_32k" in d.files:
-        from dora_primespeech_mlx.models import audio
-
-        refer = audio.spectrogram(d["ref_wav_32k"], params.get("filter_length", ov_model.args.filter_length),
-                                  params.get("hop_length", ov_model.args.hop_length),
-                                  params.get("win_length", ov_model.args.win_length))
-    else:
-        refer = d["refer_spec"]
-    noise = d["noise"] if "noise" in d.files else None
+    tol = onnx_tests._tolerances(case)["audio"]
+    refer, noise_scale, speed, noise = onnx_tests._decode_inputs(case, d, ov_model)
     before = ov_model.vocoder_backend.calls["onnx"]
-    out = ov_model.decode_staged(d["codes"], d["phones"], refer, noise_scale=float(params.get("noise_scale", 0.5)),
-                                 speed=float(params.get("speed", 1.0)), noise=noise)
+    out = ov_model.decode_staged(d["codes"], d["phones"], refer, noise_scale=noise_scale, speed=speed, noise=noise)
     assert ov_model.vocoder_backend.calls["onnx"] == before + 1, "the generator did not run outside MLX"
     np.testing.assert_allclose(np.asarray(out.audio), d["audio"], atol=float(tol.get("atol", 0.0)),
                                rtol=float(tol.get("rtol", 0.0)), err_msg=case["name"])
