@@ -223,12 +223,14 @@ def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
 def _openvino_variant(sovits, cache_dir: Path, chosen) -> dict[str, Any]:
     """The vocoder on OpenVINO (``PRIMESPEECH_VOCODER=openvino``) with the configured threads, as a backend for the
     SoVITS stage, where the extra is installed (else nothing: not measured)."""
-    from ..models import vocoder, vocoder_onnx
+    from ..models import vocoder
 
     if chosen.active == "openvino":
         return {"openvino": chosen}
     try:
-        gen = vocoder_onnx.load_or_build(sovits.dec, cache_dir, None, runtime="openvino")
+        from ..models import vocoder_openvino
+
+        gen = vocoder_openvino.load_or_build(sovits.dec, cache_dir, None)
     except Exception:  # not installed, or not loadable here
         return {}
     return {"openvino": vocoder.VocoderBackend("openvino", gen)}

@@ -235,9 +235,9 @@ def _openvino(sovits, cache_dir, threads: int | None) -> VocoderBackend | None:
     """``PRIMESPEECH_VOCODER=openvino``: the backend on OpenVINO, or None (one warning) where it is not installed
     or does not load the graph: ONNX Runtime then."""
     try:
-        from . import vocoder_onnx
+        from . import vocoder_openvino
 
-        generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads, runtime="openvino")
+        generator = vocoder_openvino.load_or_build(sovits.dec, cache_dir, threads)
     except Exception as exc:  # ImportError (the extra is not installed), a compile error
         log.warning("SoVITS vocoder: OpenVINO unavailable (%s: %s); using ONNX Runtime", type(exc).__name__, exc)
         return None

@@ -295,29 +295,18 @@ def cache_file(cache_dir: Path, digest: str) -> Path:
 
 def load_or_build(
     dec, cache_dir: str | os.PathLike | None, threads: int | None = None, layout: str | None = None,
-    spin: bool | None = None, runtime: str = "onnxruntime",
+    spin: bool | None = None, factory=None,
 ):
-    """The generator ``dec`` on ONNX Runtime (an :class:`OnnxGenerator`) or, with ``runtime="openvino"``, on
-    OpenVINO (a :class:`.vocoder_openvino.OpenVinoGenerator`, its own layout): from ``cache_dir`` when its graph is
+    """The generator ``dec`` on ONNX Runtime (an :class:`OnnxGenerator`): from ``cache_dir`` when its graph is
     already there, else built, written there atomically and loaded. With ``cache_dir`` None (or not writable) the
     graph is built in memory. ``layout`` None: the one for the thread count (:func:`layout_for`). ``spin``: see
-    :class:`OnnxGenerator`."""
-    if runtime == "openvino":
-        from .vocoder_openvino import LAYOUT, OpenVinoGenerator
-
-        layout = LAYOUT
-        n = resolve_threads(threads) or (os.cpu_count() or 1)
-
-        def factory(model, path=None):
-            return OpenVinoGenerator(model, n, path=path)
-    elif runtime == "onnxruntime":
-        if layout is None:
-            layout = layout_for(resolve_threads(threads))
-
+    :class:`OnnxGenerator`. ``factory(model, path=None)``: another runtime's generator from the graph (a path or
+    bytes) instead (:func:`.vocoder_openvino.load_or_build`)."""
+    if layout is None:
+        layout = layout_for(resolve_threads(threads))
+    if factory is None:
         def factory(model, path=None):
             return OnnxGenerator(model, threads, path=path, spin=spin)
-    else:
-        raise ValueError(f"vocoder runtime {runtime!r}: expected onnxruntime or openvino")
     weights = generator_weights(dec)
     digest = weights_digest(weights, layout)
     gen = _load_or_build(dec, weights, digest, cache_dir, layout, factory)

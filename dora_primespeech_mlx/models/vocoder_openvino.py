@@ -16,7 +16,20 @@ from typing import Any
 
 import numpy as np
 
+from . import vocoder_onnx
+
 LAYOUT = "2d"  # the graph layout OpenVINO runs (2 threads, 215 frames: 2-D 0.97-1.00 s, 1-D 1.12-1.18 s)
+
+
+def load_or_build(dec, cache_dir: str | os.PathLike | None, threads: int | None = None) -> OpenVinoGenerator:
+    """The generator ``dec`` on OpenVINO with ``threads`` threads (None: the package's thread setting, else every
+    core), from the graph :func:`.vocoder_onnx.load_or_build` caches (built there when missing)."""
+    n = vocoder_onnx.resolve_threads(threads) or (os.cpu_count() or 1)
+
+    def factory(model, path=None):
+        return OpenVinoGenerator(model, n, path=path)
+
+    return vocoder_onnx.load_or_build(dec, cache_dir, threads, layout=LAYOUT, factory=factory)
 
 
 def _config(threads: int) -> dict[str, Any]:
@@ -48,14 +61,12 @@ class OpenVinoGenerator:
             raise RuntimeError(f"OpenVINO compiled the vocoder with {precision} precision, not float32")
         self.path = path if path is not None else (None if isinstance(model, bytes) else Path(model))
         self.version = ov.get_version()
-        self.digest: str | None = None  # set by vocoder_onnx.load_or_build
+        self.digest: str | None = None  # set by load_or_build
         self.layout = LAYOUT
         self._local = threading.local()
 
     def __call__(self, z: np.ndarray, ge: np.ndarray) -> np.ndarray:
-        from .vocoder_onnx import generator_inputs
-
-        inputs = generator_inputs(z, ge)
+        inputs = vocoder_onnx.generator_inputs(z, ge)
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self.compiled.create_infer_request()

@@ -24,7 +24,7 @@ pytest.importorskip("openvino", reason="openvino is not installed (the extra `op
 
 import test_vocoder_onnx as onnx_tests  # noqa: E402  (the fixture SoVITS, its decode cases and inputs, as read there)
 
-from dora_primespeech_mlx.models import vocoder_onnx, vocoder_openvino  # noqa: E402
+from dora_primespeech_mlx.models import vocoder_openvino  # noqa: E402
 
 raw_sovits = onnx_tests.raw_sovits  # the module-scoped fixture
 
@@ -102,14 +102,12 @@ def test_lengths_batches_and_threads(ov_model, mlx_model):
 
 
 def test_graph_in_memory_without_a_cache(raw_sovits, mlx_model):
-    gen = vocoder_onnx.load_or_build(mlx_model.dec, None, threads=1, runtime="openvino")
+    gen = vocoder_openvino.load_or_build(mlx_model.dec, None, threads=1)
     assert gen.path is None and gen.threads == 1 and gen.layout == vocoder_openvino.LAYOUT
     rng = np.random.default_rng(1)
     z = rng.standard_normal((1, mlx_model.args.inter_channels, 9)).astype(np.float32)
     ge = (rng.standard_normal((1, mlx_model.args.gin_channels, 1)) * 0.3).astype(np.float32)
     np.testing.assert_allclose(gen(z, ge), np.asarray(mlx_model.vocode(mx.array(z), mx.array(ge))), atol=1e-4)
-    with pytest.raises(ValueError, match="runtime"):
-        vocoder_onnx.load_or_build(mlx_model.dec, None, runtime="tensorrt")
 
 
 def test_setting_reaches_the_backend():
