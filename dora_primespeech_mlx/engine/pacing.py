@@ -303,21 +303,18 @@ class Pacer:
         first = self.cfg.stream_lookahead_tokens + math.ceil(need / self.audio_per_token)
         return min(self.cfg.stream_chunk_tokens, first)
 
-    def _covering_first(self, total: int, have: int = 0, queued: float = 0.0, tail=..., exact: bool = True,
-                        after: list[tuple[int, float]] | None = None) -> int:
+    def _covering_first(self, total: int, have: int = 0, queued: float = 0.0, tail=..., exact: bool = True) -> int:
         """The fewest tokens (``stream_first_tokens`` and ``have`` at least) a first piece needs so that the rest of
         the request arrives before the listener runs dry (:meth:`_keeps_up_after`): the rest of this ``total``-token
         sentence and the later sentences; ``total`` (the whole sentence in one piece, the most that can be held
-        back) if none. ``have``: tokens decoded already, ``queued``: seconds of audio the listener has in hand now;
-        ``after``: the later sentences (default :attr:`after`).
+        back) if none. ``have``: tokens decoded already, ``queued``: seconds of audio the listener has in hand now.
         (A larger first piece mostly helps: bisection, then, where ``exact``, the smaller ones below it.)"""
-        after = self.after if after is None else after
         lo = max(self.cfg.stream_first_tokens, have)
         hi = max(lo, total)
         low = lo
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._keeps_up_after(mid, total, have, queued, after, tail):
+            if self._keeps_up_after(mid, total, have, queued, self.after, tail):
                 hi = mid
             else:
                 lo = mid + 1
@@ -325,7 +322,8 @@ class Pacer:
             return hi
         # shrinking windows make a rest of one token more or less fit them better or worse: the first that keeps
         # up below the bisection's
-        return next((n for n in range(low, hi) if self._keeps_up_after(n, total, have, queued, after, tail)), hi)
+        return next((n for n in range(low, hi) if self._keeps_up_after(n, total, have, queued, self.after, tail)),
+                    hi)
 
     def _keeps_up_after(self, first: int, total: int, have: int | None = None, queued: float = 0.0,
                         after: list[tuple[int, float]] = (), tail=...) -> bool:
