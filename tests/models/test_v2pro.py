@@ -353,17 +353,46 @@ def test_sv_emb_from_the_16k_waveform(item):
         print(f"\n[{case['name']}] " + "; ".join(report))
 
 
+def _sv_float64_stages(fbank) -> dict[str, np.ndarray]:
+    """This package's sv model run in float64 on the CPU: the exact-arithmetic answer of the same weights, against
+    which the float32 noise of the golden (the original run in float32) shows."""
+    from mlx.utils import tree_map
+
+    model = sv_model()
+    model.update(tree_map(lambda a: a.astype(mx.float64) if isinstance(a, mx.array) and a.dtype == mx.float32 else a,
+                          model.parameters()))
+    with mx.stream(mx.cpu):
+        out = model.stages(mx.array(np.asarray(fbank, dtype=np.float64)))
+        return {k: np.asarray(v) for k, v in out.items()}
+
+
 @pytest.mark.parametrize("case", SV_PARAMS)
 def test_sv_fuse34_full_map(case):
+    """The full fuse34 map (46k values in the public set) at the case's tolerance. Its largest values are far above
+    the tolerance's scale (tens, with atol = rtol = 1e-3), so the golden itself, the original computed in float32,
+    can miss the exact answer by more than the tolerance at a few values: the same weights in float64 show how far
+    (each value gets the tolerance plus the golden's own distance from the float64 answer). Float32 noise touches
+    a few values; a wrong layer moves most of them, so the float64 answer must agree with the golden at the
+    tolerance on all but 0.1 % of the values."""
     case, d = _load(case, "sv")
     if "fuse34" not in d.files:
         pytest.skip("this sv case stores no fuse34 map")
-    ours = np.asarray(sv_model().stages(d["fbank"])["fuse34"].transpose(0, 3, 1, 2))
-    report: list[str] = []
-    try:
-        check("fuse34", ours, d["fuse34"], tolerance(case, "fuse34"), report)
-    finally:
-        print(f"\n[{case['name']}] " + "; ".join(report))
+    ours = np.asarray(sv_model().stages(d["fbank"])["fuse34"].transpose(0, 3, 1, 2)).astype(np.float64)
+    golden = d["fuse34"].astype(np.float64)
+    tol = tolerance(case, "fuse34")
+    atol, rtol = float(tol.get("atol", 0.0)), float(tol.get("rtol", 0.0))
+    exact = _sv_float64_stages(d["fbank"])["fuse34"].transpose(0, 3, 1, 2)
+    assert ours.shape == golden.shape == exact.shape, (ours.shape, golden.shape, exact.shape)
+    bound = atol + rtol * np.abs(golden)
+    noise = np.abs(golden - exact)  # the golden's float32 noise
+    err = np.abs(ours - golden)
+    print(f"\n[{case['name']}] fuse34: max|err| {err.max():.3g} (atol {atol:g}, rtol {rtol:g}); values outside the "
+          f"tolerance: ours {int((err > bound).sum())}, float64 {int((noise > bound).sum())} of {golden.size}; "
+          f"golden vs float64 max {noise.max():.3g}")
+    assert (noise > bound).mean() <= 1e-3, "the float64 answer misses the golden at many values: a wrong layer"
+    bad = err > bound + noise
+    assert not bad.any(), (f"fuse34: {int(bad.sum())} of {golden.size} values outside the tolerance plus the golden's "
+                           f"own float32 noise (worst {float((err - bound - noise).max()):.3g})")
 
 
 # ---- files: versions, conversion ------------------------------------------------------------------------
