@@ -5,7 +5,7 @@
      generations at once, each weight read once for all of them;
    - gemm_f16: Y = act(X @ W.T + b) for small M (prefill rows, RoBERTa tokens), columns split over threads;
      bias_act: the same bias and activation on a float32 product computed elsewhere (BLAS);
-   - prefill_attention: the GPT prefill's attention, one head per chunk;
+   - prefill_attention: the GPT prefill's attention, one head per chunk; add_layer_norm_rows: its residual + norm;
    - f16_to_f32, f32_to_f16_exact: conversions.
 
    Work is split by rows (or columns, heads), never inside a sum: every value is bit-identical whatever the
@@ -354,28 +354,59 @@ typedef struct {
   float scale;
 } attn_job;
 
+static float softmax_exp(float *s, int64_t n);
+static void weighted_rows(const float *s, float inv, const float *V, int64_t len, int64_t hd, float *o);
+
 static void attn_head(const void *p, int64_t h) {
   const attn_job *j = (const attn_job *)p;
-  const float *q = j->qkv + h * j->hd;
-  const float *K = j->K + h * j->cap * j->hd, *V = j->V + h * j->cap * j->hd;
-  float *s = j->s + h * j->cap, *o = j->o + h * j->hd;
+  const int64_t hd = j->hd, n = j->n;
+  const float *q = j->qkv + h * hd;
+  const float *K = j->K + h * j->cap * hd, *V = j->V + h * j->cap * hd;
+  float *s = j->s + h * j->cap, *o = j->o + h * hd;
+  if (hd % VW == 0 && hd <= 4 * VW) { /* a head's row in registers; four cache rows' scores at a time */
+    const int nv = (int)(hd / VW);
+    vec qv[4];
+    for (int u = 0; u < nv; u++) qv[u] = VLOADX(q + u * VW);
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) {
+      const float *k = K + r * hd;
+      vec a0 = VMULV(VLOADX(k), qv[0]), a1 = VMULV(VLOADX(k + hd), qv[0]);
+      vec a2 = VMULV(VLOADX(k + 2 * hd), qv[0]), a3 = VMULV(VLOADX(k + 3 * hd), qv[0]);
+      for (int u = 1; u < nv; u++) {
+        a0 = VFMA(VLOADX(k + u * VW), qv[u], a0);
+        a1 = VFMA(VLOADX(k + hd + u * VW), qv[u], a1);
+        a2 = VFMA(VLOADX(k + 2 * hd + u * VW), qv[u], a2);
+        a3 = VFMA(VLOADX(k + 3 * hd + u * VW), qv[u], a3);
+      }
+      float sums[4];
+      vsum4(a0, a1, a2, a3, sums);
+      for (int i = 0; i < 4; i++) s[r + i] = sums[i] * j->scale;
+    }
+    for (; r < n; r++) {
+      vec a = VMULV(VLOADX(K + r * hd), qv[0]);
+      for (int u = 1; u < nv; u++) a = VFMA(VLOADX(K + r * hd + u * VW), qv[u], a);
+      s[r] = VSUM(a) * j->scale;
+    }
+    weighted_rows(s, 1.0f / softmax_exp(s, n), V, n, hd, o);
+    return;
+  }
   float mx = -INFINITY;
-  for (int64_t r = 0; r < j->n; r++) {
+  for (int64_t r = 0; r < n; r++) {
     float acc = 0.0f;
-    for (int64_t c = 0; c < j->hd; c++) acc += K[r * j->hd + c] * q[c];
+    for (int64_t c = 0; c < hd; c++) acc += K[r * hd + c] * q[c];
     s[r] = acc * j->scale;
     mx = s[r] > mx ? s[r] : mx;
   }
   float sum = 0.0f;
-  for (int64_t r = 0; r < j->n; r++) {
+  for (int64_t r = 0; r < n; r++) {
     s[r] = expf(s[r] - mx);
     sum += s[r];
   }
   const float inv = 1.0f / sum;
-  for (int64_t c = 0; c < j->hd; c++) o[c] = 0.0f;
-  for (int64_t r = 0; r < j->n; r++) {
+  for (int64_t c = 0; c < hd; c++) o[c] = 0.0f;
+  for (int64_t r = 0; r < n; r++) {
     const float w = s[r] * inv;
-    for (int64_t c = 0; c < j->hd; c++) o[c] += w * V[r * j->hd + c];
+    for (int64_t c = 0; c < hd; c++) o[c] += w * V[r * hd + c];
   }
 }
 
@@ -394,6 +425,44 @@ static void layer_norm_add(float *x, const float *y, const float *b, const float
   }
   const float r = 1.0f / sqrtf((float)(var / (double)D) + eps);
   for (int64_t i = 0; i < D; i++) x[i] = (x[i] - m) * (w[i] * r) + nb[i];
+}
+
+/* ---- x[i] = LayerNorm(x[i] + y[i]) * w + nb for M rows of D (the prefill's residual and norm), rows split over
+   threads; the mean and variance accumulated in double as in the decode step's layer_norm_add ---- */
+typedef struct {
+  float *x;
+  const float *y, *w, *nb;
+  int64_t M, D, rows;
+  float eps;
+} add_norm_job;
+
+static void add_norm_chunk(const void *p, int64_t c) {
+  const add_norm_job *j = (const add_norm_job *)p;
+  const int64_t D = j->D, r1 = (c + 1) * j->rows < j->M ? (c + 1) * j->rows : j->M;
+  for (int64_t r = c * j->rows; r < r1; r++) {
+    float *x = j->x + r * D;
+    const float *y = j->y + r * D;
+    double mu = 0.0;
+    for (int64_t i = 0; i < D; i++) {
+      x[i] += y[i];
+      mu += x[i];
+    }
+    const float m = (float)(mu / (double)D);
+    double var = 0.0;
+    for (int64_t i = 0; i < D; i++) {
+      const float d = x[i] - m;
+      var += (double)d * d;
+    }
+    const float inv = 1.0f / sqrtf((float)(var / (double)D) + j->eps);
+    for (int64_t i = 0; i < D; i++) x[i] = (x[i] - m) * (j->w[i] * inv) + j->nb[i];
+  }
+}
+
+void add_layer_norm_rows(float *x, const float *y, const float *w, const float *nb, int64_t M, int64_t D, float eps,
+                         int threads) {
+  const int64_t rows = 8;
+  add_norm_job j = {x, y, w, nb, M, D, rows, eps};
+  if (M > 0 && D > 0) parallel(add_norm_chunk, &j, (M + rows - 1) / rows, M * D >= (1 << 15) ? threads : 1);
 }
 
 typedef struct {
@@ -467,27 +536,7 @@ void decode_layers(void *const *p, int64_t layers, int64_t cap, int64_t t, float
 /* ---- the prefill's attention, one head per chunk: the new keys/values into the KV cache (H, cap, hd), then for
    each row i the scores against keys 0..len_i (len_i = n_text for text rows, i + 1 for audio rows: the prefix
    mask), softmax, and the weighted values into O (T x D). qkv: T x 3D. scratch: H (hd T + T) floats. ---- */
-static inline float exp_neg(float x) { /* exp(x) for x <= 0 (Cephes expf: ~1 ulp); vectorizable */
-  x = x < -87.3f ? -87.3f : x;
-  const float n = floorf(fmaf(x, 1.44269504088896341f, 0.5f));
-  const float r = fmaf(n, 2.12194440e-4f, fmaf(n, -0.693359375f, x));
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  const float e = fmaf(p * r, r, r) + 1.0f;
-  union {
-    uint32_t u;
-    float f;
-  } v;
-  v.u = (uint32_t)((int32_t)n + 127) << 23;
-  return e * v.f;
-}
-
-
-static inline vec exp_neg_v(vec x) { /* exp_neg on a vector (the same operations) */
+static inline vec exp_neg_v(vec x) { /* exp(x) for x <= 0 on a vector (Cephes expf: ~1 ulp) */
   x = VMAXV(x, VSET1(-87.3f));
   const vec n = VFLOOR(VFMA(x, VSET1(1.44269504088896341f), VSET1(0.5f)));
   const vec r = VFMA(n, VSET1(2.12194440e-4f), VFMA(n, VSET1(-0.693359375f), x));
@@ -519,11 +568,70 @@ static float softmax_exp(float *s, int64_t n) {
     acc = VADDV(acc, e);
   }
   float sum = VSUM(acc);
-  for (; r < n; r++) {
-    s[r] = exp_neg(s[r] - mx);
-    sum += s[r];
+  if (r < n) { /* the tail as one vector (padded with the max), its values added in order */
+    for (int u = 0; u < VW; u++) buf[u] = r + u < n ? s[r + u] : mx;
+    VSTORE(buf, exp_neg_v(VSUBV(VLOADX(buf), mv)));
+    for (int u = 0; r < n; u++, r++) {
+      s[r] = buf[u];
+      sum += s[r];
+    }
   }
   return sum;
+}
+
+/* o[0..hd) = inv * sum_r s[r] V[r]: the softmax-weighted values of one head's row (V: len rows of hd) */
+static void weighted_rows(const float *s, float inv, const float *V, int64_t len, int64_t hd, float *o) {
+  if (hd == 2 * VW) { /* the output row in two registers, four rows of V at a time: eight independent sums */
+    vec a0 = VZERO(), a1 = VZERO(), b0 = VZERO(), b1 = VZERO(), c0 = VZERO(), c1 = VZERO(), d0 = VZERO(),
+        d1 = VZERO();
+    int64_t r = 0;
+    for (; r + 4 <= len; r += 4) {
+      const float *v = V + r * hd;
+      const vec w0 = VSET1(s[r] * inv), w1 = VSET1(s[r + 1] * inv), w2 = VSET1(s[r + 2] * inv),
+                w3 = VSET1(s[r + 3] * inv);
+      a0 = VFMA(w0, VLOADX(v), a0);
+      a1 = VFMA(w0, VLOADX(v + VW), a1);
+      b0 = VFMA(w1, VLOADX(v + hd), b0);
+      b1 = VFMA(w1, VLOADX(v + hd + VW), b1);
+      c0 = VFMA(w2, VLOADX(v + 2 * hd), c0);
+      c1 = VFMA(w2, VLOADX(v + 2 * hd + VW), c1);
+      d0 = VFMA(w3, VLOADX(v + 3 * hd), d0);
+      d1 = VFMA(w3, VLOADX(v + 3 * hd + VW), d1);
+    }
+    for (; r < len; r++) {
+      const vec w0 = VSET1(s[r] * inv);
+      a0 = VFMA(w0, VLOADX(V + r * hd), a0);
+      a1 = VFMA(w0, VLOADX(V + r * hd + VW), a1);
+    }
+    VSTORE(o, VADDV(VADDV(a0, b0), VADDV(c0, d0)));
+    VSTORE(o + VW, VADDV(VADDV(a1, b1), VADDV(c1, d1)));
+    return;
+  }
+  if (hd % VW == 0 && hd <= 4 * VW) { /* the output row in registers, two rows of V at a time */
+    const int nv = (int)(hd / VW);
+    vec a[4], b[4];
+    for (int u = 0; u < 4; u++) a[u] = b[u] = VZERO();
+    int64_t r2 = 0;
+    for (; r2 + 2 <= len; r2 += 2) {
+      const vec w0 = VSET1(s[r2] * inv), w1 = VSET1(s[r2 + 1] * inv);
+      for (int u = 0; u < nv; u++) {
+        a[u] = VFMA(w0, VLOADX(V + r2 * hd + u * VW), a[u]);
+        b[u] = VFMA(w1, VLOADX(V + (r2 + 1) * hd + u * VW), b[u]);
+      }
+    }
+    if (r2 < len) {
+      const vec w0 = VSET1(s[r2] * inv);
+      for (int u = 0; u < nv; u++) a[u] = VFMA(w0, VLOADX(V + r2 * hd + u * VW), a[u]);
+    }
+    for (int u = 0; u < nv; u++) VSTORE(o + u * VW, VADDV(a[u], b[u]));
+    return;
+  }
+  for (int64_t c = 0; c < hd; c++) o[c] = 0.0f;
+  for (int64_t r2 = 0; r2 < len; r2++) {
+    const float w = s[r2] * inv;
+    const float *v = V + r2 * hd;
+    for (int64_t c = 0; c < hd; c++) o[c] += w * v[c];
+  }
 }
 
 typedef struct {
@@ -550,10 +658,34 @@ static void pattn_head(const void *p, int64_t h) {
     const int64_t len = i < j->n_text ? (j->n_text < T ? j->n_text : T) : i + 1;
     const float *q = j->qkv + i * 3 * D + h * hd;
     int64_t r = 0;
+    for (; r + 4 * VW <= len; r += 4 * VW) { /* 4 VW scores at a time: four independent sums over c */
+      vec a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
+      for (int64_t c = 0; c < hd; c++) {
+        const vec qc = VSET1(q[c]);
+        const float *k = kt + c * T + r;
+        a0 = VFMA(qc, VLOADX(k), a0);
+        a1 = VFMA(qc, VLOADX(k + VW), a1);
+        a2 = VFMA(qc, VLOADX(k + 2 * VW), a2);
+        a3 = VFMA(qc, VLOADX(k + 3 * VW), a3);
+      }
+      const vec sc = VSET1(j->scale);
+      VSTORE(s + r, VMULV(a0, sc));
+      VSTORE(s + r + VW, VMULV(a1, sc));
+      VSTORE(s + r + 2 * VW, VMULV(a2, sc));
+      VSTORE(s + r + 3 * VW, VMULV(a3, sc));
+    }
     for (; r + VW <= len; r += VW) { /* VW scores at a time, accumulated in a register */
       vec acc = VZERO();
       for (int64_t c = 0; c < hd; c++) acc = VFMA(VSET1(q[c]), VLOADX(kt + c * T + r), acc);
       VSTORE(s + r, VMULV(acc, VSET1(j->scale)));
+    }
+    if (r < len && T >= VW) { /* the last len - r scores as one vector (its other lanes read within this head's
+                                 scratch: kt's next row, or s after kt's last; each lane is its own sum) */
+      vec acc = VZERO();
+      for (int64_t c = 0; c < hd; c++) acc = VFMA(VSET1(q[c]), VLOADX(kt + c * T + r), acc);
+      float buf[VW];
+      VSTORE(buf, VMULV(acc, VSET1(j->scale)));
+      for (const int64_t r0 = r; r < len; r++) s[r] = buf[r - r0];
     }
     for (; r < len; r++) {
       float acc = 0.0f;
@@ -562,31 +694,7 @@ static void pattn_head(const void *p, int64_t h) {
     }
     const float inv = 1.0f / softmax_exp(s, len);
     float *o = j->O + i * D + h * hd;
-    if (hd % VW == 0 && hd <= 4 * VW) { /* the output row in registers, two rows of V at a time */
-      const int nv = (int)(hd / VW);
-      vec a[4], b[4];
-      for (int u = 0; u < 4; u++) a[u] = b[u] = VZERO();
-      int64_t r2 = 0;
-      for (; r2 + 2 <= len; r2 += 2) {
-        const vec w0 = VSET1(s[r2] * inv), w1 = VSET1(s[r2 + 1] * inv);
-        for (int u = 0; u < nv; u++) {
-          a[u] = VFMA(w0, VLOADX(V + r2 * hd + u * VW), a[u]);
-          b[u] = VFMA(w1, VLOADX(V + (r2 + 1) * hd + u * VW), b[u]);
-        }
-      }
-      if (r2 < len) {
-        const vec w0 = VSET1(s[r2] * inv);
-        for (int u = 0; u < nv; u++) a[u] = VFMA(w0, VLOADX(V + r2 * hd + u * VW), a[u]);
-      }
-      for (int u = 0; u < nv; u++) VSTORE(o + u * VW, VADDV(a[u], b[u]));
-    } else {
-      for (int64_t c = 0; c < hd; c++) o[c] = 0.0f;
-      for (int64_t r2 = 0; r2 < len; r2++) {
-        const float w = s[r2] * inv;
-        const float *v = V + r2 * hd;
-        for (int64_t c = 0; c < hd; c++) o[c] += w * v[c];
-      }
-    }
+    weighted_rows(s, inv, V, len, hd, o);
   }
 }
 

@@ -221,6 +221,7 @@ class _Kernel:
         self.bias_act = _fn(lib, "bias_act", _P, _P, _I64, _I64, _INT)
         self.downcast_exact = _fn(lib, "f32_to_f16_exact", _P, _P, _I64)
         self.downcast_exact.restype = _INT
+        self.add_layer_norm_rows = _fn(lib, "add_layer_norm_rows", _P, _P, _P, _P, _I64, _I64, ctypes.c_float, _INT)
         self.prefill_attention = _fn(lib, "prefill_attention", _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64,
                                      ctypes.c_float, _INT)
         self.decode_layers = _fn(lib, "decode_layers", _P, _I64, _I64, _I64, _P, _P, _I64, _I64, _I64,

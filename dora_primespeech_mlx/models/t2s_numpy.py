@@ -55,6 +55,20 @@ def _layer_norm_rows(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1
     return d * (1.0 / np.sqrt(var + np.float32(eps))) * w + b
 
 
+def _add_norm(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray, fn, eps: float = 1e-5) -> np.ndarray:
+    """``LayerNorm(x + y) * w + b`` over the last axis of the prefill's rows: in place in ``x`` in the kernel library
+    when ``fn`` is there (rows on its threads), else :func:`_layer_norm_rows` in numpy."""
+    if fn is None:
+        return _layer_norm_rows(x + y, w, b, eps)
+    from .half_gemv import threads
+
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    y = np.ascontiguousarray(y, dtype=np.float32)
+    M, D = x.shape
+    fn.add_layer_norm_rows(x.ctypes.data, y.ctypes.data, w.ctypes.data, b.ctypes.data, M, D, float(eps), threads())
+    return x
+
+
 def _matrix(a: mx.array, fn):
     """A weight matrix for the step: a float16 one as a :class:`~.half_gemv.HalfMatrix` (zero-copy view,
     float16 reads with float32 accumulation) when the kernel ``fn`` is there, else a float32 view."""
@@ -257,9 +271,9 @@ class NumpyDecoder:
                 s = np.exp(s - s.max(axis=-1, keepdims=True))
                 s /= s.sum(axis=-1, keepdims=True)
                 o = np.matmul(s, V[:, :T]).transpose(1, 0, 2).reshape(T, D)
-            x = _layer_norm_rows(x + _linear(o, layer.out_w, layer.out_b, path=gemm), layer.n1_w, layer.n1_b)
+            x = _add_norm(x, _linear(o, layer.out_w, layer.out_b, path=gemm), layer.n1_w, layer.n1_b, fn)
             h = _linear(x, layer.fc1_w, layer.fc1_b, relu=True, path=gemm)
-            x = _layer_norm_rows(x + _linear(h, layer.fc2_w, layer.fc2_b, path=gemm), layer.n2_w, layer.n2_b)
+            x = _add_norm(x, _linear(h, layer.fc2_w, layer.fc2_b, path=gemm), layer.n2_w, layer.n2_b, fn)
         state.offset = T
         return state, w.predict @ x[-1]
 

@@ -6,7 +6,7 @@
 - small-M GEMM: against a float64 product of the same float16 weights, with tails in M, N and K, bias, ReLU and
   exact GELU, and bit-identical across thread counts (columns are split);
 - the GPT decode step at 2 threads bit-identical to 1 thread; the prefill through the GEMM close to the float32
-  upcast + BLAS prefill;
+  upcast + BLAS prefill; the prefill's attention and residual norms in the library close to numpy's;
 - RoBERTa: the automatic choice (float16 + numpy where the kernels build on the CPU, float32 when the weights are
   not float16 values) and the fixture cases (tests/models/test_bert.py checks every case's goldens with both).
 """
@@ -242,15 +242,18 @@ def test_fused_decode_step_matches_numpy_step(lib, threads, monkeypatch):
     print(f"\nfused vs numpy decode step: max |logit diff| {worst:.3g}")
 
 
-def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch):
+@pytest.mark.parametrize("n_text,n_audio", [(37, 45), (5, 4), (70, 3)])
+def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch, n_text, n_audio):
+    """The prefill's attention and residual norms in the kernel library against numpy: both mask shapes (text
+    rows, audio rows), score tails of every length below a vector, and a prefix shorter than one vector."""
     from dora_primespeech_mlx.models import t2s_numpy
 
     model = _gpt(layers=2)
     dec = t2s_numpy.NumpyDecoder(model)
     rng = np.random.default_rng(9)
-    phones = rng.integers(0, 700, (1, 37)).astype(np.int32)  # 37 text rows + 45 audio rows: both mask shapes
-    bert = (0.1 * rng.standard_normal((1, 1024, 37))).astype(np.float32)
-    prompt = rng.integers(0, 1024, (1, 45)).astype(np.int32)
+    phones = rng.integers(0, 700, (1, n_text)).astype(np.int32)
+    bert = (0.1 * rng.standard_normal((1, 1024, n_text))).astype(np.float32)
+    prompt = rng.integers(0, 1024, (1, n_audio)).astype(np.int32)
     monkeypatch.setattr(t2s_numpy, "FUSED_STEP", False)
     ref, want = dec.prefill(phones, bert, prompt, 4)
     monkeypatch.setattr(t2s_numpy, "FUSED_STEP", True)
@@ -260,7 +263,23 @@ def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         for a, b in zip(got_state.keys + got_state.values, ref.keys + ref.values):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-        assert got_state.offset == ref.offset == 82
+        assert got_state.offset == ref.offset == n_text + n_audio
+
+
+@pytest.mark.parametrize("m,d", [(210, 512), (9, 1024), (1, 7), (33, 100)])
+def test_add_layer_norm_rows_matches_numpy_on_any_thread_count(lib, threads, m, d):
+    from dora_primespeech_mlx.models import t2s_numpy
+
+    rng = np.random.default_rng(m + d)
+    x, y = (3 * rng.standard_normal((2, m, d)) + 1).astype(np.float32)
+    w, b = rng.standard_normal((2, d)).astype(np.float32)
+    want = t2s_numpy._layer_norm_rows(x + y, w, b)
+    threads(1)
+    one = t2s_numpy._add_norm(x.copy(), y, w, b, lib)
+    np.testing.assert_allclose(one, want, rtol=1e-5, atol=1e-5)
+    for n in (2, 3):
+        threads(n)
+        np.testing.assert_array_equal(t2s_numpy._add_norm(x.copy(), y, w, b, lib), one)
 
 
 def test_concurrent_callers_get_their_own_results(lib, threads):
