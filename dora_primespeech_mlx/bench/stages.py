@@ -13,12 +13,12 @@ from .measure import _summary, loadavg, measure_bandwidth, rss_mb, timed
 from .memory import memory_breakdown
 from .weights import (
     N_BERT_TOKENS,
-    N_PROMPT_PHONES,
     N_PROMPT_TOKENS,
     N_TARGET_PHONES,
     N_TOKENS,
     TARGET_TEXT,
     bench_voice,
+    gpt_inputs,
     weight_bytes_per_token,
 )
 
@@ -63,9 +63,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
             [s * 1e3 for s in timed(lambda: mx.eval(bert(ids)), repeat)], "ms", what=f"{N_BERT_TOKENS} tokens"
         )
 
-    phones = rng.integers(0, gpt.args.phoneme_vocab_size, (1, N_PROMPT_PHONES + N_TARGET_PHONES)).astype(np.int32)
-    feats = (0.1 * rng.standard_normal((1, 1024, phones.shape[1]))).astype(np.float32)
-    prompt = rng.integers(0, 1024, (1, n_prompt)).astype(np.int32)
+    phones, feats, prompt = gpt_inputs(gpt, rng, n_prompt)
 
     if "gpt" in stages:
         backend = gpt.decoder.backend

@@ -183,6 +183,15 @@ def bench_voice(root: Path):
     )
 
 
+def gpt_inputs(gpt, rng, n_prompt: int = N_PROMPT_TOKENS):
+    """The bench request's GPT inputs, random: phone ids (1, prompt + target phones), BERT features (1, 1024, same)
+    and prompt tokens (1, ``n_prompt``), drawn from ``rng`` in that order."""
+    phones = rng.integers(0, gpt.args.phoneme_vocab_size, (1, N_PROMPT_PHONES + N_TARGET_PHONES)).astype(np.int32)
+    feats = (0.1 * rng.standard_normal((1, 1024, phones.shape[1]))).astype(np.float32)
+    prompt = rng.integers(0, 1024, (1, n_prompt)).astype(np.int32)
+    return phones, feats, prompt
+
+
 def weight_bytes_per_token(gpt, kv_rows: float) -> int:
     """Bytes a decode step must read: every block weight, the head, and the KV cache rows attended."""
     from mlx.utils import tree_flatten

@@ -410,13 +410,10 @@ static void attn_head(const void *p, int64_t h) {
   }
 }
 
-static void layer_norm_add(float *x, const float *y, const float *b, const float *w, const float *nb, int64_t D,
-                           float eps) {
+/* x = LayerNorm(x) * w + nb in place for one row of D (mean and variance accumulated in double) */
+static void norm_row(float *x, const float *w, const float *nb, int64_t D, float eps) {
   double mu = 0.0;
-  for (int64_t i = 0; i < D; i++) {
-    x[i] = (x[i] + y[i]) + b[i];
-    mu += x[i];
-  }
+  for (int64_t i = 0; i < D; i++) mu += x[i];
   const float m = (float)(mu / (double)D);
   double var = 0.0;
   for (int64_t i = 0; i < D; i++) {
@@ -427,8 +424,14 @@ static void layer_norm_add(float *x, const float *y, const float *b, const float
   for (int64_t i = 0; i < D; i++) x[i] = (x[i] - m) * (w[i] * r) + nb[i];
 }
 
+static void layer_norm_add(float *x, const float *y, const float *b, const float *w, const float *nb, int64_t D,
+                           float eps) {
+  for (int64_t i = 0; i < D; i++) x[i] = (x[i] + y[i]) + b[i];
+  norm_row(x, w, nb, D, eps);
+}
+
 /* ---- x[i] = LayerNorm(x[i] + y[i]) * w + nb for M rows of D (the prefill's residual and norm), rows split over
-   threads; the mean and variance accumulated in double as in the decode step's layer_norm_add ---- */
+   threads (norm_row, as the decode step's layer_norm_add) ---- */
 typedef struct {
   float *x;
   const float *y, *w, *nb;
@@ -442,19 +445,8 @@ static void add_norm_chunk(const void *p, int64_t c) {
   for (int64_t r = c * j->rows; r < r1; r++) {
     float *x = j->x + r * D;
     const float *y = j->y + r * D;
-    double mu = 0.0;
-    for (int64_t i = 0; i < D; i++) {
-      x[i] += y[i];
-      mu += x[i];
-    }
-    const float m = (float)(mu / (double)D);
-    double var = 0.0;
-    for (int64_t i = 0; i < D; i++) {
-      const float d = x[i] - m;
-      var += (double)d * d;
-    }
-    const float inv = 1.0f / sqrtf((float)(var / (double)D) + j->eps);
-    for (int64_t i = 0; i < D; i++) x[i] = (x[i] - m) * (j->w[i] * inv) + j->nb[i];
+    for (int64_t i = 0; i < D; i++) x[i] += y[i];
+    norm_row(x, j->w, j->nb, D, j->eps);
   }
 }
 

@@ -49,10 +49,7 @@ def main() -> int:
         return 1
     rng = np.random.default_rng(0)
     gpt = load.load_gpt(root / "gpt")
-    phones = rng.integers(0, gpt.args.phoneme_vocab_size,
-                          (1, bench.N_PROMPT_PHONES + bench.N_TARGET_PHONES)).astype(np.int32)
-    feats = (0.1 * rng.standard_normal((1, 1024, phones.shape[1]))).astype(np.float32)
-    prompt = rng.integers(0, 1024, (1, bench.N_PROMPT_TOKENS)).astype(np.int32)
+    phones, feats, prompt = bench.gpt_inputs(gpt, rng)
     half, full = gpt.decoder, NumpyDecoder(gpt, half=False)
     bert, _ = load.load_bert(root / "bert")
     ids = mx.array(rng.integers(5, bert.args.vocab_size, (1, bench.N_BERT_TOKENS)).astype(np.int32))

@@ -74,10 +74,7 @@ def main(argv=None) -> int:
     gpt = load.load_gpt(root / "gpt")
     dec = gpt.decoder
     assert getattr(dec, "half", False), "float16 GPT decode unavailable"
-    phones = rng.integers(0, gpt.args.phoneme_vocab_size,
-                          (1, bench.N_PROMPT_PHONES + bench.N_TARGET_PHONES)).astype(np.int32)
-    feats = (0.1 * rng.standard_normal((1, 1024, phones.shape[1]))).astype(np.float32)
-    prompt = rng.integers(0, 1024, (1, bench.N_PROMPT_TOKENS)).astype(np.int32)
+    phones, feats, prompt = bench.gpt_inputs(gpt, rng)
     new_linear, new_ffn = t2s_numpy._linear, t2s_numpy._ffn
 
     def old_linear(x, w, b, relu=False, path=None):  # before: upcast the float16 weight, then BLAS

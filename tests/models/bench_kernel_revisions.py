@@ -83,10 +83,7 @@ def main() -> int:
         root = bench.ensure_models(bench.default_models_dir())
         rng = np.random.default_rng(0)
         gpt = load.load_gpt(root / "gpt")
-        phones = rng.integers(0, gpt.args.phoneme_vocab_size,
-                              (1, bench.N_PROMPT_PHONES + bench.N_TARGET_PHONES)).astype(np.int32)
-        feats = (0.1 * rng.standard_normal((1, 1024, phones.shape[1]))).astype(np.float32)
-        prompt = rng.integers(0, 1024, (1, bench.N_PROMPT_TOKENS)).astype(np.int32)
+        phones, feats, prompt = bench.gpt_inputs(gpt, rng)
         dec = gpt.decoder
         w = dec.weights()
         print(f"build {isa}, {th} thread(s), against {args.against}, loadavg {os.getloadavg()[0]:.1f}")
