@@ -193,15 +193,20 @@ def test_mode_setting(raw_sovits):
     assert vocoder.status(model)["backend"] == expected
 
 
-def test_fallback_when_onnxruntime_is_missing(monkeypatch, raw_sovits, caplog):
+def block_import(monkeypatch, package: str) -> None:
+    """For one test, ``import package`` (and its submodules) raises ImportError, as where it is not installed."""
     real_import = builtins.__import__
 
-    def no_ort(name, *args, **kwargs):
-        if name == "onnxruntime" or name.startswith("onnxruntime."):
-            raise ImportError("No module named 'onnxruntime'")
+    def blocked(name, *args, **kwargs):
+        if name == package or name.startswith(package + "."):
+            raise ImportError(f"No module named '{package}' (simulated)")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_ort)
+    monkeypatch.setattr(builtins, "__import__", blocked)
+
+
+def test_fallback_when_onnxruntime_is_missing(monkeypatch, raw_sovits, caplog):
+    block_import(monkeypatch, "onnxruntime")
     model = from_checkpoint(raw_sovits)
     with caplog.at_level(logging.WARNING, logger=vocoder.__name__):
         vocoder.attach(model, cache_dir=None, mode="onnx")

@@ -8,7 +8,6 @@ reaching the backend; the fallback to ONNX Runtime (one warning) where openvino 
 
 from __future__ import annotations
 
-import builtins
 import logging
 import threading
 
@@ -26,7 +25,8 @@ import test_vocoder_onnx as onnx_tests  # noqa: E402  (the fixture SoVITS, its d
 
 from dora_primespeech_mlx.models import vocoder_openvino  # noqa: E402
 
-raw_sovits = onnx_tests.raw_sovits  # the module-scoped fixture
+raw_sovits = onnx_tests.raw_sovits  # the module-scoped fixtures
+mlx_model = onnx_tests.mlx_model
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +34,6 @@ def ov_model(raw_sovits, tmp_path_factory):
     model = from_checkpoint(raw_sovits)
     vocoder.attach(model, cache_dir=tmp_path_factory.mktemp("ov-cache"), mode="openvino", threads=2,
                    release_mlx=False)
-    return model
-
-
-@pytest.fixture(scope="module")
-def mlx_model(raw_sovits):
-    model = from_checkpoint(raw_sovits)
-    vocoder.attach(model, mode="mlx")
     return model
 
 
@@ -118,14 +111,7 @@ def test_setting_reaches_the_backend():
 
 
 def test_falls_back_to_onnxruntime_without_openvino(monkeypatch, raw_sovits, caplog):
-    real_import = builtins.__import__
-
-    def no_openvino(name, *args, **kwargs):
-        if name == "openvino" or name.startswith("openvino."):
-            raise ImportError("No module named 'openvino' (simulated)")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_openvino)
+    onnx_tests.block_import(monkeypatch, "openvino")
     model = from_checkpoint(raw_sovits)
     with caplog.at_level(logging.WARNING):
         vocoder.attach(model, cache_dir=None, mode="openvino", threads=1, release_mlx=False)
