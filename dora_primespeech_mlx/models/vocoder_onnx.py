@@ -300,13 +300,13 @@ def load_or_build(
     """The generator ``dec`` on ONNX Runtime (an :class:`OnnxGenerator`): from ``cache_dir`` when its graph is
     already there, else built, written there atomically and loaded. With ``cache_dir`` None (or not writable) the
     graph is built in memory. ``layout`` None: the one for the thread count (:func:`layout_for`). ``spin``: see
-    :class:`OnnxGenerator`. ``factory(model, path=None)``: another runtime's generator from the graph (a path or
+    :class:`OnnxGenerator`. ``factory(model)``: another runtime's generator from the graph (a path or
     bytes) instead (:func:`.vocoder_openvino.load_or_build`)."""
     if layout is None:
         layout = layout_for(resolve_threads(threads))
     if factory is None:
-        def factory(model, path=None):
-            return OnnxGenerator(model, threads, path=path, spin=spin)
+        def factory(model):
+            return OnnxGenerator(model, threads, spin=spin)
     weights = generator_weights(dec)
     digest = weights_digest(weights, layout)
     gen = _load_or_build(dec, weights, digest, cache_dir, layout, factory)

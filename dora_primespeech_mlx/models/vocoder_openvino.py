@@ -26,8 +26,8 @@ def load_or_build(dec, cache_dir: str | os.PathLike | None, threads: int | None 
     core), from the graph :func:`.vocoder_onnx.load_or_build` caches (built there when missing)."""
     n = vocoder_onnx.resolve_threads(threads) or (os.cpu_count() or 1)
 
-    def factory(model, path=None):
-        return OpenVinoGenerator(model, n, path=path)
+    def factory(model):
+        return OpenVinoGenerator(model, n)
 
     return vocoder_onnx.load_or_build(dec, cache_dir, threads, layout=LAYOUT, factory=factory)
 
