@@ -13,6 +13,7 @@ the slow deselection (``-m slow``: only the slow tests).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -88,6 +89,20 @@ def no_dora_process_survives():
                     pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def one_dora_test_at_a_time(request, tmp_path_factory):
+    """The tests run in two worker processes (pytest-xdist: ``-n 2`` in pyproject's addopts; ``-n 0``: one
+    process). A test that starts dora processes (marked ``dora``: a dataflow's daemon, coordinator and nodes) holds
+    a lock the workers share while it runs, so no two dataflows of the tests run at once, as in one process. (A
+    module-scoped fixture such as test_cluster's loopback cluster may exist in both workers: it takes free ports.)"""
+    if request.node.get_closest_marker("dora") is None or not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    with open(tmp_path_factory.getbasetemp().parent / "dora-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 T = TypeVar("T")
 _RUN = {"full": False}
 
@@ -118,7 +133,7 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     out = os.environ.get("PRIMESPEECH_PASSED_IDS_OUT")
-    if out and exitstatus == 0:
+    if out and exitstatus == 0 and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller has every report
         Path(out).write_text("\n".join(_PASSED) + "\n", encoding="utf-8")
 
 
