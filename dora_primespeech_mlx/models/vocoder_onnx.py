@@ -252,8 +252,8 @@ def generator_inputs(z, ge) -> dict[str, np.ndarray]:
 class OnnxGenerator:
     """The generator as an ONNX Runtime session. ``__call__(z, ge)`` with numpy float32 arrays."""
 
-    def __init__(self, model: str | os.PathLike | bytes, threads: int | None = None, path: Path | None = None,
-                 arena: bool | None = None, spin: bool | None = None):
+    def __init__(self, model: str | os.PathLike | bytes, threads: int | None = None, arena: bool | None = None,
+                 spin: bool | None = None):
         import onnxruntime as ort
 
         self.threads = resolve_threads(threads)
@@ -274,7 +274,7 @@ class OnnxGenerator:
         opts.enable_cpu_mem_arena = self.arena
         source = model if isinstance(model, bytes) else str(model)
         self.session = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
-        self.path = path if path is not None else (None if isinstance(model, bytes) else Path(model))
+        self.path = None if isinstance(model, bytes) else Path(model)
         self.onnxruntime_version = ort.__version__
         self.digest: str | None = None  # set by load_or_build
         self.layout = "2d"

@@ -41,7 +41,7 @@ class OpenVinoGenerator:
     """The generator compiled by OpenVINO for the CPU. ``__call__(z, ge)`` with numpy float32 arrays, like
     :class:`.vocoder_onnx.OnnxGenerator`; callable from several threads at once (one infer request per thread)."""
 
-    def __init__(self, model: str | os.PathLike | bytes, threads: int, path: Path | None = None):
+    def __init__(self, model: str | os.PathLike | bytes, threads: int):
         import openvino as ov
 
         self.threads = max(1, int(threads))
@@ -59,7 +59,7 @@ class OpenVinoGenerator:
         precision = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
         if "f32" not in precision and "float32" not in precision:
             raise RuntimeError(f"OpenVINO compiled the vocoder with {precision} precision, not float32")
-        self.path = path if path is not None else (None if isinstance(model, bytes) else Path(model))
+        self.path = None if isinstance(model, bytes) else Path(model)
         self.version = ov.get_version()
         self.digest: str | None = None  # set by load_or_build
         self.layout = LAYOUT
