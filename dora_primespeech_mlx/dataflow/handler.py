@@ -97,6 +97,9 @@ class MessageHandler:
         self._serving = threading.Event()  # set while a worker runs jobs; cleared when it ends or dies
         self.parked = threading.Event()  # the worker has finished for good (the process may exit now)
         self._warned_rate = False
+        # when the audio sent so far will have played (time.perf_counter), for a player that starts each chunk on
+        # arrival or when the one before it ends: a stream plans its first pieces with that audio in hand
+        self._playing_until: float | None = None
         self._warned_index = False
         # PRIMESPEECH_LLM_TEXT: one LLM stream filter per session and question (text/llm.py), fed on the input thread
         self.llm = llm.Sessions() if settings.llm_text else None
@@ -318,6 +321,7 @@ class MessageHandler:
         if st is not None and (self._reset_mark is None or self._reset_mark.before(st)):
             self._reset_mark = st
         n = self._cancel_texts(CANCELLED, "reset", st)
+        self._playing_until = None  # a player may drop what it holds on a reset: the next text plans without it
         self.log("INFO", f"reset: {n} text(s) cancelled")
         self.status("reset", md, message=f"reset: {n} text(s) cancelled", cancelled=n)
 
@@ -463,7 +467,8 @@ class MessageHandler:
         total, n, timings = 0.0, 0, {}
         if self.settings.streaming:
             for chunk in self.engine.synthesize_stream(text, voice=voice, cancel=job.cancel, key=job.seq,
-                                                       upcoming=self._upcoming, **overrides):
+                                                       upcoming=self._upcoming, playing_until=self._playing_until,
+                                                       **overrides):
                 if job.cancel.is_set():
                     break
                 total += self._send_audio(job, chunk.audio, chunk.sample_rate, voice, language,
@@ -517,6 +522,8 @@ class MessageHandler:
         with job.answer_lock:  # never audio after the text's segment_complete (e.g. a reset answered it)
             if not job.answered:
                 self.send("audio", array, md)
+                now = time.perf_counter()
+                self._playing_until = max(now, self._playing_until or now) + duration
         return duration
 
     def _voice_at(self, st: Stamp | None):

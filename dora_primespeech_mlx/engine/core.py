@@ -240,7 +240,8 @@ class GPTSoVITSEngine:
 
     def synthesize_stream(self, text: str, voice: str | VoiceSpec | None = None,
                           config: SynthesisConfig | None = None, cancel: threading.Event | None = None,
-                          key=None, upcoming=None, **overrides) -> Iterator[AudioChunk]:
+                          key=None, upcoming=None, playing_until: float | None = None,
+                          **overrides) -> Iterator[AudioChunk]:
         """Speak ``text`` as a stream of :class:`AudioChunk` produced while the GPT is still generating.
 
         Settings, voice and text are checked before this returns (errors raise here, not on the first
@@ -251,7 +252,13 @@ class GPTSoVITSEngine:
         ``upcoming()`` lists (:class:`~.batching.Upcoming`: those the caller will ask for next, in order), decode
         beside the sentence being spoken once enough audio is queued; a later call with the same ``key``, text,
         voice and overrides goes on from the tokens decoded. Every sentence's tokens are those of its decode
-        alone with the same seed."""
+        alone with the same seed.
+
+        ``playing_until``: when (``time.perf_counter()``) the audio the caller sent before this text will have
+        played, where the same listener plays this one after it (the node's audio output): the stream's windows are
+        then planned with that audio in hand, as a text's later sentences are (a larger first piece that keeps the
+        rest in time, instead of a small one the listener would wait for after a gap). None, or a time passed: the
+        listener waits for this text's first audio."""
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             self._stats.begin(stream=True)
@@ -273,7 +280,7 @@ class GPTSoVITSEngine:
             except BaseException as exc:
                 self._stats.failure(exc)
                 raise
-        return self._stream(r, timer, t_start, cancel, upcoming)
+        return self._stream(r, timer, t_start, cancel, upcoming, playing_until)
 
     def _prepare_joined(self, r: _Request, u: batching.Upcoming) -> _Request | None:
         """A queued text's request, prepared now to join ``r``'s decode batch; None when it cannot join (another
@@ -288,13 +295,16 @@ class GPTSoVITSEngine:
         j.timer = Timer()
         return j
 
-    def _stream(self, r: _Request, timer: Timer, t_start: float, cancel, upcoming=None) -> Iterator[AudioChunk]:
+    def _stream(self, r: _Request, timer: Timer, t_start: float, cancel, upcoming=None,
+                playing_until: float | None = None) -> Iterator[AudioChunk]:
         cfg, sr, last = r.cfg, r.models.sample_rate, len(r.chunks) - 1
         lane = self._lane_for(r.models)
         with self._lock:
             batch = self.batching.batch_for(r, pipeline.batch_width(r.models, self.settings.batch))
         pending: collections.deque = collections.deque()  # (sentence, final, PendingPiece), in order
         out = {"index": 0, "audio": 0, "first": None, "until": None}  # until: when the sent audio has played
+        if playing_until is not None and playing_until > time.perf_counter():  # (the caller's earlier audio)
+            out["until"] = playing_until
         n_tokens = n_chunks = 0
         cancelled = False
 

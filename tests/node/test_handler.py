@@ -308,3 +308,60 @@ def test_queued_texts_join_the_running_decode_and_keep_their_tokens(model_dir, s
         rec.wait(lambda r, n=i + 1: len(completes(r)) == n)  # one at a time: nothing queued behind it
     assert handler.finish(60)
     assert batched == tokens
+
+
+def test_a_text_s_stream_plans_with_the_audio_the_node_sent_before_it_in_hand(model_dir, shared_engine,
+                                                                             monkeypatch):
+    """The node tells the engine when the audio it sent so far will have played (a player that starts each chunk on
+    arrival or after the one before it): a text spoken right after another starts with that audio in hand; after a
+    reset (a player may drop what it holds) the next text plans without it."""
+    engine, _ = shared_engine
+    asked, real = [], engine.synthesize_stream
+
+    def recording(text, **kw):
+        asked.append((time.perf_counter(), kw.get("playing_until")))
+        return real(text, **kw)
+
+    monkeypatch.setattr(engine, "synthesize_stream", recording)
+    handler, rec = make_handler(model_dir, shared_engine, STREAMING="true")
+    arrivals = []
+    text(handler, TEXT, question_id="a")
+    rec.wait(lambda r: len(completes(r)) == 1)
+    for _, amd in rec.of("audio"):
+        arrivals.append(float(amd["duration"]))
+    text(handler, TEXT, question_id="b")
+    rec.wait(lambda r: len(completes(r)) == 2)
+    handler.on_input("control", pa.array(["reset"]), {})
+    rec.wait(lambda r: any(s["status"] == "reset" for s in r.statuses()))
+    text(handler, TEXT, question_id="c")
+    rec.wait(lambda r: len(completes(r)) == 3)
+    assert handler.finish(60)
+    (t_a, until_a), (t_b, until_b), (_, until_c) = asked
+    assert until_a is None  # nothing sent before the first text
+    # the first text's audio, played from its first chunk's arrival at the earliest: still playing when the second
+    # text was asked for, unless the machine took longer than that audio to answer it
+    assert until_b is not None and until_b >= t_a + sum(arrivals)
+    assert until_c is None
+
+
+def test_an_engine_stream_counts_the_caller_s_audio_in_hand_only_while_it_plays(shared_engine, monkeypatch):
+    """``synthesize_stream(playing_until=...)``: the pacer's first deadline is that time while it is ahead (the
+    listener still plays the caller's earlier audio), none where it passed or is not given."""
+    from dora_primespeech_mlx.engine import pacing
+
+    engine, _ = shared_engine
+    list(engine.synthesize_stream(TEXT, seed=1))  # the engine's speeds, measured (the pacer plans with them)
+    deadlines, real = [], pacing.Pacer.cut
+
+    def cut(self, new_tokens, now, deadline):
+        deadlines.append(deadline)
+        return real(self, new_tokens, now, deadline)
+
+    monkeypatch.setattr(pacing.Pacer, "cut", cut)
+    for playing_until in (time.perf_counter() + 60.0, time.perf_counter() - 1.0, None):
+        deadlines.clear()
+        assert list(engine.synthesize_stream(TEXT, seed=1, playing_until=playing_until))
+        if playing_until is not None and playing_until > time.perf_counter():
+            assert deadlines[0] == playing_until
+        else:
+            assert deadlines[0] is None
