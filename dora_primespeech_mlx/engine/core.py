@@ -418,7 +418,10 @@ class GPTSoVITSEngine:
                         if clean and pacer.paced and p.vocode_s is not None:  # how far off the plan was
                             self.rates.note_window(window_gpt_s + p.latent_s + p.vocode_s, estimate)
                         pending.append((s, done, p))
-                    yield from emit(lane is None or (done and s == last))
+                    # a sentence's last pieces go out before the next sentence's start (BERT, prefill) where the
+                    # listener has little audio in hand: beside the lane's vocoder that start would slow it down
+                    short = out["until"] is None or out["until"] - time.perf_counter() <= overlap.SEND_BEFORE_NEXT_S
+                    yield from emit(lane is None or (done and (s == last or short)))
                     if done:
                         break
                 n_chunks += 1

@@ -27,6 +27,8 @@ MODES = ("auto", "1", "0")
 STREAM_QUEUED_S = 1.5  # a stream's window goes to the lane only while this much sent audio is still unplayed
 HOLD_BLAS = True  # the BLAS keeps to one thread while the lane works (tests/tools: off to measure without)
 FOLLOW_BUSY_LANE = True  # a stream's window goes to the lane also while its earlier windows are still there
+SEND_BEFORE_NEXT_S = 1.5  # at a sentence's end, while no more than this much sent audio is unplayed, the stream sends
+# its pieces still in the lane before the next sentence's start (BERT, prefill), which would slow the lane down
 
 
 def wanted(mode: str, sovits) -> bool:

@@ -8,6 +8,7 @@ would show as a jump (the fixture models' audio is noise-like, so jumps there sa
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -467,9 +468,59 @@ def test_stream_windows_follow_a_busy_lane(engine, small, monkeypatch, follow):
 
     monkeypatch.setattr(type(backend), "run_onnx", run_onnx)
     monkeypatch.setattr(overlap, "STREAM_QUEUED_S", _Once())  # only the first window after the first audio
+    monkeypatch.setattr(overlap, "SEND_BEFORE_NEXT_S", -1.0)  # (no sentence's end waits for the lane here)
     chunks = list(engine.synthesize_stream(text, **kw))
     assert all_cut.is_set()
     assert len(submitted) == (len(chunks) - 1 if follow else 1)
     assert [(c.chunk_index, c.sentence_index, c.is_final) for c in chunks] == [
         (c.chunk_index, c.sentence_index, c.is_final) for c in alone]
     np.testing.assert_array_equal(np.concatenate([c.audio for c in chunks]), np.concatenate([c.audio for c in alone]))
+
+
+@pytest.mark.parametrize("send_first", [True, False])
+def test_a_sentence_s_last_pieces_go_out_before_the_next_sentence_s_start(engine, small, monkeypatch, send_first):
+    """At a sentence's end with little audio in hand (SEND_BEFORE_NEXT_S), the stream waits for its pieces still in
+    the lane and sends them before the next sentence's start (BERT, prefill), which beside the lane's vocoder would
+    slow it down; with the threshold below zero the next sentence starts while they are still there. The same
+    audio either way."""
+    import dataclasses
+
+    from dora_primespeech_mlx.engine import batching, overlap
+
+    sovits = engine.store.models(engine.voice).sovits
+    backend = getattr(sovits, "vocoder_backend", None)
+    if backend is None or backend.active != "onnxruntime":
+        pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
+    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
+    monkeypatch.setattr(batching, "ADMIT_QUEUED_S", float("inf"))  # each sentence starts at its turn
+    text = "Hello world. This is a small test."
+    kw = dict(small, text_split_method="cut5")
+    alone = list(engine.synthesize_stream(text, **kw))
+    monkeypatch.setattr(overlap, "STREAM_QUEUED_S", -1.0)  # every window after the first goes to the lane
+    monkeypatch.setattr(overlap, "SEND_BEFORE_NEXT_S", 1e9 if send_first else -1.0)
+    real_run = type(backend).run_onnx
+
+    def slow_lane(self, z, ge):  # the lane's runs take long enough for the next sentence to start beside them
+        if threading.current_thread().name.startswith("primespeech-vocoder"):
+            time.sleep(0.3)
+        return real_run(self, z, ge)
+
+    monkeypatch.setattr(type(backend), "run_onnx", slow_lane)
+    yielded, sent_at_start = [], []
+    real_admit = batching.Batching.admit
+
+    def admit(self, request, s, timer):
+        if s == 1:  # the second sentence's start: how many of the first sentence's pieces went out before it
+            sent_at_start.append(sum(c.sentence_index == 0 for c in yielded))
+        return real_admit(self, request, s, timer)
+
+    monkeypatch.setattr(batching.Batching, "admit", admit)
+    for chunk in engine.synthesize_stream(text, **kw):
+        yielded.append(chunk)  # noqa: PERF402 - (admit reads what went out so far)
+    first_sentence = sum(c.sentence_index == 0 for c in alone)
+    assert {c.sentence_index for c in alone} == {0, 1} and len(sent_at_start) == 1
+    if send_first:
+        assert sent_at_start == [first_sentence]
+    elif first_sentence > 1:  # (its later pieces were in the slow lane when the next sentence started)
+        assert sent_at_start[0] < first_sentence
+    np.testing.assert_array_equal(np.concatenate([c.audio for c in yielded]), np.concatenate([c.audio for c in alone]))
