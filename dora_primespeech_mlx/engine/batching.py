@@ -4,7 +4,9 @@ The engine keeps one :class:`~..models.t2s_batch.DecodeBatch` for the voice in u
 sentence gets its row (its prefill) when its turn comes, and earlier while another sentence is read: the request's
 own later sentences, then the texts queued behind it (:class:`Upcoming`, e.g. the node's queued messages; same
 voice, each with its own settings) join the running decode once the listener has :data:`ADMIT_QUEUED_S` of audio in
-hand (a prefill stalls the stream for its duration). One sentence joins per decision, so a stall is one prefill. A
+hand, and only where the stream's pacer says the listener stays fed through the joining sentence's start (a prefill
+stalls the stream for its duration) and its slower steps (``pacing.Pacer.admits``, asked through ``allows``). One
+sentence joins per decision, so a stall is one prefill. A
 queued text that joins is prepared (front end, BERT, seed) at that moment; its own request later finds it by its key
 and goes on from the tokens already decoded. Each sentence's tokens are those of its decode alone with the same
 seed; only when they are computed changes.
@@ -123,10 +125,13 @@ class Batching:
 
     def next_to_admit(self, request, head: int, queued_s: float | None,
                       upcoming: Callable[[], Sequence[Upcoming]] | None,
-                      prepare: Callable[[Upcoming], Any]) -> tuple[Any, int] | None:
+                      prepare: Callable[[Upcoming], Any],
+                      allows: Callable[[Any, int | None], bool] = lambda request, s: True) -> tuple[Any, int] | None:
         """Which sentence joins now, as (request, sentence), or None: the next sentence of ``request`` after
         ``head`` without a row, else the first of the queued texts (``upcoming``, asked at most every
-        :data:`UPCOMING_EVERY_S`) that joins (``prepare`` returns its request, or None when it cannot join)."""
+        :data:`UPCOMING_EVERY_S`) that joins (``prepare`` returns its request, or None when it cannot join).
+        ``allows(request, sentence)`` says whether the stream keeps up when that sentence joins now (``(None,
+        None)``: before a queued text is prepared, which is part of its start); None while it does not."""
         b = self.batch
         if b is None or b.max_rows <= 1:
             return None
@@ -138,12 +143,14 @@ class Batching:
             return None
         for s in range(head + 1, len(request.chunks)):
             if s not in request.rows:
-                return request, s
+                return (request, s) if allows(request, s) else None
         for u in queued or ():
             if (u.cancel is not None and u.cancel.is_set()) or u.key in self.refused:
                 continue
             j = self.joined.get(u.key)
             if j is None:
+                if not allows(None, None):
+                    return None
                 r = prepare(u)
                 if r is None:
                     self.refused.add(u.key)
@@ -151,5 +158,5 @@ class Batching:
                 j = self.joined[u.key] = Joined(r, u)
             for s in range(len(j.request.chunks)):
                 if s not in j.request.rows:
-                    return j.request, s
+                    return (j.request, s) if allows(j.request, s) else None
         return None

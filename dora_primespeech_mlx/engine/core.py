@@ -376,18 +376,25 @@ class GPTSoVITSEngine:
                         gen.close()
                         return
                     t0 = time.perf_counter()
+                    before = batch.steps, batch.row_steps, lane_busy()
                     with locked(), stage("gpt"):
                         tok = next(gen, None)
                     dt = time.perf_counter() - t0
                     timer.add("gpt_decode", dt)
                     decode_s += dt
+                    if batch.steps == before[0] + 1 and not (before[2] or lane_busy()):  # one step, nothing beside
+                        self.rates.note_step(batch.row_steps - before[1], dt)
+                        if batch.row_steps - before[1] == 1:  # a step alone: the GPT's speed (replaces a first
+                            self.rates.note_tokens(dt, 1)     # request's batched steps, the stand-in, soon)
                     done = tok is None
                     if not done:  # a waiting sentence joins the decode when the listener has audio in hand, but
                         # not where the plan counts on this sentence's steps alone (near real time: pacing.Pacer.
                         # covering; the later sentences then decode after it, as the plan has them)
                         with locked():
                             covering = pacer.covering and not self._join_while_covering
-                            self._admit_next(r, s, None if covering else out["until"], upcoming)
+                            self._admit_next(r, s, None if covering else out["until"], upcoming, pacer,
+                                             len(tokens) + 1 - cut_at)
+                            pacer.rows = min(batch.max_rows, len(batch.active))
                     if not done:
                         tokens.append(int(tok))
                         n_tokens += 1
@@ -459,12 +466,27 @@ class GPTSoVITSEngine:
             later.append((tokens, start))
         return later
 
-    def _admit_next(self, r: _Request, head: int, until: float | None, upcoming) -> None:
+    def _admit_next(self, r: _Request, head: int, until: float | None, upcoming, pacer: pacing.Pacer,
+                    new_tokens: int) -> None:
         """Let one waiting sentence join the decode batch (its prefill, now): see ``batching.next_to_admit``.
-        ``until`` None: none joins (queued texts cancelled since they joined still leave)."""
+        ``until`` None: none joins (queued texts cancelled since they joined still leave). One joins only where
+        ``pacer`` (the stream of ``r``'s sentence ``head``, ``new_tokens`` since its last cut) keeps the listener
+        fed after its start and with one more row in every step (:meth:`pacing.Pacer.admits`)."""
         queued = None if until is None else until - time.perf_counter()
+
+        def allows(j: _Request | None, s: int | None) -> bool:
+            """Whether sentence ``s`` of ``j`` may join now (``j`` None: a queued text still to prepare, about as
+            long as this sentence): its start by the measured speeds (front end aside), BERT where it lacks it, and
+            its expected length (as long as it decodes, each step has one row more)."""
+            chunk = r.chunks[head] if j is None else j.chunks[s]
+            bert = self.rates.start_s("bert") * len(chunk.phones) if j is None or chunk.bert is None else 0.0
+            tokens = self.rates.expected_tokens((r if j is None else j).spec.name, len(chunk.phones))
+            rows = min(self.batching.batch.max_rows, len(self.batching.batch.active) + 1)
+            return pacer.admits(new_tokens, time.perf_counter(), until, self.rates.start_s("prefill") + bert, rows,
+                                tokens)
+
         pick = self.batching.next_to_admit(r, head, queued, upcoming,
-                                           lambda u: self._prepare_joined(r, u))
+                                           lambda u: self._prepare_joined(r, u), allows)
         if pick is not None:
             joined, s = pick
             self.batching.admit(joined, s, joined.timer or Timer())

@@ -72,6 +72,9 @@ COVER_LATER_FRACTION = 0.55  # ... where a token's work is above this share of i
 TAPER_SAFETY_S = 0.05  # seconds more in hand for each shrinking window (small windows' costs vary the most)
 TAPER_HEADROOM = 1.25  # a shrinking plan ends this much after the expected length: a sentence up to 25 % longer
 # than expected still keeps up (tests/engine/test_pacing.py); one that ends sooner only has more in hand
+STEP_GROWTH = {2: 1.7, 3: 2.0, 4: 2.2}  # a decode step of this many rows against a step alone, until measured
+# (`primespeech-mlx bench --stages gpt`: 1.67x / 1.93x / 1.91x at 2 threads on the AVX-512 Xeon, 1.48x / 1.86x /
+# 2.05x at 1 thread on the AVX2 EPYC); wider, in proportion to the rows beyond four
 TAPERS = tuple((last, step) for last in (8, 12, 16, 24) for step in (3, 5, 7, 10))  # (last window, growth per
 # window towards the front) that a covering plan tries; the one after which the first piece is smallest wins
 
@@ -93,6 +96,7 @@ class StreamRates:
         self._errors: collections.deque = collections.deque(maxlen=RECENT)  # windows' measured / estimated seconds
         self._lengths: dict[str, collections.deque] = {}  # per voice: its sentences' tokens per phone
         self._starts: dict[str, collections.deque] = {}  # a sentence's prefill seconds, BERT seconds per phone
+        self._steps: dict[int, collections.deque] = {}  # by rows: the seconds of a decode step of that many rows
 
     def _add(self, kind: str, value: float) -> None:
         with self._lock:
@@ -118,6 +122,26 @@ class StreamRates:
     def note_tokens(self, seconds: float, tokens: int) -> None:
         if tokens > 0 and seconds > 0:
             self._add("token_s", seconds / tokens)
+
+    def note_step(self, rows: int, seconds: float) -> None:
+        """One decode step of ``rows`` rows took ``seconds`` (nothing beside it)."""
+        if rows > 0 and seconds > 0:
+            with self._lock:
+                self._steps.setdefault(rows, collections.deque(maxlen=RECENT)).append(seconds)
+
+    def step_s(self, rows: int) -> float | None:
+        """Seconds of a decode step of ``rows`` rows: the median of the recent ones; until one was measured, a
+        step alone (:attr:`token_s`) times :data:`STEP_GROWTH`; None before any speed was measured. Each of a
+        stream's tokens takes one step of all the rows decoding beside it."""
+        rows = max(1, rows)
+        with self._lock:
+            seen = list(self._steps.get(rows, ()))
+        if seen:
+            return statistics.median(seen)
+        alone = self.token_s
+        if alone is None or rows == 1:
+            return alone
+        return alone * STEP_GROWTH.get(rows, STEP_GROWTH[4] * rows / 4)
 
     def note_vocoder(self, seconds: float, frames: int, window: bool = False) -> None:
         """A window's (``window``) or a whole sentence's vocoder seconds for ``frames`` latent frames. A whole
@@ -230,6 +254,7 @@ class Pacer:
         self.extra_frames = margin_frames + crossfade_frames + lookahead
         self.rates = rates
         self.batched_token_s = 0.0  # the stream's recent seconds per token while other rows decode beside it
+        self.rows = 1  # the rows decoding now, the stream's own included (each of its tokens takes a step of all)
         self.token_s = self.frame_s = self.latent_s = 0.0
         self.slow = 1.0  # the measured slowdown the plan applies (StreamRates.slowdown)
         self.expected_tokens = expected_tokens
@@ -251,7 +276,7 @@ class Pacer:
         cfg, rates = self.cfg, self.rates
         self.slow = slow = rates.slowdown  # recent windows took this much longer than estimated: slower speeds
         self.token_s, self.frame_s, self.latent_s = rates.token_s * slow, rates.frame_s * slow, rates.latent_s * slow
-        self.token_s = max(self.token_s, self.batched_token_s)  # a batched step takes longer than a step alone
+        self.token_s = max(self.token_s, self._step_s(self.rows), self.batched_token_s)  # a batched step takes longer
         per_token = self.token_s + self.frame_s * self.frames_per_token  # work per token, beside the overhead
         gain = self.audio_per_token - per_token  # audio gained per token of a window, net of its work
         overhead = self.latent_s + self.frame_s * self.extra_frames
@@ -294,6 +319,56 @@ class Pacer:
         # can grow with it (less overhead; the vocoder lane once 1.5 s are queued); the first piece covers one
         self.n_min = max(1, math.ceil(n_star))
         self.first_tokens = max(cfg.stream_first_tokens, self._feeding(self.n_min))
+
+    def _step_s(self, rows: int) -> float:
+        """Seconds of one of the stream's tokens with ``rows`` rows decoding (:meth:`StreamRates.step_s`, slowed
+        as the plan's speeds are)."""
+        return (self.rates.step_s(rows) or 0.0) * self.slow if rows > 1 else 0.0
+
+    def admits(self, new_tokens: int, now: float, deadline: float | None, stall_s: float, rows: int,
+               joining_tokens: int | None = None) -> bool:
+        """Whether another sentence may join the decode now, so that ``rows`` rows step together from here on.
+
+        It joins where, after its ``stall_s`` seconds (its front end, BERT and prefill, by the measured speeds), the
+        stream's next tokens still arrive before the listener runs dry while the joining sentence decodes beside
+        them: its ``joining_tokens`` (its expected length; ``stream_chunk_tokens`` where none is expected) or the
+        rest of this sentence, whichever is longer (the rest to :data:`TAPER_HEADROOM` times the expected length: a
+        sentence up to 25 % longer than expected; one window where none is expected, or it passed). Those tokens
+        take the step time of ``rows`` rows each, in windows of ``stream_chunk_tokens`` (the fewest windows: the
+        least overhead), the first holding the ``new_tokens`` decoded since the last cut; each window must be ready
+        :data:`SAFETY_S` + :data:`SAFETY_FRACTION` of its cost before it is needed, as in :meth:`cut`. (The
+        stream's tokens after this sentence may come faster, decoded already: the horizon errs on the safe
+        side.) Before the sentence's first window, not where the slower steps would make the plan cover (its first
+        piece may then come late, by design). Where the stream alone is slower than real time (no plan avoids gaps;
+        sentences decoded together end sooner, so the listener waits less in all), and unpaced (no speeds yet, or
+        ``stream_pace`` off): always."""
+        if not self.paced:
+            return True
+        if deadline is None:
+            return False
+        vocoder_s = self.frame_s * self.frames_per_token
+        if self.audio_per_token - self.rates.token_s * self.slow - vocoder_s <= 0.02 * self.audio_per_token:
+            return True  # slower than real time alone: no plan avoids gaps, and rows decoded together shorten them
+        top = self.cfg.stream_chunk_tokens
+        token_s = max(self.token_s, self._step_s(rows))  # (the plan's speeds at the last token)
+        gain = self.audio_per_token - token_s - vocoder_s
+        overhead = self.latent_s + self.frame_s * self.extra_frames
+        if self.done == 0 and (gain <= 0.02 * self.audio_per_token or GROWTH * overhead / gain > top):
+            return False  # the plan would cover from the sentence's first piece (which the listener may wait for)
+        rest = max(0, math.ceil((self.expected_tokens or 0) * TAPER_HEADROOM) - self.done - new_tokens) or top
+        left = max(rest, joining_tokens or top)  # this stream's tokens while the sentence joining decodes
+        work, played_until, have = stall_s, deadline - now, new_tokens
+        while have + left > 0:
+            n = min(top, have + left)
+            cost = self.cost(n)
+            fresh = max(0, n - have)
+            work += fresh * token_s + cost
+            if work + SAFETY_S + SAFETY_FRACTION * cost > played_until:
+                return False
+            ends = rest > 0 and rest - fresh <= 0  # this sentence's last window: its lookahead and pause
+            have, left, rest = max(0, have - n), left - fresh, rest - fresh
+            played_until += self._audio(n, False, ends)
+        return True
 
     def _feeding(self, n: int) -> int:
         """The tokens of a first piece that holds what a window of ``n`` tokens takes (when it is cut), at most

@@ -520,3 +520,107 @@ def test_fast_machines_keep_the_just_in_time_first_piece(scale, cover_later_on):
         old = simulate_request(cfg, rates, lengths, 0.5, eos_step=True)
         pacing.COVER_LATER = True
         assert new == old and new[1] >= 0, (new, old)
+
+
+def test_step_seconds_by_rows_are_measured_or_grown_from_a_step_alone():
+    r = StreamRates()
+    assert r.step_s(1) is None and r.step_s(2) is None  # nothing measured
+    r.note_tokens(0.010, 1)
+    assert r.step_s(1) == pytest.approx(0.010)
+    assert r.step_s(2) == pytest.approx(0.010 * pacing.STEP_GROWTH[2])
+    assert r.step_s(8) == pytest.approx(0.010 * pacing.STEP_GROWTH[4] * 2)
+    for seconds in (0.030, 0.018, 0.019):
+        r.note_step(2, seconds)
+    r.note_step(3, 0.0)  # nothing measured: ignored
+    assert r.step_s(2) == pytest.approx(0.019)  # the median of the measured ones
+    assert r.step_s(3) == pytest.approx(0.010 * pacing.STEP_GROWTH[3])
+
+
+def xeon_2_threads() -> StreamRates:
+    """The 2-core Xeon VM's stream speeds at 2 threads (tests/tools/paced_stream.py --trace): a step alone 12 ms,
+    two rows 20 ms, three 24 ms, four 30 ms (slower than real time with the vocoder: 17 ms of a token's 40)."""
+    r = rates_of(0.012, 0.0085, 0.085)
+    for rows, seconds in ((2, 0.020), (3, 0.024), (4, 0.030)):
+        r.note_step(rows, seconds)
+    return r
+
+
+def simulate_join(cfg: SynthesisConfig, rates: StreamRates, expected: int, in_hand: float, stall: float,
+                  rows: int, n_tokens: int | None = None):
+    """A sentence whose listener has ``in_hand`` seconds of audio queued (an earlier sentence's), decoded alone until,
+    as in the engine, the pacer admits another sentence at a token (asked at every token while it does not cover),
+    so that ``rows`` rows step together from there (its start: ``stall`` seconds). Returns (the token at which it
+    joined or None, the worst margin of the windows cut after it, None without). ``n_tokens``: the sentence's true
+    length (default: as expected). The timing model of :func:`simulate_request`."""
+    n_tokens = n_tokens or expected
+    pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, expected, taper=False)
+    step, now, until, joined = rates.token_s, 0.0, in_hand, None
+    L = cfg.stream_lookahead_tokens
+    tokens, cut_at, done_tokens, margins = 0, 0, 0, []
+    while True:
+        now += step
+        tokens += 1
+        final = tokens == n_tokens
+        if joined is None and not final and not pacer.covering and pacer.admits(tokens - cut_at, now, until, stall,
+                                                                                rows):
+            now += stall
+            pacer.rows, step, joined = rows, rates.step_s(rows), tokens
+        if not final and not pacer.cut(tokens - cut_at, now, until):
+            continue
+        cut_at = tokens
+        stop = tokens if final else tokens - L
+        emitted, done_tokens = stop - done_tokens, stop
+        frames = 2 * emitted + XF + MARGIN + (0 if final else min(MARGIN, 2 * L))
+        now += rates.latent_s + rates.frame_s * frames
+        if joined is not None:  # (a window cut after the join: the ones before it are the stream's alone)
+            margins.append(until - now)
+        until = max(until, now) + 2 * emitted * HOP_S + (cfg.fragment_interval if final else 0.0)
+        if final:
+            return joined, min(margins, default=None)
+
+
+@pytest.mark.parametrize("rows", [2, 3, 4])
+@pytest.mark.parametrize("expected", [60, 100, 150])
+def test_a_sentence_joins_only_where_the_stream_keeps_up_with_the_slower_steps(rows, expected):
+    """On a machine whose stream is a little faster than real time alone and slower with three or four rows (the
+    2-core Xeon VM at 2 threads), another sentence joins the decode only where the listener's audio in hand covers
+    its start and what the slower steps lose over the rest of the sentence: wherever it joins, the pacer's windows
+    never let the listener run dry, also where the sentence turns out 10 % longer than expected; with plenty in
+    hand it joins (after the sentence's first window: before it, the plan with the slower steps would cover), with
+    little in hand later or not at all."""
+    cfg, rates = SynthesisConfig(), xeon_2_threads()
+    joined_at = {}
+    for in_hand in np.arange(0.5, 12.01, 0.25):
+        for n_tokens in (expected, round(expected * 1.1)):
+            joined, margin = simulate_join(cfg, rates, expected, float(in_hand), 0.55, rows, n_tokens)
+            assert joined is None or margin >= 0, (in_hand, n_tokens, joined, margin)
+        joined_at[float(in_hand)] = joined
+    assert joined_at[12.0] is not None
+    assert joined_at[0.5] is None or joined_at[0.5] > joined_at[12.0]
+    assert any(joined_at[h] != joined_at[12.0] for h in joined_at)  # what it joins at depends on what is in hand
+
+
+def test_a_join_waits_for_audio_in_hand_that_covers_its_start_and_the_slower_steps():
+    """Pacer.admits: the audio in hand must cover the joining sentence's start and what the slower steps lose while
+    it decodes beside the stream."""
+    cfg = SynthesisConfig()
+    rates = xeon_2_threads()
+    pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, 100, taper=False)
+    assert pacer.cut(1, 0.0, 3.0) is False
+    pacer.done = 30  # (windows of 30 tokens were cut)
+    assert not pacer.admits(1, 0.0, None, 0.5, 2)  # nothing sent yet: no join before the first audio
+    assert pacer.admits(1, 0.0, 3.0, 0.5, 2)
+    assert not pacer.admits(1, 0.0, 3.0, 2.9, 2)  # its start alone empties the listener's buffer
+    assert not pacer.admits(1, 0.0, 1.6, 0.55, 3)  # what ADMIT_QUEUED_S alone let join: slower than real time after
+    assert pacer.admits(1, 0.0, 6.0, 0.55, 4)  # four rows, slower than real time: what the buffer can spare
+    assert not pacer.admits(1, 0.0, 3.0, 0.55, 4)
+    pacer.done = 90  # near the sentence's end: the joining sentence's length is the horizon of its slower steps
+    assert pacer.admits(1, 0.0, 2.5, 0.55, 3, 30) and not pacer.admits(1, 0.0, 2.5, 0.55, 3, 150)
+    pacer.done = 0
+    assert not pacer.admits(1, 0.0, 30.0, 0.55, 4)  # the sentence's first piece would cover
+    slower = Pacer(cfg, rates_of(0.020, 0.012, 0.1), 1.0, MARGIN, XF, HOP_S, 100, taper=False)  # than real time
+    assert slower.cut(1, 0.0, 1.6) is False
+    slower.done = 30  # (no plan avoids gaps there: rows decoded together shorten them in all)
+    assert slower.admits(1, 0.0, 1.6, 0.55, 4) and not slower.admits(1, 0.0, None, 0.55, 2)
+    assert Pacer(cfg, StreamRates(), 1.0, MARGIN, XF, HOP_S, 100).admits(1, 0.0, None, 5.0, 4)  # no speeds yet
+    assert Pacer(SynthesisConfig(stream_pace=False), rates, 1.0, MARGIN, XF, HOP_S, 100).admits(1, 0.0, 0.1, 5.0, 4)
