@@ -14,7 +14,9 @@ Variants (``--variant NAME:key=value,...``, repeatable; default ``sequential:bat
 in turn within every round, after one warm-up each: ``batch`` (rows per decode step), ``admit`` (seconds of
 unplayed audio a stream needs before a waiting sentence joins; engine/batching.py ADMIT_QUEUED_S), ``join=1``
 (sentences join also while the pacer covers, engine/pacing.py). Prints one
-``PACED {json}`` line per variant. Not a test.
+``PACED {json}`` line per variant; ``--trace`` also prints each run's timeline (``TRACE`` lines: a sentence joining
+the decode with the rows stepping and the audio in hand then, each audio chunk with the gap before it). Not a
+test.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ ap.add_argument("--sentences", type=int, default=5)
 ap.add_argument("--every", type=float, default=0.3)
 ap.add_argument("--models", default=None)
 ap.add_argument("--variant", action="append", default=[])
+ap.add_argument("--trace", action="store_true", help="print each run's joins, audio and gaps on one timeline")
 A = ap.parse_args()
 os.environ["PRIMESPEECH_THREADS"] = str(A.threads)
 
@@ -42,7 +45,7 @@ from ref_big import model_dir_with_big, models_dir  # noqa: E402
 
 from dora_primespeech_mlx.dataflow.handler import MessageHandler  # noqa: E402
 from dora_primespeech_mlx.dataflow.transport import DirectTransport  # noqa: E402
-from dora_primespeech_mlx.engine import batching  # noqa: E402
+from dora_primespeech_mlx.engine import batching, pacing  # noqa: E402
 from dora_primespeech_mlx.node import engine_factory  # noqa: E402
 from dora_primespeech_mlx.settings import Settings  # noqa: E402
 
@@ -73,9 +76,55 @@ class Player:
         with self.cv:
             if output == "audio":
                 self.audio.append((now, float(metadata["duration"])))
+                EVENTS.append((now, "audio", f"{metadata.get('question_id')} {float(metadata['duration']):.2f} s"))
             elif output == "segment_complete":
                 self.completed += 1
             self.cv.notify_all()
+
+
+EVENTS: list[tuple[float, str, str]] = []  # (clock, kind, what) for --trace
+_admit = batching.Batching.admit
+
+
+def traced_admit(self, request, s, timer):
+    """``Batching.admit`` noting when a sentence joins, the rows then stepping and the batch's width."""
+    t0 = time.perf_counter()
+    row = _admit(self, request, s, timer)
+    EVENTS.append((t0, "join", f"sentence {s} ({time.perf_counter() - t0:.2f} s), {len(self.batch.active)} rows"))
+    return row
+
+
+_cut = pacing.Pacer.cut
+
+
+def traced_cut(self, new_tokens, now, deadline):
+    """``Pacer.cut`` noting each window cut: its tokens, the audio in hand and the speeds the plan took."""
+    cut = _cut(self, new_tokens, now, deadline)
+    if cut:
+        EVENTS.append((now, "cut", f"{new_tokens} tokens, in hand {max(0.0, (deadline or now) - now):.2f} s, "
+                       f"token {self.token_s * 1e3:.1f} ms (batched {self.batched_token_s * 1e3:.1f}), frame "
+                       f"{self.frame_s * 1e3:.2f} ms, latent {self.latent_s * 1e3:.0f} ms, slow {self.slow:.2f}, "
+                       f"n_min {self.n_min}{', covering' if self.covering else ''}"))
+    return cut
+
+
+if A.trace:
+    batching.Batching.admit = traced_admit
+    pacing.Pacer.cut = traced_cut
+
+
+def print_trace(name: str, t0: float, sent: list[float]) -> None:
+    """The run's events from its first text: texts sent, joins, audio chunks with the gap before each."""
+    rows = [(t - t0, "text", f"q{i}") for i, t in enumerate(sent)] + [(t - t0, k, w) for t, k, w in EVENTS]
+    until = None
+    for t, kind, what in sorted(rows):
+        if kind == "audio":
+            d = float(what.split()[1])
+            gap = 0.0 if until is None else max(0.0, t - until)
+            in_hand = 0.0 if until is None else max(0.0, until - t)
+            until = max(t, until or t) + d
+            what += f", in hand {in_hand:.2f} s" + (f", GAP {gap:.2f} s" if gap > 0 else "")
+        print(f"TRACE {name} {t:7.2f} {kind:5} {what}", flush=True)
 
 
 def parse_variant(spec: str):
@@ -83,7 +132,7 @@ def parse_variant(spec: str):
     return name, dict(item.split("=", 1) for item in rest.split(",") if item)
 
 
-def one_run(opts: dict) -> dict:
+def one_run(opts: dict, name: str = "warm-up") -> dict:
     engine.settings = dataclasses.replace(engine.settings, batch=int(opts.get("batch", 4)))
     batching.ADMIT_QUEUED_S = float(opts.get("admit", base_admit))
     engine._join_while_covering = opts.get("join", "0") == "1"
@@ -92,6 +141,7 @@ def one_run(opts: dict) -> dict:
     handler.start()
     assert handler.ready.wait(60) and handler.startup_error is None
     texts = [SENTENCES[i % len(SENTENCES)] for i in range(A.sentences)]
+    EVENTS.clear()
     t0 = time.perf_counter()
     sent = []
     before = engine.batching.batch
@@ -105,6 +155,8 @@ def one_run(opts: dict) -> dict:
     with player.cv:
         assert player.cv.wait_for(lambda: player.completed == len(texts), 600), "not every text was answered"
     handler.finish(60)
+    if A.trace and name != "warm-up":
+        print_trace(name, t0, sent)
     arrivals = [a - t0 for a, _ in player.audio]
     durations = [d for _, d in player.audio]
     gaps, until = [], arrivals[0] + durations[0]
@@ -128,7 +180,7 @@ for _name, opts in variants:
 results = {name: [] for name, _ in variants}
 for _ in range(A.runs):
     for name, opts in variants:
-        results[name].append(one_run(opts))
+        results[name].append(one_run(opts, name))
 for name, opts in variants:
     runs = results[name]
     med = {k: statistics.median(r[k] for r in runs)
