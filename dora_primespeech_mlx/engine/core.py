@@ -383,9 +383,8 @@ class GPTSoVITSEngine:
                     timer.add("gpt_decode", dt)
                     decode_s += dt
                     if batch.steps == before[0] + 1 and not (before[2] or lane_busy()):  # one step, nothing beside
-                        self.rates.note_step(batch.row_steps - before[1], dt)
-                        if batch.row_steps - before[1] == 1:  # a step alone: the GPT's speed (replaces a first
-                            self.rates.note_tokens(dt, 1)     # request's batched steps, the stand-in, soon)
+                        self.rates.note_step(batch.row_steps - before[1], dt)  # (one row: the GPT's speed alone,
+                        # which soon replaces a first request's batched steps, the stand-in)
                     done = tok is None
                     if not done:  # a waiting sentence joins the decode when the listener has audio in hand, but
                         # not where the plan counts on this sentence's steps alone (near real time: pacing.Pacer.

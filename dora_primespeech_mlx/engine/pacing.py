@@ -124,22 +124,24 @@ class StreamRates:
             self._add("token_s", seconds / tokens)
 
     def note_step(self, rows: int, seconds: float) -> None:
-        """One decode step of ``rows`` rows took ``seconds`` (nothing beside it)."""
-        if rows > 0 and seconds > 0:
+        """One decode step of ``rows`` rows took ``seconds`` (nothing beside it); one row: the GPT's speed alone
+        (:meth:`note_tokens`)."""
+        if rows == 1:
+            self.note_tokens(seconds, 1)
+        elif rows > 1 and seconds > 0:
             with self._lock:
                 self._steps.setdefault(rows, collections.deque(maxlen=RECENT)).append(seconds)
 
     def step_s(self, rows: int) -> float | None:
-        """Seconds of a decode step of ``rows`` rows: the median of the recent ones; until one was measured, a
-        step alone (:attr:`token_s`) times :data:`STEP_GROWTH`; None before any speed was measured. Each of a
+        """Seconds of a decode step of ``rows`` rows: one row, :attr:`token_s`; more, the median of the recent ones,
+        until one was measured a step alone times :data:`STEP_GROWTH`; None before any speed was measured. Each of a
         stream's tokens takes one step of all the rows decoding beside it."""
-        rows = max(1, rows)
         with self._lock:
             seen = list(self._steps.get(rows, ()))
         if seen:
             return statistics.median(seen)
         alone = self.token_s
-        if alone is None or rows == 1:
+        if alone is None or rows <= 1:
             return alone
         return alone * STEP_GROWTH.get(rows, STEP_GROWTH[4] * rows / 4)
 
@@ -278,12 +280,10 @@ class Pacer:
         self.token_s, self.frame_s, self.latent_s = rates.token_s * slow, rates.frame_s * slow, rates.latent_s * slow
         self.token_s = max(self.token_s, self._step_s(self.rows), self.batched_token_s)  # a batched step takes longer
         per_token = self.token_s + self.frame_s * self.frames_per_token  # work per token, beside the overhead
-        gain = self.audio_per_token - per_token  # audio gained per token of a window, net of its work
-        overhead = self.latent_s + self.frame_s * self.extra_frames
         top = cfg.stream_chunk_tokens
-        self.sustainable = gain > 0.02 * self.audio_per_token
+        n_star = self._n_star(self.token_s)
+        self.sustainable = n_star < math.inf
         left = self._end() - self.done  # the sentence's tokens still to come, as expected (or planned)
-        n_star = GROWTH * overhead / gain if self.sustainable else math.inf
         if n_star <= top and self._short is None and self.done == 0 and self.after and left > 0 and COVER_LATER:
             # windows can gain, but too little to build, before this sentence ends, the audio the listener needs
             # while the next sentences' prefill, BERT and first pieces run: where a first piece that covers the
@@ -320,6 +320,13 @@ class Pacer:
         self.n_min = max(1, math.ceil(n_star))
         self.first_tokens = max(cfg.stream_first_tokens, self._feeding(self.n_min))
 
+    def _n_star(self, token_s: float) -> float:
+        """:data:`GROWTH` times the break-even window n* with ``token_s`` seconds per token: windows of at least this
+        many tokens gain on the listener; inf where a token's work is not 2 % below its audio (nothing gains)."""
+        gain = self.audio_per_token - token_s - self.frame_s * self.frames_per_token  # per token, net of its work
+        overhead = self.latent_s + self.frame_s * self.extra_frames
+        return GROWTH * overhead / gain if gain > 0.02 * self.audio_per_token else math.inf
+
     def _step_s(self, rows: int) -> float:
         """Seconds of one of the stream's tokens with ``rows`` rows decoding (:meth:`StreamRates.step_s`, slowed
         as the plan's speeds are)."""
@@ -346,14 +353,11 @@ class Pacer:
             return True
         if deadline is None:
             return False
-        vocoder_s = self.frame_s * self.frames_per_token
-        if self.audio_per_token - self.rates.token_s * self.slow - vocoder_s <= 0.02 * self.audio_per_token:
+        if self._n_star(self.rates.token_s * self.slow) == math.inf:
             return True  # slower than real time alone: no plan avoids gaps, and rows decoded together shorten them
         top = self.cfg.stream_chunk_tokens
         token_s = max(self.token_s, self._step_s(rows))  # (the plan's speeds at the last token)
-        gain = self.audio_per_token - token_s - vocoder_s
-        overhead = self.latent_s + self.frame_s * self.extra_frames
-        if self.done == 0 and (gain <= 0.02 * self.audio_per_token or GROWTH * overhead / gain > top):
+        if self.done == 0 and self._n_star(token_s) > top:
             return False  # the plan would cover from the sentence's first piece (which the listener may wait for)
         rest = max(0, math.ceil((self.expected_tokens or 0) * TAPER_HEADROOM) - self.done - new_tokens) or top
         left = max(rest, joining_tokens or top)  # this stream's tokens while the sentence joining decodes
