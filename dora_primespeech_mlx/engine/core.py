@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import math
 import secrets
 import threading
 import time
@@ -258,7 +259,10 @@ class GPTSoVITSEngine:
         played, where the same listener plays this one after it (the node's audio output): the stream's windows are
         then planned with that audio in hand, as a text's later sentences are (a larger first piece that keeps the
         rest in time, instead of a small one the listener would wait for after a gap). None, or a time passed: the
-        listener waits for this text's first audio."""
+        listener waits for this text's first audio. Anything but a finite number or None raises ValueError here."""
+        if playing_until is not None and (isinstance(playing_until, bool) or not isinstance(playing_until, (int, float))
+                                          or not math.isfinite(playing_until)):
+            raise ValueError(f"playing_until must be a time.perf_counter() value or None, got {playing_until!r}")
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             self._stats.begin(stream=True)

@@ -346,7 +346,8 @@ def test_a_text_s_stream_plans_with_the_audio_the_node_sent_before_it_in_hand(mo
 
 def test_an_engine_stream_counts_the_caller_s_audio_in_hand_only_while_it_plays(shared_engine, monkeypatch):
     """``synthesize_stream(playing_until=...)``: the pacer's first deadline is that time while it is ahead (the
-    listener still plays the caller's earlier audio), none where it passed or is not given."""
+    listener still plays the caller's earlier audio), none where it passed or is not given; anything but a finite
+    number or None is a ValueError when the stream is asked for."""
     from dora_primespeech_mlx.engine import pacing
 
     engine, _ = shared_engine
@@ -365,3 +366,8 @@ def test_an_engine_stream_counts_the_caller_s_audio_in_hand_only_while_it_plays(
             assert deadlines[0] == playing_until
         else:
             assert deadlines[0] is None
+    deadlines.clear()
+    for hostile in (float("nan"), float("inf"), -float("inf"), "soon", True, [1.0]):  # refused before any work
+        with pytest.raises(ValueError, match="playing_until"):
+            engine.synthesize_stream(TEXT, seed=1, playing_until=hostile)
+    assert deadlines == []
