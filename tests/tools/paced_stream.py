@@ -2,6 +2,7 @@
 (continuous batching, PRIMESPEECH_BATCH) against one after another.
 
 ``python tests/tools/paced_stream.py --threads 1 [--runs 3] [--sentences 5] [--every 0.3] [--models $REF_BIG]``
+(``PRIMESPEECH_ISA=avx2`` in the environment forces that build of the kernels, as in the node)
 
 The node's real message handler (streaming, the node's worker and queue, a recording send) and engine run on the
 real-size random-weight set of the compare tools (``$REF_BIG``: every sentence decodes exactly 100 tokens, 4 s of
@@ -58,7 +59,7 @@ md = model_dir_with_big(MODELS, "paced-")
 
 settings = Settings.from_env({"VOICE_NAME": "Big", "PRIMESPEECH_MODEL_DIR": md, "STREAMING": "true", "SEED": "1",
                               "TOP_K": "15", "TEXT_LANG": "all_zh", "GPTSVITS_WARMUP": "false",
-                              "LOG_LEVEL": "WARNING"})
+                              "LOG_LEVEL": "WARNING", "PRIMESPEECH_ISA": os.environ.get("PRIMESPEECH_ISA", "auto")})
 engine, voice = engine_factory(settings)(lambda m: None)
 engine.synthesize(SENTENCES[0])  # load and cache everything once
 
