@@ -217,6 +217,7 @@ class _Kernel:
         self.gemv_mt = _fn(lib, "gemv_f16_mt", _P, _P, _P, _P, _I64, _I64, _INT)
         self.ffn_mt = _fn(lib, "ffn_f16_mt", _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)
         self.gemm_mt = _fn(lib, "gemm_f16", _P, _P, _P, _P, _I64, _I64, _I64, _INT, _INT)
+        self.gemm_mt.restype = _INT
         self.upcast = _fn(lib, "f16_to_f32", _P, _P, _I64)
         self.bias_act = _fn(lib, "bias_act", _P, _P, _I64, _I64, _INT)
         self.downcast_exact = _fn(lib, "f32_to_f16_exact", _P, _P, _I64)
@@ -234,7 +235,8 @@ class _Kernel:
         self.gemv_mt(W, x, b, y, n, k, threads())
 
     def gemm(self, W, X, b, Y, m, n, k, act: str | None = None, nthreads: int | None = None) -> None:
-        self.gemm_mt(W, X, b, Y, m, n, k, self.ACT[act], threads() if nthreads is None else nthreads)
+        if self.gemm_mt(W, X, b, Y, m, n, k, self.ACT[act], threads() if nthreads is None else nthreads):
+            raise MemoryError(f"gemm_f16: no memory for the {m} x {k} rows' transposed copy and weight panels")
 
     def ffn(self, W1, b1, W2, b2, x, h, y, k, n1) -> None:
         self.ffn_mt(W1, b1, W2, b2, x, h, y, k, n1, threads())

@@ -9,6 +9,8 @@ use (``PRIMESPEECH_ISA`` forces one) and called on the same inputs, one after th
   request (71 phones + 139 prompt tokens): median ms per step in bands of 100 cache rows, and the largest
   difference of the two states;
 - the prefill's attention (``prefill_attention``) over the 24 layers, the same prefix;
+- the small-M GEMM (``gemm_f16``) on the first block's four weights (qkv, out, fc1, fc2) with the prefix's rows
+  and with RoBERTa's token count (``bench.N_BERT_TOKENS``): median ms of the four, and the largest difference;
 - the whole prefill of this checkout with its residual norms in the library or in numpy (``t2s_numpy._add_norm``
   given no library): a before/after inside this checkout.
 """
@@ -42,6 +44,8 @@ def _build(src_dir: Path, out: Path, flags: list[str]) -> ctypes.CDLL:
     lib.decode_layers.restype = None
     lib.prefill_attention.argtypes = [P, P, P, P, P, I, I, I, I, I, F, ctypes.c_int]
     lib.prefill_attention.restype = None
+    lib.gemm_f16.argtypes = [P, P, P, P, I, I, I, ctypes.c_int, ctypes.c_int]
+    lib.gemm_f16.restype = None  # an int in newer revisions: 0, or -1 when out of memory (not expected here)
     return lib
 
 
@@ -129,6 +133,25 @@ def main() -> int:
         b, f = np.median(pt["before"]), np.median(pt["after"])
         print(f"prefill attention, {len(w.layers)} layers, {T} rows, median ms: {b:.1f} / {f:.1f}   "
               f"after/before {f / b:.2f}   outputs equal: {np.array_equal(bufs['before'][2], bufs['after'][2])}")
+
+        layer = w.layers[0]
+        products = [(name, getattr(layer, f"{name}_w"), getattr(layer, f"{name}_b"))
+                    for name in ("qkv", "out", "fc1", "fc2")]
+        for rows in (T, bench.N_BERT_TOKENS):
+            xs = {name: rng.standard_normal((rows, m.shape[1])).astype(np.float32) for name, m, _ in products}
+            ys = {k: {name: np.empty((rows, m.shape[0]), np.float32) for name, m, _ in products} for k in libs}
+            gt: dict[str, list[float]] = {k: [] for k in libs}
+            for _ in range(args.rounds):
+                for k, lib in libs.items():
+                    t = time.perf_counter()
+                    for name, m, bias in products:
+                        lib.gemm_f16(m.w.ctypes.data, xs[name].ctypes.data, bias.ctypes.data, ys[k][name].ctypes.data,
+                                     rows, m.shape[0], m.shape[1], 0, th)
+                    gt[k].append((time.perf_counter() - t) * 1e3)
+            diff = max(float(np.abs(ys["before"][n] - ys["after"][n]).max()) for n, _, _ in products)
+            b, f = np.median(gt["before"]), np.median(gt["after"])
+            print(f"gemm_f16, one block's 4 products, {rows} rows, median ms: {b:.2f} / {f:.2f}   "
+                  f"after/before {f / b:.2f}   largest |difference| {diff:.2g}")
 
     kernel = half_gemv.kernel()
     real = t2s_numpy._add_norm
