@@ -241,8 +241,8 @@ int f32_to_f16_exact(const float *src, uint16_t *dst, int64_t n) {
      against MR rows of X, each sum over k in vector lanes, then across them;
    - more (the GPT prefill's ~200 rows): broadcast tiles, GN weight rows converted once into a float32 panel,
      against GM rows of X transposed once per call; each value one FMA chain over k in order.
-   On the 2-core AVX-512 Xeon VM the broadcast tiles take 0.82-0.85 of the dot tiles' time on the prefill's four
-   products, AVX-512 and AVX2 builds, 1 and 2 threads (tests/models/bench_kernel_revisions.py). act: 0 none,
+   On the 2-core AVX-512 Xeon VM the broadcast tiles take 0.64 / 0.72 of the dot tiles' time on the prefill's four
+   products at 2 / 1 threads, the AVX2 build 0.82 / 0.89 (tests/models/bench_kernel_revisions.py). act: 0 none,
    1 ReLU, 2 exact GELU (erf: the Eigen/XLA float32 rational approximation, as models/activations.py). */
 #define NR 4
 
@@ -355,11 +355,13 @@ static void broadcast_tile(const float *wp, int64_t ws, const float *Xt, float *
       }
     }
     const int64_t rows = M - m0 < GM ? M - m0 : GM;
-    for (int c = 0; c < nc; c++) {
-      float out[GM];
-      for (int v = 0; v < GV; v++) VSTORE(out + v * VW, acc[c][v]);
-      for (int64_t i = 0; i < rows; i++) Y[(m0 + i) * N + n + c] = out[i];
-    }
+    float out[GN][GM];
+#pragma GCC unroll 12
+    for (int c = 0; c < GN; c++)
+#pragma GCC unroll 2
+      for (int v = 0; v < GV; v++) VSTORE(out[c] + v * VW, acc[c][v]);
+    for (int64_t i = 0; i < rows; i++) /* row by row: each row's nc values side by side in Y */
+      for (int c = 0; c < nc; c++) Y[(m0 + i) * N + n + c] = out[c][i];
   }
 }
 
