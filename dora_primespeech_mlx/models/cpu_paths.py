@@ -6,10 +6,11 @@ stage and the CPU. The decode step (one row, memory-bound) gains on AVX2 and AVX
 upcast to float32 can beat the float16 GEMM, on one thread: on several, BLAS's spinning threads lose most of
 their speed when a neighbour process holds a core, and the kernels' pool does not. :data:`DEFAULTS` holds the
 faster path per (build, stage, one or several threads), each measured alternately in one process (the figures in
-each reason: min of 6-8 rounds, 2-core VMs, AVX2 on a loaded AMD EPYC, AVX-512 from the README's kernel runs;
-the AVX-512 prefill: medians of 4 on a 16-vCPU Intel Xeon; ``python tests/models/bench_cpu_paths.py`` repeats them
-for the build in use). Where two CPUs of a build disagree, the table takes the path that loses least on the other
-(the AVX-512 prefill at one thread: float16 was 4 % faster on one VM, 33 % slower on the Xeon);
+each reason: min of 6-8 rounds, 2-core VMs, AVX2 on a loaded AMD EPYC, AVX-512 from the README's kernel runs and
+the 2-core Xeon VM; ``python tests/models/bench_cpu_paths.py`` repeats them for the build in use). Where two CPUs
+of a build disagree, the table takes the path that loses least on the other (the AVX-512 prefill at one thread:
+the float16 GEMM 12-15 % faster on the 2-core Xeon VM; on a 16-vCPU Xeon BLAS was 25 % faster than the GEMM's
+dot tiles, which its broadcast tiles take 0.72 of the time of, there not measured);
 a fixed table, not a calibration at load, because a timing taken at load on a busy machine picks at random.
 ``PRIMESPEECH_GPT_PREFILL`` / ``PRIMESPEECH_BERT_GEMM`` (or :func:`configure`) force a path.
 :func:`chosen` reports every stage's path and reason (``primespeech-mlx bench`` prints it).
@@ -27,10 +28,10 @@ PATHS = ("float16", "float32")
 # (build, stage, several threads) -> (path, why). Several threads: the kernels' pool keeps its speed beside busy
 # neighbours, BLAS's spinning threads do not (issue 15; below).
 DEFAULTS: dict[tuple[str, str, bool], tuple[str, str]] = {
-    ("avx512", "gpt_prefill", False): ("float32", "avx512: BLAS on upcast weights 398 ms vs float16 GEMM 529 ms "
-                                                  "(16-vCPU Xeon; a 2-core VM: 473 vs 454 ms)"),
+    ("avx512", "gpt_prefill", False): ("float16", "avx512: float16 GEMM 469-540 ms vs BLAS on upcast weights "
+                                                  "555-613 ms (2-core Xeon VM, 3 runs)"),
     ("avx512", "gpt_prefill", True): ("float16", "avx512, 2 threads: float16 GEMM 464 ms vs BLAS 1181 ms beside "
-                                                 "busy neighbours (2 idle cores: BLAS 242 vs 321 ms; 4-16 threads: "
+                                                 "busy neighbours (2 idle cores: 438 vs 443 ms; 4-16 threads: "
                                                  "float16 as fast or faster)"),
     ("avx512", "bert", False): ("float16", "avx512: float16 GEMM 182 ms vs float32 MLX 393 ms"),
     ("avx512", "bert", True): ("float16", "avx512, 2 threads: float16 GEMM 193 ms vs float32 MLX 1173 ms"),
