@@ -375,18 +375,14 @@ typedef struct {
 
 static void gemm_chunk(const void *p, int64_t c) {
   const gemm_job *j = (const gemm_job *)p;
-  const int64_t n0 = c * j->cols, n1 = n0 + j->cols < j->N ? n0 + j->cols : j->N, K = j->K, kv = K - K % VW;
+  const int64_t n0 = c * j->cols, n1 = n0 + j->cols < j->N ? n0 + j->cols : j->N, K = j->K;
   if (!j->Xt) {
     gemm_block(j->W, j->X, j->Y, j->M, j->N, K, n0, n1);
   } else {
     float *wp = j->panels + c * GN * j->ws; /* this chunk's panel */
     for (int64_t n = n0; n < n1; n += GN) {
-      for (int r = 0; r < GN; r++) { /* rows past the chunk repeat its last row (computed, never stored) */
-        const uint16_t *w = j->W + (n + r < n1 ? n + r : n1 - 1) * K;
-        float *d = wp + r * j->ws;
-        for (int64_t k = 0; k < kv; k += VW) VSTORE(d + k, VLOADW(w + k));
-        for (int64_t k = kv; k < K; k++) d[k] = h2f(w[k]);
-      }
+      for (int r = 0; r < GN; r++) /* rows past the chunk repeat its last row (computed, never stored) */
+        f16_to_f32(j->W + (n + r < n1 ? n + r : n1 - 1) * K, wp + r * j->ws, K);
       broadcast_tile(wp, j->ws, j->Xt, j->Y, j->M, j->N, K, n, (int)(n1 - n < GN ? n1 - n : GN));
     }
   }
