@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from dora_primespeech_mlx.dataflow.handler import WATCH_S, MessageHandler
+from dora_primespeech_mlx.dataflow.handler import NODE_NAME, WATCH_S, MessageHandler
 from dora_primespeech_mlx.dataflow.transport import DirectTransport, OutboxTransport
 
 # Absolute imports: the operator runtime loads this file by path, as a top-level module.
@@ -101,6 +101,26 @@ def start_failure(handler: MessageHandler) -> str | None:
     if isinstance(exc, VoiceNotFoundError) and not isinstance(exc, VoiceNotInstalledError):
         hint = " (set VOICE_NAME to one of the listed voices; `primespeech-mlx voices` lists them)"
     return f"cannot start: {exc}{hint}"
+
+
+def headline(message: str) -> str:
+    """The first line of a message, without a clause that introduces the lines below (``; missing:``)."""
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    if first.endswith(":") and "; " in first:
+        return first.rsplit("; ", 1)[0]
+    return first.rstrip(" :;,")
+
+
+def report_start_failure(handler: MessageHandler, message: str, error: str) -> None:
+    """Say once why the node cannot start. dora 1.x shows a node's stdout as it comes and repeats a failed node's
+    stderr twice more (its exit report and the dataflow's summary): the whole message goes to stdout, stderr and
+    ``log`` get its first line, ``status`` (``error_stage: init``) gets all of it for the other nodes."""
+    first = headline(message)
+    if first != message.strip():
+        print(f"[{NODE_NAME}] ERROR {message}", flush=True)
+        first += " (the whole message: above, and on the status output)"
+    handler.log("ERROR", first)
+    handler.status("error", level="ERROR", message=message, error=error, error_stage="init")
 
 
 def announce(handler: MessageHandler) -> None:
@@ -171,8 +191,7 @@ def main() -> int:
     watch_parent(settings)
     if bad is not None:
         handler = MessageHandler(settings, lambda p: (None, None), DirectTransport(node.send_output))
-        handler.log("ERROR", str(bad))
-        handler.status("error", level="ERROR", message=str(bad), error=str(bad), error_stage="init")
+        report_start_failure(handler, str(bad), str(bad))
         return 2
     direct = sends_from_worker(settings)
     transport = DirectTransport(node.send_output) if direct else OutboxTransport()
@@ -182,8 +201,7 @@ def main() -> int:
         transport.flush(node.send_output)
     failure = start_failure(handler)
     if failure is not None:
-        handler.log("ERROR", failure)
-        handler.status("error", level="ERROR", message=failure, error=str(handler.startup_error), error_stage="init")
+        report_start_failure(handler, failure, str(handler.startup_error))
         transport.flush(node.send_output)
         return 2
     announce(handler)
