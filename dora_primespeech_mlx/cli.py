@@ -1,8 +1,15 @@
-"""``primespeech-mlx``: speak, list/download/convert voices, inspect phonemes, benchmark, export CoreML."""
+"""``primespeech-mlx``: speak, list/download/convert voices, inspect phonemes, benchmark, export CoreML.
+
+Commands that load models check their cheap inputs first (text, options, output file, voice: :mod:`.cli_checks`)
+so a mistake is answered before seconds of loading. A user error (this package's errors, a bad value, a file
+that cannot be read or written) ends with one ``error:`` line and exit code 2, Ctrl-C with one line and 130;
+anything else is a bug and shows its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import json
 import sys
@@ -12,6 +19,9 @@ from pathlib import Path
 DESCRIPTION = "Speak with GPT-SoVITS voices on MLX; list, download and convert voices; inspect phonemes; " \
     "benchmark; export the CoreML encoders."
 LANGS = "zh, en, ja, ko, yue, all_zh, all_ja, all_ko, all_yue, auto, auto_yue"
+# Commands that live next to their implementation: module (under the package) -> command name
+MODULE_COMMANDS = {"bench": "bench", "coreml.cli": "export-coreml", "cluster_keys": "cluster-keys"}
+INTERRUPTED = 130  # the shell's code for a process ended by SIGINT (128 + 2)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -123,14 +133,19 @@ def _synthesis_overrides(args) -> dict:
 
 
 def cmd_say(args) -> int:
+    from .cli_checks import check_say
+
+    text = args.text if args.text != "-" else sys.stdin.read()
+    overrides = _synthesis_overrides(args)
+    # before anything heavy is imported or loaded
+    spec = check_say(text, overrides, Path(args.output), args.voice, _model_dir(args))
+
     import numpy as np
-    import soundfile as sf
 
     from .engine import GPTSoVITSEngine
 
     engine = GPTSoVITSEngine(model_dir=_model_dir(args), progress=lambda m: print(m, file=sys.stderr))
-    engine.load_voice(args.voice)
-    text = args.text if args.text != "-" else sys.stdin.read()
+    engine.load_voice(spec)
     overrides = _synthesis_overrides(args)
     t0 = time.perf_counter()
     if args.stream:
@@ -146,11 +161,47 @@ def cmd_say(args) -> int:
         result = engine.synthesize(text, **overrides)
         audio, sr = result.audio, result.sample_rate
     elapsed = time.perf_counter() - t0
-    sf.write(args.output, audio, sr, subtype="PCM_16")
+    write_wav(args.output, audio, sr)
     dur = len(audio) / sr
     print(f"wrote {args.output}: {dur:.2f} s of audio in {elapsed:.2f} s (RTF {elapsed / max(dur, 1e-9):.2f})",
           file=sys.stderr)
     return 0
+
+
+def write_wav(path: str, audio, sample_rate: int) -> None:
+    """16-bit PCM in the format of the file's extension; a failure (disk full, file removed) as an OSError."""
+    import soundfile as sf
+
+    try:
+        sf.write(path, audio, sample_rate, subtype="PCM_16")
+    except sf.SoundFileError as exc:
+        raise OSError(f"cannot write {path}: {exc}") from exc
+
+
+def add_module_commands(sub) -> None:
+    """The commands of MODULE_COMMANDS. One whose module cannot be imported (a missing extra, a broken install)
+    stays listed, marked unavailable with the reason; running it reports that reason."""
+    for module, command in MODULE_COMMANDS.items():
+        try:
+            importlib.import_module(f"{__package__}.{module}").add_parser(sub)
+        except Exception as exc:  # reported when the command is run: every other command keeps working
+            add_unavailable(sub, command, module, exc)
+
+
+def add_unavailable(sub, command: str, module: str, exc: Exception) -> None:
+    reason = f"{type(exc).__name__}: {exc}"
+    s = sub.add_parser(command, help=f"(unavailable: {__package__}.{module} cannot be imported: {reason})")
+    s.add_argument("rest", nargs=argparse.REMAINDER, help="the command's arguments (not read)")
+
+    def unavailable(args) -> int:
+        if isinstance(exc, ImportError):
+            from .errors import PrimeSpeechError
+
+            raise PrimeSpeechError(f"the {command} command is unavailable: {__package__}.{module} cannot be "
+                                   f"imported ({reason})") from exc
+        raise exc  # a bug in that module: its traceback
+
+    s.set_defaults(func=unavailable)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,30 +262,32 @@ def build_parser() -> argparse.ArgumentParser:
                    "phonemise the text exactly as given")
     s.set_defaults(func=cmd_phones)
 
-    # Sub-commands that live next to their implementation.
-    for module in ("bench", "coreml.cli", "cluster_keys"):
-        try:
-            mod = __import__(f"{__package__}.{module}", fromlist=["add_parser"])
-        except ImportError:
-            continue
-        if hasattr(mod, "add_parser"):
-            mod.add_parser(sub)
+    add_module_commands(sub)
     for command in sub.choices.values():
         command.formatter_class = HelpFormatter
         add_global_options(command, top=False)
     return p
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean a user's mistake or a missing/unwritable file, not a bug."""
+    from .errors import PrimeSpeechError
+
+    # ValueError covers the text front end's and checkpoint reading's errors (TextFrontendError, CheckpointError)
+    return PrimeSpeechError, ValueError, OSError
+
+
 def main(argv: list[str] | None = None) -> int:
     import logging
 
-    from .errors import PrimeSpeechError
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
-    except (PrimeSpeechError, ValueError, FileNotFoundError) as exc:
+    except KeyboardInterrupt:
+        print("primespeech-mlx: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

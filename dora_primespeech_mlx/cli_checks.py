@@ -1,0 +1,80 @@
+"""The checks ``primespeech-mlx say`` makes before it loads any model: the text has something to speak, every
+option is in its range, the output file can be written, the voice exists and is installed. Each needs no engine
+and no MLX, so a mistake is answered at once instead of after seconds of loading. The ranges are the engine's own
+(:data:`..defaults.RANGES`), so what passes here is never refused later for the same reason."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from . import defaults
+from .errors import ConfigError, NothingToSpeakError
+
+# synthesis setting -> the option of `say` that sets it
+OPTIONS = {"top_k": "--top-k", "top_p": "--top-p", "temperature": "--temperature",
+           "repetition_penalty": "--repetition-penalty", "speed_factor": "--speed", "seed": "--seed",
+           "text_split_method": "--split", "fragment_interval": "--fragment-interval", "text_lang": "--lang"}
+
+
+def check_text(text: str, lang: str | None) -> None:
+    """NothingToSpeakError when the text has no letter or digit, after the LLM text stage when that is on
+    (``PRIMESPEECH_LLM_TEXT``: reasoning, tool calls and code are not spoken)."""
+    from . import settings
+    from .text.llm import clean
+    from .text.speakable import has_speakable
+
+    spoken = clean(text, lang) if settings.read("llm_text") else text
+    if not has_speakable(spoken):
+        raise NothingToSpeakError(f"nothing to speak in {text[:80]!r} (no letters or digits)")
+
+
+def check_options(overrides: dict) -> None:
+    """ConfigError naming the option of the first value out of its range (or an unknown language / split)."""
+    from .text.langsplit import check_option
+
+    for name, value in overrides.items():
+        option = OPTIONS.get(name, name)
+        if name == "text_lang":
+            check_option(value)
+        elif name == "text_split_method":
+            if value not in defaults.TEXT_SPLIT_METHODS:
+                raise ConfigError(f"{option} {value}: must be one of {', '.join(defaults.TEXT_SPLIT_METHODS)}")
+        elif name in defaults.RANGES:
+            rng = defaults.RANGES[name]
+            if not rng.contains(value) or value != value:  # NaN compares false everywhere
+                raise ConfigError(f"{option} {value}: {rng.describe()}")
+
+
+def check_output(path: Path) -> None:
+    """ConfigError when ``path`` cannot become a 16-bit audio file: a format soundfile cannot write that way,
+    a folder, a missing folder, or one where no file can be created (tried with a temporary file)."""
+    import soundfile as sf
+
+    kind = path.suffix.lstrip(".").upper()
+    if kind not in sf.available_formats() or not sf.check_format(kind, "PCM_16"):
+        raise ConfigError(f"--output {path}: cannot write 16-bit audio as {path.suffix or 'a name without a suffix'}"
+                          "; use a .wav (or .flac) file name")
+    if path.is_dir():
+        raise ConfigError(f"--output {path} is a folder; give a file name such as {path / 'out.wav'}")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(f"--output {path}: the folder {folder} does not exist (create it first)")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"--output {path}: the file exists and cannot be overwritten (no write permission)")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".tmp"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--output {path}: cannot write in the folder {folder} ({exc.strerror or exc})") from None
+
+
+def check_say(text: str, overrides: dict, output: Path, voice: str, model_dir: Path | None):
+    """Every check of ``say`` in the order a user reads the command; returns the resolved, installed voice."""
+    from .assets.catalog import resolve_voice
+
+    check_options(overrides)  # a bad --lang first: the text check uses it
+    check_text(text, overrides.get("text_lang"))
+    check_output(output)
+    return resolve_voice(voice, model_dir)
