@@ -48,16 +48,16 @@ def check_options(overrides: dict) -> None:
 
 
 def check_output(path: Path) -> None:
-    """ConfigError when ``path`` cannot become a 16-bit audio file: a format soundfile cannot write that way,
-    a folder, a missing folder, or one where no file can be created (tried with a temporary file)."""
+    """ConfigError when ``path`` cannot become a 16-bit audio file: a folder, a format soundfile cannot write that
+    way, a missing folder, or one where no file can be created (tried with a temporary file)."""
     import soundfile as sf
 
+    if path.is_dir():
+        raise ConfigError(f"--output {path} is a folder; give a file name such as {path / 'out.wav'}")
     kind = path.suffix.lstrip(".").upper()
     if kind not in sf.available_formats() or not sf.check_format(kind, "PCM_16"):
         raise ConfigError(f"--output {path}: cannot write 16-bit audio as {path.suffix or 'a name without a suffix'}"
                           "; use a .wav (or .flac) file name")
-    if path.is_dir():
-        raise ConfigError(f"--output {path} is a folder; give a file name such as {path / 'out.wav'}")
     folder = path.parent
     if not folder.is_dir():
         raise ConfigError(f"--output {path}: the folder {folder} does not exist (create it first)")

@@ -1,15 +1,23 @@
 """The command line: global options anywhere, help with defaults, --version, unknown names answered with the
-known ones, and one exact-missing-files message on every offline path (CLI, node start with and without
-automatic downloads)."""
+known ones, one exact-missing-files message on every offline path (CLI, node start with and without
+automatic downloads), mistakes answered before any model loads, one line for a user error or Ctrl-C, and a
+command whose module cannot be imported reported."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from conftest import REPO, fixtures_root, require_fixture
 
+from dora_primespeech_mlx import cli
 from dora_primespeech_mlx.assets import download
 from dora_primespeech_mlx.assets.catalog import all_voices, preset_names
 from dora_primespeech_mlx.cli import build_parser, main
@@ -142,3 +150,149 @@ def test_offline_encoders_name_every_missing_file(tmp_path):
     for f in enc.bert_files:
         assert str(tmp_path / "moyoyo" / enc.bert / f) in msg
     assert str(present) not in msg
+
+
+# -- cheap checks before the models load ------------------------------------------------------------------------
+
+def _no_engine(monkeypatch):
+    """Building an engine (the model loader) fails the test: every case below must be answered before it."""
+    import dora_primespeech_mlx.engine as engine
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the engine was built: the models would load before the mistake is reported")
+
+    monkeypatch.setattr(engine, "GPTSoVITSEngine", refuse)
+
+
+def _say_mistakes(tmp_path: Path) -> list[tuple[list[str], str]]:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    return [
+        (["say", ""], "nothing to speak"),
+        (["say", "...!!"], "nothing to speak"),
+        (["say", "<think>only reasoning</think>"], "nothing to speak"),
+        (["say", "hi", "--speed", "10"], "--speed 10"),
+        (["say", "hi", "--top-p", "0"], "--top-p"),
+        (["say", "hi", "--top-k", "0"], "--top-k"),
+        (["say", "hi", "--temperature", "nan"], "--temperature"),
+        (["say", "hi", "--split", "cut9"], "--split cut9"),
+        (["say", "hi", "--lang", "xx"], "'xx'"),
+        (["say", "hi", "-o", str(tmp_path / "no" / "such" / "dir" / "x.wav")], "does not exist"),
+        (["say", "hi", "-o", str(folder)], "is a folder"),
+        (["say", "hi", "-o", str(tmp_path / "x.ogg")], ".wav"),
+        (["say", "hi", "--voice", "Nobody"], "unknown voice"),
+    ]
+
+
+def test_say_answers_mistakes_before_loading(tmp_path, monkeypatch, capsys):
+    _no_engine(monkeypatch)
+    for argv, expected in _say_mistakes(tmp_path):
+        assert main([*argv, "--model-dir", str(tmp_path / "models")]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and expected in err, (argv, err)
+        assert "Traceback" not in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_say_refuses_a_folder_it_cannot_write(tmp_path, monkeypatch, capsys):
+    _no_engine(monkeypatch)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        assert main(["say", "hi", "-o", str(locked / "x.wav"), "--model-dir", str(tmp_path)]) == 2
+    finally:
+        locked.chmod(0o700)
+    assert "cannot write in the folder" in capsys.readouterr().err
+
+
+def test_say_mistakes_need_no_model_code(tmp_path):
+    """In a fresh process, empty text and an unwritable output are answered without importing MLX or the
+    engine (what takes seconds to load), so the answer comes at once."""
+    probe = (
+        "import sys\n"
+        "from dora_primespeech_mlx.cli import main\n"
+        f"codes = [main(['say', '', '--model-dir', {str(tmp_path)!r}]),\n"
+        f"         main(['say', 'hi', '-o', {str(tmp_path / 'no' / 'x.wav')!r}, '--model-dir', {str(tmp_path)!r}])]\n"
+        "heavy = sorted(m for m in sys.modules if m in ('mlx', 'mlx.core', 'onnxruntime')\n"
+        "               or m.startswith(('dora_primespeech_mlx.engine', 'dora_primespeech_mlx.models')))\n"
+        "print(codes, heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[2, 2] []", out.stdout + out.stderr
+    assert "nothing to speak" in out.stderr and "does not exist" in out.stderr
+
+
+# -- one line for a user error, an interrupt, an unavailable command --------------------------------------------
+
+@pytest.mark.parametrize("exc", [PermissionError(13, "Permission denied", "/x"), DownloadError("no network"),
+                                 ValueError("bad value")])
+def test_a_user_error_is_one_line(exc, monkeypatch, capsys):
+    def fail(args):
+        raise exc
+
+    monkeypatch.setattr(cli, "cmd_voices", fail)
+    assert main(["voices"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {exc}\n"
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    def fail(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "cmd_voices", fail)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["voices"])
+
+
+def test_an_interrupt_is_one_line(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_voices", interrupted)
+    try:
+        code = main(["voices"])
+    except KeyboardInterrupt:
+        pytest.fail("main() let the KeyboardInterrupt through (a traceback for the user)")
+    assert code == 130
+    assert capsys.readouterr().err == "primespeech-mlx: interrupted\n"
+
+
+def test_ctrl_c_while_loading_ends_with_one_line_and_130(tmp_path):
+    """SIGINT to a real `primespeech-mlx say` while it loads the fixture voice's models."""
+    require_fixture("models/cases.json")
+    from wheel_check import VOICE, write_voice
+
+    case = write_voice(tmp_path / "models", fixtures_root())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dora_primespeech_mlx.cli", "say", case["inputs"]["text"], "--voice", VOICE,
+         "--model-dir", str(tmp_path / "models"), "-o", str(tmp_path / "x.wav")],
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        seen = []
+        for line in proc.stderr:  # the engine's first progress line: the models are loading now
+            seen.append(line)
+            if line.startswith("loading"):
+                break
+        assert seen and seen[-1].startswith("loading"), "".join(seen)
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=60) == 130, rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rest == "primespeech-mlx: interrupted\n", rest
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_a_command_whose_module_fails_to_import_is_reported(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "dora_primespeech_mlx.cluster_keys", None)  # import fails: ImportError
+    sub = _subparsers(build_parser())
+    assert "cluster-keys" in sub and "unavailable" in build_parser().format_help()
+    assert main(["cluster-keys", "somewhere", "--machine", "a=b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the cluster-keys command is unavailable") and "cluster_keys" in err
+    assert main(["voices", "--model-dir", "/nonexistent"]) == 0  # the other commands still work
