@@ -1,10 +1,13 @@
 """Every dataflow a user is shown (dataflow.yaml, examples/**) passes `dora validate` of the installed dora CLI,
-and the distributed examples place their nodes on machines/labels that examples/distributed/cluster.yml defines."""
+the distributed examples place their nodes on machines/labels that examples/distributed/cluster.yml defines, the
+shipped dataflow.yaml names only the package's console scripts, and offline it says once why it cannot speak."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +73,70 @@ def test_distributed_placement_matches_cluster_file():
             placed.setdefault(flow.name, {})[node["id"]] = machine
     expected = {"text_source": "edge", "wav_sink": "edge", "primespeech": "tts"}
     assert placed == {"dataflow.yaml": expected, "dataflow-labels.yaml": expected}
+
+
+def _console_scripts() -> dict[str, str]:
+    """pyproject.toml's [project.scripts] (read with a pattern: tomllib needs Python 3.11)."""
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    section = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+    return dict(re.findall(r'^([\w.-]+) = "([^"]+)"', section, re.MULTILINE))
+
+
+def test_shipped_dataflow_names_the_package_console_scripts():
+    """dataflow.yaml runs from any folder: every node is a console script of this package (no file paths), each
+    demo node's script points at the module that nodes/<name>.py runs, and the voice is left to the shell."""
+    scripts = _console_scripts()
+    flow = yaml.safe_load((REPO / "dataflow.yaml").read_text(encoding="utf-8"))
+    for node in flow["nodes"]:
+        assert node["path"] in scripts, (node["id"], node["path"])
+    for target in scripts.values():
+        module, _, func = target.partition(":")
+        if module.startswith("dora_primespeech_mlx.demo."):
+            launcher = REPO / "nodes" / f"{module.rsplit('.', 1)[1]}.py"
+            assert launcher.is_file() and f"from {module} import {func}" in launcher.read_text(encoding="utf-8")
+    tts = next(n for n in flow["nodes"] if n["path"] == "dora-primespeech-mlx")
+    assert "VOICE_NAME" not in (tts.get("env") or {}), "a VOICE_NAME under env: would win over the shell's"
+
+
+def _runnable_here(flow: dict) -> dict:
+    """The shipped flow with each demo node run from this checkout's nodes/ launcher (the same code as its
+    console script, which a development venv may not have installed yet)."""
+    scripts = _console_scripts()
+    for node in flow["nodes"]:
+        module = scripts[node["path"]].partition(":")[0]
+        if module.startswith("dora_primespeech_mlx.demo."):
+            node["path"] = str(REPO / "nodes" / f"{module.rsplit('.', 1)[1]}.py")
+    return flow
+
+
+@pytest.mark.dora
+def test_shipped_dataflow_offline_says_it_once(tmp_path):
+    """The shipped dataflow.yaml with no voice files and downloads off (both from the shell, with the shell's
+    VOICE_NAME): the missing-files message appears once in dora's output, the demo nodes end with one line each
+    that points at it (exit 0: no second failure), and only the TTS node fails."""
+    flow = _runnable_here(yaml.safe_load((REPO / "dataflow.yaml").read_text(encoding="utf-8")))
+    path = tmp_path / "dataflow.yaml"
+    path.write_text(yaml.safe_dump(flow, allow_unicode=True), encoding="utf-8")
+    empty = tmp_path / "empty-models"
+    empty.mkdir()
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "RUST_BACKTRACE": "0",
+           "VOICE_NAME": "Maple", "PRIMESPEECH_MODEL_DIR": str(empty), "PRIMESPEECH_AUTO_DOWNLOAD": "false"}
+    proc = subprocess.Popen([_dora(), "run", str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode != 0, out
+    assert out.count("primespeech-mlx download 'Maple'") == 1, out
+    missing = [ln.strip() for ln in out.splitlines() if str(empty) in ln and "moyoyo" in ln]
+    assert missing and len(missing) == len(set(missing)), out  # each missing file named once
+    for node in ("text_source", "wav_sink"):
+        lines = [ln for ln in out.splitlines() if f"{node}: " in ln and "could not start" in ln]
+        assert len(lines) == 1 and "voice 'Maple' is not installed" in lines[0], out
+        assert f"Node `{node}` failed" not in out, out
+    assert "closed while waiting" not in out and "Traceback" not in out, out
+    assert "Node `primespeech` failed" in out
