@@ -64,6 +64,23 @@ def test_cli_commands_in_readme_exist():
         assert documented <= set(sub.choices), (page.name, documented - set(sub.choices))
 
 
+def _setup_commands() -> list[str]:
+    """The README's bash lines that set everything up: those that create the venv."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    return [line for block in blocks for line in block.splitlines() if line.startswith("python3 -m venv")]
+
+
+def test_two_commands_set_everything_up():
+    """One installs what running needs and runs the shipped dataflow, one installs the test tools and runs the
+    tests; .ci/run installs with the same two pip commands, in that order."""
+    run, test = _setup_commands()  # exactly two
+    assert 'pip install ".[dora]"' in run and run.endswith("dora run dataflow.yaml"), run
+    assert 'pip install -e ".[dev]"' in test and "python -m pytest" in test, test
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    installs = re.findall(r"^pip install -q (.+)$", ci, re.MULTILINE)
+    assert installs[-2:] == ['".[dora]"', '-e ".[dev]"'], installs
+
+
 DOCS = README.parent / "docs"
 # Wording that only makes sense to someone who followed the project's history, never to a reader of the docs.
 HISTORY = ("this round", "previous round", "rounds ago", "last round", "issue 1", "issue 2", "main then this branch",
