@@ -1,6 +1,7 @@
-"""The wheel as a user installs it (tests/wheel_check.py): built, installed non-editable with its dependencies into
-a fresh venv outside the checkout, then ``primespeech-mlx say`` and a ``dora run`` of the installed console script
-from a folder that is not the checkout. Slow (a venv and its dependencies): ``python -m pytest --full``."""
+"""The wheel as a user installs it (tests/wheel_check.py): built, installed non-editable with the README's ``[dora]``
+extra into a fresh venv outside the checkout, then ``primespeech-mlx say`` and the venv's ``dora run`` of the shipped
+dataflow.yaml from a folder that is not the checkout (a fixture voice offline; one non-silent WAV per question).
+Slow (a venv and its dependencies): ``python -m pytest --full``."""
 
 from __future__ import annotations
 
