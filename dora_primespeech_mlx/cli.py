@@ -104,6 +104,20 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def cmd_dataflow(args) -> int:
+    """Write the shipped demo dataflow (the checkout's dataflow.yaml, packaged) into a folder, for users of the
+    wheel: its nodes are console scripts, so it runs from there."""
+    from importlib.resources import files
+
+    target = Path(args.dir) / "dataflow.yaml"
+    if target.exists() and not args.force:
+        raise FileExistsError(f"{target} exists (--force overwrites it)")
+    target.write_bytes(files(f"{__package__}.demo").joinpath("dataflow.yaml").read_bytes())
+    where = "" if Path(args.dir).resolve() == Path.cwd() else f"cd {args.dir} && "
+    print(f"wrote {target}; run it with:  {where}dora run dataflow.yaml")
+    return 0
+
+
 def cmd_zenoh_overlay(args) -> int:
     from .settings import ZENOH_OVERLAY
 
@@ -248,6 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kind", choices=["gpt", "sovits", "hubert", "bert", "sv"],
                    help="what the source holds (default: detected from the source)")
     s.set_defaults(func=cmd_convert)
+
+    s = sub.add_parser("dataflow", help="write the demo dataflow.yaml (TTS node, demo text source and WAV sink) "
+                       "into a folder; `dora run dataflow.yaml` there speaks the demo texts into out/")
+    s.add_argument("dir", nargs="?", default=".", help="folder to write dataflow.yaml into")
+    s.add_argument("--force", action="store_true", help="overwrite an existing dataflow.yaml")
+    s.set_defaults(func=cmd_dataflow)
 
     s = sub.add_parser("zenoh-overlay", help="print the path of the Zenoh overlay for dora 1.x "
                        "(DORA_ZENOH_CONFIG_OVERLAY / --zenoh-config-overlay: no dropped messages)")

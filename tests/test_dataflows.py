@@ -98,6 +98,18 @@ def test_shipped_dataflow_names_the_package_console_scripts():
     assert "VOICE_NAME" not in (tts.get("env") or {}), "a VOICE_NAME under env: would win over the shell's"
 
 
+def test_the_package_holds_the_shipped_dataflow(tmp_path, capsys):
+    """`primespeech-mlx dataflow` writes the packaged copy: the same bytes as the checkout's dataflow.yaml."""
+    from dora_primespeech_mlx.cli import main
+
+    assert main(["dataflow", str(tmp_path)]) == 0
+    assert (tmp_path / "dataflow.yaml").read_bytes() == (REPO / "dataflow.yaml").read_bytes(), \
+        "copy dataflow.yaml to dora_primespeech_mlx/demo/dataflow.yaml"
+    assert "dora run dataflow.yaml" in capsys.readouterr().out
+    assert main(["dataflow", str(tmp_path)]) == 2  # never overwritten without --force
+    assert "--force" in capsys.readouterr().err
+
+
 def _runnable_here(flow: dict) -> dict:
     """The shipped flow with each demo node run from this checkout's nodes/ launcher (the same code as its
     console script, which a development venv may not have installed yet)."""

@@ -10,10 +10,10 @@
    site-packages, its package data (the Zenoh overlay, the preset voices) is there, and
    ``primespeech-mlx say`` speaks the fixture e2e case's text with a voice built from the fixture models into a
    WAV that is checked non-empty;
-4. the shipped ``dataflow.yaml``, copied alone into that folder, runs with the venv's ``dora run`` as the README
-   says, the voice, model folder and texts given by the shell (``VOICE_NAME``, ``PRIMESPEECH_MODEL_DIR``,
-   ``SCRIPT_FILE``): every node is the venv's console script, every text is answered, and ``out/`` holds one
-   non-silent WAV per question.
+4. the shipped ``dataflow.yaml``, written into that folder by ``primespeech-mlx dataflow``, runs with the venv's
+   ``dora run`` as the README says, the voice, model folder and texts given by the shell (``VOICE_NAME``,
+   ``PRIMESPEECH_MODEL_DIR``, ``SCRIPT_FILE``): every node is the venv's console script, every text is answered,
+   and ``out/`` holds one non-silent WAV per question.
 
 The fixture set is ``PRIMESPEECH_FIXTURES`` (default ``../shared/fixtures`` beside the checkout); the text
 front end's offline data ``NLTK_DATA`` / ``PRIMESPEECH_TEXT_DATA`` default to ``../shared`` like the tests'.
@@ -111,10 +111,10 @@ def dora_pins() -> list[str]:
 
 
 def check_wheel_files(wheel: Path) -> None:
-    """The wheel carries the license and the demo nodes' script (package data a plain install needs)."""
+    """The wheel carries the license, the demo nodes' script and the demo dataflow (package data)."""
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
-    for wanted in ("/LICENSE", "dora_primespeech_mlx/demo/script.txt", "dora_primespeech_mlx/demo/text_source.py"):
+    for wanted in ("/LICENSE", "dora_primespeech_mlx/demo/script.txt", "dora_primespeech_mlx/demo/dataflow.yaml"):
         if not any(n.endswith(wanted) for n in names):
             raise SystemExit(f"{wheel.name} has no {wanted.lstrip('/')}")
 
@@ -188,7 +188,9 @@ def run_shipped_dataflow(venv: Path, work: Path, env: dict, model_dir: Path, tex
     import soundfile as sf
 
     t0 = time.monotonic()
-    shutil.copy(REPO / "dataflow.yaml", work / "dataflow.yaml")
+    run([venv / "bin" / "primespeech-mlx", "dataflow"], cwd=work, env=env)  # the packaged copy of dataflow.yaml
+    if (work / "dataflow.yaml").read_bytes() != (REPO / "dataflow.yaml").read_bytes():
+        raise SystemExit("`primespeech-mlx dataflow` wrote another file than the checkout's dataflow.yaml")
     (work / "script.txt").write_text(f"{text}\n\n{text}\n", encoding="utf-8")  # two questions, one text each
     env = {**env, "VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": str(model_dir), "SCRIPT_FILE": str(work / "script.txt"),
            "GPTSVITS_WARMUP": "false", "TOP_K": "1", "RUST_BACKTRACE": "0"}
