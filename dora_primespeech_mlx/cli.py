@@ -12,6 +12,7 @@ import argparse
 import importlib
 import importlib.metadata
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -113,7 +114,7 @@ def cmd_dataflow(args) -> int:
     if target.exists() and not args.force:
         raise FileExistsError(f"{target} exists (--force overwrites it)")
     target.write_bytes(files(f"{__package__}.demo").joinpath("dataflow.yaml").read_bytes())
-    where = "" if Path(args.dir).resolve() == Path.cwd() else f"cd {args.dir} && "
+    where = "" if Path(args.dir).resolve() == Path.cwd() else f"cd {shlex.quote(args.dir)} && "
     print(f"wrote {target}; run it with:  {where}dora run dataflow.yaml")
     return 0
 
@@ -160,7 +161,6 @@ def cmd_say(args) -> int:
 
     engine = GPTSoVITSEngine(model_dir=_model_dir(args), progress=lambda m: print(m, file=sys.stderr))
     engine.load_voice(spec)
-    overrides = _synthesis_overrides(args)
     t0 = time.perf_counter()
     if args.stream:
         parts, first = [], None
@@ -197,9 +197,11 @@ def add_module_commands(sub) -> None:
     stays listed, marked unavailable with the reason; running it reports that reason."""
     for module, command in MODULE_COMMANDS.items():
         try:
-            importlib.import_module(f"{__package__}.{module}").add_parser(sub)
+            mod = importlib.import_module(f"{__package__}.{module}")
         except Exception as exc:  # reported when the command is run: every other command keeps working
             add_unavailable(sub, command, module, exc)
+            continue
+        mod.add_parser(sub)
 
 
 def add_unavailable(sub, command: str, module: str, exc: Exception) -> None:
