@@ -57,6 +57,7 @@ def cmd_voices(args) -> int:
     width = max(len(v.name) for v in voices)
     for v in voices:
         mark = "installed" if v.installed else "available (primespeech-mlx download)"
+        mark = f"broken: {v.error}" if v.error else mark
         print(f"{v.name:<{width}}  {v.language:<6} speed {v.speed_factor:<4} {v.source:<6} {mark}")
     return 0
 

@@ -332,6 +332,9 @@ VARS: tuple[Var, ...] = (
     Var("voices_dir", "PRIMESPEECH_VOICES_DIR", None, _path,
         "An extra folder of user voice YAML files; by default per-request voices may also read the files in it "
         "(PRIMESPEECH_REQUEST_PATHS).", ()),
+    Var("voice_unknown_keys", "PRIMESPEECH_VOICE_UNKNOWN_KEYS", "error", _choice(("error", "warn")),
+        "A voice YAML key the loader does not know (named with the nearest known one): error (the file is listed "
+        "as broken; other voices work) | warn (logged, the key ignored).", ()),
     Var("request_paths", "PRIMESPEECH_REQUEST_PATHS", None, _folders,
         "Folders `VOICE:CUSTOM` / `VOICE:TRAINED` may read, `:`-separated (unset: the model directory and "
         "PRIMESPEECH_VOICES_DIR; `*`: any file). Message paths are literal (docs/security.md).", ()),
@@ -409,6 +412,7 @@ class Settings(defaults.RequestDefaults):
     dora_sends: str = "auto"
     dora_node_config: str | None = None
     voices_dir: Path | None = None
+    voice_unknown_keys: str = "error"
     request_paths: tuple[Path, ...] | str | None = None
     text_data: Path | None = None
     cache_dir: Path = expand("~/.cache/dora_primespeech_mlx")
