@@ -65,6 +65,7 @@ def cmd_voices(args) -> int:
 def cmd_download(args) -> int:
     from .assets.catalog import preset_names, preset_voice
     from .assets.download import download_encoders, download_sv, download_voice
+    from .engine.encoders import prepare_coreml
 
     root = _model_dir(args)
     names = args.voices
@@ -79,7 +80,7 @@ def cmd_download(args) -> int:
     for name in names:  # every name known before anything is downloaded
         preset_voice(name, root)
     for name in names:
-        spec = download_voice(name, root, convert=not args.no_convert)
+        spec = download_voice(name, root, convert=not args.no_convert, after_convert=prepare_coreml)
         print(f"{spec.name}: installed ({spec.gpt.parent.parent})")
     return 0
 
