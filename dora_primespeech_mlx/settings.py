@@ -333,8 +333,7 @@ VARS: tuple[Var, ...] = (
         "An extra folder of user voice YAML files; by default per-request voices may also read the files in it "
         "(PRIMESPEECH_REQUEST_PATHS).", ()),
     Var("voice_unknown_keys", "PRIMESPEECH_VOICE_UNKNOWN_KEYS", "error", _choice(("error", "warn")),
-        "A voice YAML key the loader does not know (named with the nearest known one): error (the file is listed "
-        "as broken; other voices work) | warn (logged, the key ignored).", ()),
+        "Unknown voice YAML keys: error (file listed as broken) | warn.", ()),
     Var("request_paths", "PRIMESPEECH_REQUEST_PATHS", None, _folders,
         "Folders `VOICE:CUSTOM` / `VOICE:TRAINED` may read, `:`-separated (unset: the model directory and "
         "PRIMESPEECH_VOICES_DIR; `*`: any file). Message paths are literal (docs/security.md).", ()),

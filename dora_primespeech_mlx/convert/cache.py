@@ -13,8 +13,9 @@ user call can set back: replacing or rewriting a file changes it even when ``tou
 time) and the SHA-256 of its first and last MiB (a different checkpoint differs in its pickle header and its zip
 directory). Hashing whole files instead would read gigabytes at each start.
 
-A temporary folder in which nothing was written for :data:`STALE_TEMP_SECONDS` is a killed conversion's (a live
-one writes its files within seconds of creating it) and is removed at the next use of the cache.
+A temporary folder in which nothing was written for :data:`TEMP_FOLDER_MAX_IDLE_SECONDS` is a killed
+conversion's (a live one writes its files within seconds of creating it) and is removed at the next use of the
+cache.
 
 Entries of per-request checkpoints (``VOICE:TRAINED`` files: any original outside ``<model_dir>/moyoyo`` and
 ``<model_dir>/voices``) are bounded: at most :func:`max_entries` of them are kept (setting
@@ -39,7 +40,7 @@ from ..settings import read
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2
-STALE_TEMP_SECONDS = 600  # a temporary folder unwritten this long is a killed conversion's
+TEMP_FOLDER_MAX_IDLE_SECONDS = 600  # a temporary folder unwritten this long is a killed conversion's
 STAMP_BYTES = 1 << 20  # hashed at each end of an original file
 
 _held: dict[str, int] = {}  # entry folder -> models loaded from it that are alive in this process
@@ -136,7 +137,7 @@ def _last_write(folder: Path) -> float:
 
 
 def sweep_temporary(base: Path) -> list[Path]:
-    """Remove the temporary folders (``.<name>.*``) under ``base`` unwritten for :data:`STALE_TEMP_SECONDS`: a
+    """Remove the temporary folders (``.<name>.*``) under ``base`` unwritten for :data:`TEMP_FOLDER_MAX_IDLE_SECONDS`: a
     killed conversion's. A live conversion keeps writing into its folder and is left alone."""
     removed = []
     now = time.time()
@@ -146,7 +147,7 @@ def sweep_temporary(base: Path) -> list[Path]:
         return removed
     for p in temps:
         try:
-            if now - _last_write(p) > STALE_TEMP_SECONDS:
+            if now - _last_write(p) > TEMP_FOLDER_MAX_IDLE_SECONDS:
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
         except OSError:

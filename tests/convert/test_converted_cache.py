@@ -183,7 +183,7 @@ def _temp_folder(base: Path, name: str, age: float) -> Path:
 
 def test_stale_temporary_folders_are_removed(tmp_path):
     root = tmp_path / "root"
-    stale = _temp_folder(root / "mlx", ".gpt-x-123.abcd", 2 * entries.STALE_TEMP_SECONDS)
+    stale = _temp_folder(root / "mlx", ".gpt-x-123.abcd", 2 * entries.TEMP_FOLDER_MAX_IDLE_SECONDS)
     fresh = _temp_folder(root / "mlx", ".gpt-y-456.efgh", 0)
     entries.prune(root, keep=8)
     assert not stale.exists() and fresh.exists()
@@ -195,8 +195,8 @@ def test_a_killed_conversions_folder_is_removed_at_the_next_use_of_the_cache(tmp
     root = tmp_path / "root"
     L.load(_gpt(), "gpt", root=root)
     gc.collect()
-    killed = _temp_folder(root / "mlx", ".gpt-x-123.abcd", entries.STALE_TEMP_SECONDS + 60)
-    live = _temp_folder(root / "mlx", ".gpt-y-456.efgh", 2 * entries.STALE_TEMP_SECONDS)
+    killed = _temp_folder(root / "mlx", ".gpt-x-123.abcd", entries.TEMP_FOLDER_MAX_IDLE_SECONDS + 60)
+    live = _temp_folder(root / "mlx", ".gpt-y-456.efgh", 2 * entries.TEMP_FOLDER_MAX_IDLE_SECONDS)
     (live / "config.json").write_text("{}")  # written just now
     L.load(_gpt(), "gpt", root=root)  # served from the cache
     assert not killed.exists() and live.exists()
