@@ -15,6 +15,10 @@ version) also need the speaker-verification model, ``moyoyo/sv/pretrained_eres2n
 ``lj1995/GPT-SoVITS``, fetched with the encoders when such a voice is installed). User voices are YAML files
 with the same fields (plus an optional ``sv`` path), either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml``
 or any ``*.yaml`` in ``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
+
+Voice files are read like config files (:mod:`.voicefile`: size, aliases, keys). A file that fails is listed as
+broken with its reason (:func:`broken_voices`, :func:`list_voices`) and never stops the other voices. Every
+voice's transcript is bounded by :data:`MAX_PROMPT_CHARS`, however the voice is made.
 """
 
 from __future__ import annotations
@@ -80,6 +84,10 @@ class VoiceSpec:
     sv: Path | None = None  # speaker-verification model, used only when the SoVITS is v2Pro / v2ProPlus
 
     def __post_init__(self):
+        """Every voice, however made (catalog, message, Python API, ``dataclasses.replace``), has a bounded
+        transcript before any work is spent on it."""
+        if self.prompt_text is None:  # no prompt: reference-free mode, like ""
+            return
         if not isinstance(self.prompt_text, str):
             raise ConfigError(f"voice {self.name!r}: prompt_text must be text, not {type(self.prompt_text).__name__}")
         check_prompt_text(self.prompt_text, f"voice {str(self.name)[:80]!r}")
