@@ -271,6 +271,9 @@ def _guess_name(path: Path) -> str:
     return path.parent.name if path.name == "voice.yaml" else path.stem
 
 
+_WARNED: set[str] = set()
+
+
 def _scan(root: Path) -> tuple[dict[str, VoiceSpec], list[BrokenVoice]]:
     """Every voice file read once: the usable voices by name (a user voice of the same name overrides a preset)
     and the broken files with their reasons. One broken file never hides the others."""
@@ -286,7 +289,11 @@ def _scan(root: Path) -> tuple[dict[str, VoiceSpec], list[BrokenVoice]]:
             continue
         out[spec.name] = spec
     for b in broken:
-        log.warning("voice file skipped: %s", b.error)
+        if b.error not in _WARNED:  # once per reason, not at every lookup
+            if len(_WARNED) >= _YAML_CACHE_MAX:
+                _WARNED.clear()
+            _WARNED.add(b.error)
+            log.warning("voice file skipped: %s", b.error)
     return out, broken
 
 

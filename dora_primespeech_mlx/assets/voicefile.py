@@ -34,6 +34,7 @@ VOICE_KEYS = ("name", "language", "reference", "prompt_text", "prompt_lang", "sp
               "gpt", "sovits", "hubert", "bert", "sv", "repository", "revision")
 ENCODER_KEYS = ("repository", "revision", "hubert", "bert", "hubert_files", "bert_files", "sv")
 UNKNOWN_KEY_POLICIES = ("error", "warn")
+_warned: set[str] = set()
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -116,7 +117,11 @@ def check_keys(path: Path, doc: dict, known: tuple[str, ...], policy: str = "err
     message = (f"{path}: {'; '.join(parts)}. Known keys: {', '.join(known)} "
                "(PRIMESPEECH_VOICE_UNKNOWN_KEYS=warn makes this a warning)")
     if policy == "warn":
-        log.warning("%s", message)
+        if message not in _warned:  # once per file and keys, not at every lookup
+            if len(_warned) >= 512:
+                _warned.clear()
+            _warned.add(message)
+            log.warning("%s", message)
         return
     raise ConfigError(message)
 
