@@ -56,8 +56,10 @@ def cmd_voices(args) -> int:
         return 0
     width = max(len(v.name) for v in voices)
     for v in voices:
+        if v.error:  # a voice file that cannot be used: its reason (the other voices are unaffected)
+            print(f"{v.name:<{width}}  broken: {v.error}")
+            continue
         mark = "installed" if v.installed else "available (primespeech-mlx download)"
-        mark = f"broken: {v.error}" if v.error else mark
         print(f"{v.name:<{width}}  {v.language:<6} speed {v.speed_factor:<4} {v.source:<6} {mark}")
     return 0
 

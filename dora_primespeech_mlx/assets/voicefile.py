@@ -127,5 +127,12 @@ def check_keys(path: Path, doc: dict, known: tuple[str, ...], policy: str = "err
 
 
 def _short(exc: yaml.YAMLError) -> str:
-    text = " ".join(str(exc).split())
+    """The parser's reason and where (line, column), on one line of at most 300 characters."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if problem and mark is not None:
+        text = f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    else:
+        text = str(exc)
+    text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
