@@ -67,6 +67,9 @@ def cmd_voices(args) -> int:
         return 0
     width = max(len(v.name) for v in voices)
     for v in voices:
+        if v.error:  # a voice file that cannot be used: its reason (the other voices are unaffected)
+            print(f"{v.name:<{width}}  broken: {v.error}")
+            continue
         mark = "installed" if v.installed else "available (primespeech-mlx download)"
         print(f"{v.name:<{width}}  {v.language:<6} speed {v.speed_factor:<4} {v.source:<6} {mark}")
     return 0
@@ -75,6 +78,7 @@ def cmd_voices(args) -> int:
 def cmd_download(args) -> int:
     from .assets.catalog import preset_names, preset_voice
     from .assets.download import download_encoders, download_sv, download_voice
+    from .engine.encoders import prepare_coreml
 
     root = _model_dir(args)
     names = args.voices
@@ -89,7 +93,7 @@ def cmd_download(args) -> int:
     for name in names:  # every name known before anything is downloaded
         preset_voice(name, root)
     for name in names:
-        spec = download_voice(name, root, convert=not args.no_convert)
+        spec = download_voice(name, root, convert=not args.no_convert, after_convert=prepare_coreml)
         print(f"{spec.name}: installed ({spec.gpt.parent.parent})")
     return 0
 

@@ -66,10 +66,11 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
             if not (settings.auto_download and spec.source == "preset"):
                 raise
             from dora_primespeech_mlx.assets.download import download_voice
+            from dora_primespeech_mlx.engine.encoders import prepare_coreml
 
             progress(f"voice {spec.name} is not installed: downloading it into {settings.model_dir} "
                      "(PRIMESPEECH_AUTO_DOWNLOAD=false turns this off) ...")
-            download_voice(spec.name, settings.model_dir)
+            download_voice(spec.name, settings.model_dir, after_convert=prepare_coreml)
             spec = resolve_voice(settings.voice, settings.model_dir)
         start = {k: v for k, v in (("language", settings.text_lang), ("prompt_lang", settings.prompt_lang),
                                    ("prompt_text", settings.prompt_text)) if v is not None}

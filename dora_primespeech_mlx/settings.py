@@ -332,6 +332,8 @@ VARS: tuple[Var, ...] = (
     Var("voices_dir", "PRIMESPEECH_VOICES_DIR", None, _path,
         "An extra folder of user voice YAML files; by default per-request voices may also read the files in it "
         "(PRIMESPEECH_REQUEST_PATHS).", ()),
+    Var("voice_unknown_keys", "PRIMESPEECH_VOICE_UNKNOWN_KEYS", "error", _choice(("error", "warn")),
+        "Unknown voice YAML keys: error (file listed as broken) | warn.", ()),
     Var("request_paths", "PRIMESPEECH_REQUEST_PATHS", None, _folders,
         "Folders `VOICE:CUSTOM` / `VOICE:TRAINED` may read, `:`-separated (unset: the model directory and "
         "PRIMESPEECH_VOICES_DIR; `*`: any file). Message paths are literal (docs/security.md).", ()),
@@ -409,6 +411,7 @@ class Settings(defaults.RequestDefaults):
     dora_sends: str = "auto"
     dora_node_config: str | None = None
     voices_dir: Path | None = None
+    voice_unknown_keys: str = "error"
     request_paths: tuple[Path, ...] | str | None = None
     text_data: Path | None = None
     cache_dir: Path = expand("~/.cache/dora_primespeech_mlx")

@@ -15,25 +15,40 @@ version) also need the speaker-verification model, ``moyoyo/sv/pretrained_eres2n
 ``lj1995/GPT-SoVITS``, fetched with the encoders when such a voice is installed). User voices are YAML files
 with the same fields (plus an optional ``sv`` path), either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml``
 or any ``*.yaml`` in ``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
+
+Voice files are read like config files (:mod:`.voicefile`: size, aliases, keys). A file that fails is listed as
+broken with its reason (:func:`broken_voices`, :func:`list_voices`) and never stops the other voices. Every
+voice's transcript is bounded by :data:`MAX_PROMPT_CHARS`, however the voice is made.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import os
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from ..errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
 from ..paths import expand, model_dir, originals_dir, request_path, user_voices_dir
 from ..settings import read as read_setting
 from ..text.langsplit import SUPPORTED_OPTIONS
+from . import voicefile
+
+log = logging.getLogger(__name__)
 
 DEFAULT_VOICE = "Doubao"
 SUPPORTED_LANGS = SUPPORTED_OPTIONS  # zh en ja ko yue, their all_* forms, auto, auto_yue
+MAX_PROMPT_CHARS = 500  # a 3-10 s reference's transcript is well under 200; its cost grows with its square
+
+
+def check_prompt_text(prompt_text: str, where: str = "prompt_text") -> None:
+    """Refuse a reference transcript over :data:`MAX_PROMPT_CHARS` characters (ConfigError naming the limit):
+    the prompt is turned into phones, BERT features and GPT context whose memory grows with its square."""
+    if len(prompt_text) > MAX_PROMPT_CHARS:
+        raise ConfigError(f"{where}: the reference transcript has {len(prompt_text)} characters; the limit is "
+                          f"{MAX_PROMPT_CHARS} (MAX_PROMPT_CHARS; a 3-10 s reference's transcript is far shorter)")
 
 
 def _catalog_dir() -> Path:
@@ -67,6 +82,15 @@ class VoiceSpec:
     files: tuple[str, ...] = ()  # their paths inside that repo
     revision: str | None = None  # pinned commit of that repo (None: the one recorded by the first download)
     sv: Path | None = None  # speaker-verification model, used only when the SoVITS is v2Pro / v2ProPlus
+
+    def __post_init__(self):
+        """Every voice, however made (catalog, message, Python API, ``dataclasses.replace``), has a bounded
+        transcript before any work is spent on it."""
+        if self.prompt_text is None:  # no prompt: reference-free mode, like ""
+            return
+        if not isinstance(self.prompt_text, str):
+            raise ConfigError(f"voice {self.name!r}: prompt_text must be text, not {type(self.prompt_text).__name__}")
+        check_prompt_text(self.prompt_text, f"voice {str(self.name)[:80]!r}")
 
     @property
     def needs_sv(self) -> bool:
@@ -104,6 +128,17 @@ class VoiceInfo:
     source: str
     speed_factor: float
     description: str = ""
+    error: str = ""  # a broken voice file: why it cannot be used (the other fields are what could be read)
+
+
+@dataclass(frozen=True)
+class BrokenVoice:
+    """A voice file that cannot be used, and why; listed, never in the way of the other voices."""
+
+    path: Path
+    name: str  # its ``name`` when readable, else its folder's (``voices/<Name>/voice.yaml``) or file's stem
+    source: str  # preset | user
+    error: str
 
 
 @dataclass(frozen=True)
@@ -121,30 +156,30 @@ _YAML_CACHE: dict[str, tuple[tuple[int, int], dict]] = {}  # path -> ((mtime_ns,
 _YAML_CACHE_MAX = 512
 
 
-def _read_yaml(path: Path) -> dict:
-    """The mapping in a voice file; parsed once per (path, mtime, size), so listing the voices (the node's
+def _read_yaml(path: Path, known: tuple[str, ...] = voicefile.VOICE_KEYS) -> dict:
+    """The mapping in a voice file, read like a config file (:mod:`.voicefile`: size, aliases, key count and
+    unknown keys checked); parsed once per (path, mtime, size), so listing the voices (the node's
     ``list_voices``) costs a ``stat`` per file, not a YAML parse. Callers get their own copy."""
     try:
         st = os.stat(path)
-        version = (st.st_mtime_ns, st.st_size)
-        hit = _YAML_CACHE.get(str(path))
-        if hit is not None and hit[0] == version:
-            return copy.deepcopy(hit[1])
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read voice file ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a voice file must be a YAML mapping")
-    if len(_YAML_CACHE) >= _YAML_CACHE_MAX:
-        _YAML_CACHE.clear()
-    _YAML_CACHE[str(path)] = (version, data)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read voice file ({exc.strerror or exc})") from None
+    version = (st.st_mtime_ns, st.st_size)
+    hit = _YAML_CACHE.get(str(path))
+    if hit is not None and hit[0] == version:
+        data = hit[1]
+    else:
+        data = voicefile.parse(path, voicefile.read_bounded(path))
+        if len(_YAML_CACHE) >= _YAML_CACHE_MAX:
+            _YAML_CACHE.clear()
+        _YAML_CACHE[str(path)] = (version, data)
+    voicefile.check_keys(path, data, known, read_setting("voice_unknown_keys"))
     return copy.deepcopy(data)
 
 
 @lru_cache(maxsize=1)
 def encoder_info() -> EncoderInfo:
-    d = _read_yaml(_catalog_dir() / "_encoders.yaml")
+    d = _read_yaml(_catalog_dir() / "_encoders.yaml", voicefile.ENCODER_KEYS)
     return EncoderInfo(
         d["repository"], d["hubert"], d["bert"], tuple(d["hubert_files"]), tuple(d["bert_files"]),
         revision=str(d["revision"]) if d.get("revision") else None,
@@ -153,9 +188,14 @@ def encoder_info() -> EncoderInfo:
 
 
 def _check_fields(path: Path, d: dict, required: tuple[str, ...]) -> None:
+    nested = [str(k) for k, v in d.items() if isinstance(v, (dict, list))]
+    if nested:
+        raise ConfigError(f"{path}: {', '.join(nested)} must be a single value, not a list or mapping")
     missing = [k for k in required if not d.get(k)]
     if missing:
         raise ConfigError(f"{path}: voice definition lacks {', '.join(missing)}")
+    if d.get("prompt_text") is not None:
+        check_prompt_text(str(d["prompt_text"]), f"{path}: prompt_text")
     lang = str(d.get("language", ""))
     if lang not in SUPPORTED_LANGS:
         raise ConfigError(f"{path}: language {lang!r} is not supported (use one of {', '.join(SUPPORTED_LANGS)})")
@@ -218,14 +258,64 @@ def _user_from_yaml(path: Path, root: Path) -> VoiceSpec:
     )
 
 
+def _preset_files() -> list[Path]:
+    return [p for p in sorted(_catalog_dir().glob("*.yaml")) if not p.name.startswith("_")]
+
+
+def _guess_name(path: Path) -> str:
+    """What a broken voice file is called: its ``name`` when that much can be read, else its folder's name
+    (``voices/<Name>/voice.yaml``) or its file's stem."""
+    hit = _YAML_CACHE.get(str(path))
+    if hit is not None and isinstance(hit[1].get("name"), str) and hit[1]["name"].strip():
+        return hit[1]["name"][:200]
+    return path.parent.name if path.name == "voice.yaml" else path.stem
+
+
+_WARNED: set[str] = set()
+
+
+def _scan(root: Path) -> tuple[dict[str, VoiceSpec], list[BrokenVoice]]:
+    """Every voice file read once: the usable voices by name (a user voice of the same name overrides a preset)
+    and the broken files with their reasons. One broken file never hides the others."""
+    out: dict[str, VoiceSpec] = {}
+    broken: list[BrokenVoice] = []
+    files = [(p, "preset", _preset_from_yaml) for p in _preset_files()]
+    files += [(p, "user", _user_from_yaml) for p in _user_yaml_files(root)]
+    for path, source, build in files:
+        try:
+            spec = build(path, root)
+        except ConfigError as exc:
+            broken.append(BrokenVoice(path, _guess_name(path), source, str(exc)))
+            continue
+        out[spec.name] = spec
+    for b in broken:
+        if b.error not in _WARNED:  # once per reason, not at every lookup
+            if len(_WARNED) >= _YAML_CACHE_MAX:
+                _WARNED.clear()
+            _WARNED.add(b.error)
+            log.warning("voice file skipped: %s", b.error)
+    return out, broken
+
+
 def preset_names() -> list[str]:
-    return [_read_yaml(p)["name"] for p in sorted(_catalog_dir().glob("*.yaml")) if not p.name.startswith("_")]
+    """The names of the usable preset voices."""
+    names = []
+    for p in _preset_files():
+        try:
+            names.append(str(_read_yaml(p)["name"]))
+        except (ConfigError, KeyError):
+            continue
+    return names
 
 
 def preset_voice(name: str, root: Path | None = None) -> VoiceSpec:
     root = root or model_dir()
-    for p in sorted(_catalog_dir().glob("*.yaml")):
-        if not p.name.startswith("_") and _read_yaml(p).get("name") == name:
+    for p in _preset_files():
+        try:
+            found = _read_yaml(p).get("name") == name
+        except ConfigError:
+            continue
+        if found:
             return _preset_from_yaml(p, root)
     raise VoiceNotFoundError(f"unknown preset voice {name!r}; preset voices: {', '.join(sorted(preset_names()))}")
 
@@ -239,17 +329,14 @@ def _user_yaml_files(root: Path) -> list[Path]:
 
 
 def all_voices(root: Path | None = None) -> dict[str, VoiceSpec]:
-    """Presets and user voices by name (a user voice of the same name overrides a preset)."""
-    root = root or model_dir()
-    out: dict[str, VoiceSpec] = {}
-    for p in sorted(_catalog_dir().glob("*.yaml")):
-        if not p.name.startswith("_"):
-            spec = _preset_from_yaml(p, root)
-            out[spec.name] = spec
-    for p in _user_yaml_files(root):
-        spec = _user_from_yaml(p, root)
-        out[spec.name] = spec
-    return out
+    """Presets and user voices by name (a user voice of the same name overrides a preset); broken voice files
+    are left out (:func:`broken_voices` lists them)."""
+    return _scan(root or model_dir())[0]
+
+
+def broken_voices(root: Path | None = None) -> list[BrokenVoice]:
+    """The voice files that cannot be used, each with its reason."""
+    return _scan(root or model_dir())[1]
 
 
 def _match(name: str, names) -> str | None:
@@ -266,12 +353,18 @@ def _match(name: str, names) -> str | None:
 
 
 def resolve_voice(name: str, root: Path | None = None, require_installed: bool = True) -> VoiceSpec:
-    """The voice called ``name``; :class:`VoiceNotFoundError` / :class:`VoiceNotInstalledError` otherwise."""
+    """The voice called ``name``; :class:`VoiceNotFoundError` / :class:`VoiceNotInstalledError` otherwise, and
+    the file's own :class:`ConfigError` when ``name`` is a broken voice file's."""
     root = root or model_dir()
-    voices = all_voices(root)
+    voices, broken = _scan(root)
     key = _match(str(name).strip(), voices)
     if key is None:
-        raise VoiceNotFoundError(f"unknown voice {name!r}; known voices: {', '.join(sorted(voices))}")
+        by_name = {b.name: b for b in broken}
+        hit = _match(str(name).strip(), by_name)
+        if hit is not None:
+            raise ConfigError(f"voice {name!r} cannot be used: {by_name[hit].error}")
+        note = f" (broken voice files: {', '.join(str(b.path) for b in broken)})" if broken else ""
+        raise VoiceNotFoundError(f"unknown voice {name!r}; known voices: {', '.join(sorted(voices))}{note}")
     spec = voices[key]
     if require_installed:
         ensure_installed(spec, root)
@@ -301,10 +394,12 @@ def not_installed_message(spec: VoiceSpec, missing: list[Path], root: Path | Non
 
 
 def list_voices(root: Path | None = None) -> list[VoiceInfo]:
+    """Every voice, usable ones first, then the broken files (``error`` says why; not installed)."""
+    voices, broken = _scan(root or model_dir())
     return [
         VoiceInfo(v.name, v.language, v.installed, v.source, v.speed_factor, v.description)
-        for v in all_voices(root).values()
-    ]
+        for v in voices.values()
+    ] + [VoiceInfo(b.name, "", False, b.source, 0.0, "", error=b.error) for b in broken]
 
 
 def custom_voice(
@@ -324,6 +419,7 @@ def custom_voice(
     The paths are taken literally (no ``~`` or ``$VAR``) and must be files inside ``roots`` (None: anywhere; the
     node passes ``PRIMESPEECH_REQUEST_PATHS``' folders): else :class:`RequestPathError`, the same for a missing
     file and a refused one (:func:`..paths.request_path`)."""
+    check_prompt_text(prompt_text if isinstance(prompt_text, str) else str(prompt_text), "prompt_text of the request")
     root = root or model_dir()
     if isinstance(base, VoiceSpec):
         base_spec = base

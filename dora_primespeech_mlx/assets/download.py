@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -221,8 +222,12 @@ def download_sv(root: Path | None = None) -> Path:
     return _fetch(enc.repository, enc.sv, originals_dir(root))
 
 
-def download_voice(name: str, root: Path | None = None, convert: bool = True) -> VoiceSpec:
-    """Download a preset voice and the shared encoders, then convert them to the MLX format once."""
+def download_voice(name: str, root: Path | None = None, convert: bool = True,
+                   after_convert: Callable[[VoiceSpec, Path], None] | None = None) -> VoiceSpec:
+    """Download a preset voice and the shared encoders, then convert them to the MLX format once.
+
+    ``after_convert(spec, root)`` runs once the conversion is done: the caller's preparation of what sits above
+    this layer (the CLI and the node pass ``engine.encoders.prepare_coreml``: the CoreML encoders on macOS)."""
     root = root or model_dir()
     spec = preset_voice(name, root)
     if not _hub_reachable():  # offline: the same exact-missing-files message as a start without downloads
@@ -239,13 +244,6 @@ def download_voice(name: str, root: Path | None = None, convert: bool = True) ->
         from ..convert.load import convert_voice
 
         convert_voice(spec, root)
-        from ..engine.encoders import coreml_available
-
-        if coreml_available():  # macOS: build the Neural Engine encoders once, now rather than at first use
-            from ..coreml.export import export_voice_encoders
-
-            try:
-                export_voice_encoders(spec, root)
-            except Exception as exc:  # the MLX encoders still work; the engine retries or falls back
-                log.warning("CoreML export failed (%s); the MLX encoders will be used", exc)
+        if after_convert is not None:
+            after_convert(spec, root)
     return spec

@@ -1,11 +1,21 @@
 """The converted-model cache: ``<model_dir>/mlx/<kind>-<stem>-<digest>/``, one folder per original file.
 
 An entry is written whole or not at all: the converter fills a temporary folder beside it, writes
-:data:`MANIFEST` last (the size and modification time of every file it wrote), and renames the folder into
-place. An entry is served only when its manifest is there and every file it lists still has its size and time;
-anything else (a folder of an older version without a manifest, a truncated or rewritten file, a crashed
-conversion) is converted again. The converter only writes weights that passed the reader's checks and are
-finite (``convert.load``).
+:data:`MANIFEST` last (the size and modification time of every file it wrote, and the original's
+:func:`source_stamp`), and renames the folder into place. An entry is served only when its manifest is there,
+every file it lists still has its size and time, and the original still has the stamp it was converted from;
+anything else (a folder of an older version without a manifest, a truncated or rewritten file, a replaced
+original, a crashed conversion) is converted again. The converter only writes weights that passed the reader's
+checks and are finite (``convert.load``).
+
+The stamp of an original is, per file, its size, modification time, status-change time (``st_ctime``, which no
+user call can set back: replacing or rewriting a file changes it even when ``touch -r`` restores the modification
+time) and the SHA-256 of its first and last MiB (a different checkpoint differs in its pickle header and its zip
+directory). Hashing whole files instead would read gigabytes at each start.
+
+A temporary folder in which nothing was written for :data:`TEMP_FOLDER_MAX_IDLE_SECONDS` is a killed
+conversion's (a live one writes its files within seconds of creating it) and is removed at the next use of the
+cache.
 
 Entries of per-request checkpoints (``VOICE:TRAINED`` files: any original outside ``<model_dir>/moyoyo`` and
 ``<model_dir>/voices``) are bounded: at most :func:`max_entries` of them are kept (setting
@@ -15,6 +25,7 @@ is never removed. The catalog's voices and the user voices in ``<model_dir>/voic
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -28,8 +39,9 @@ from ..paths import mlx_cache_dir, originals_dir, user_voices_dir
 from ..settings import read
 
 MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
-STALE_TEMP_SECONDS = 3600  # a temporary folder this old is a crashed conversion's
+MANIFEST_VERSION = 2
+TEMP_FOLDER_MAX_IDLE_SECONDS = 600  # a temporary folder unwritten this long is a killed conversion's
+STAMP_BYTES = 1 << 20  # hashed at each end of an original file
 
 _held: dict[str, int] = {}  # entry folder -> models loaded from it that are alive in this process
 _lock = threading.Lock()
@@ -40,15 +52,37 @@ def max_entries() -> int:
     return read("max_converted_models")
 
 
+def _file_stamp(path: Path) -> list:
+    """[size, mtime_ns, ctime_ns, SHA-256 of the first and last :data:`STAMP_BYTES`] of one file."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        h = hashlib.sha256(f.read(STAMP_BYTES))
+        if st.st_size > STAMP_BYTES:
+            f.seek(max(STAMP_BYTES, st.st_size - STAMP_BYTES))
+            h.update(f.read(STAMP_BYTES))
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, h.hexdigest()]
+
+
+def source_stamp(source: Path) -> dict:
+    """What identifies an original (a checkpoint file, or a Hugging Face folder's files) cheaply and by content:
+    see the module docstring. OSError when it cannot be read."""
+    source = Path(os.path.realpath(source))
+    if source.is_dir():
+        files = {p.name: _file_stamp(p) for p in sorted(source.iterdir()) if p.is_file()}
+    else:
+        files = {"": _file_stamp(source)}
+    return {"path": str(source), "files": files}
+
+
 def write_manifest(folder: Path, kind: str, source: Path) -> None:
-    """Seal a finished conversion: record every file of ``folder``; written last."""
+    """Seal a finished conversion: record every file of ``folder`` and the original's stamp; written last."""
     files = {}
     for p in sorted(folder.iterdir()):
         if p.is_file() and p.name != MANIFEST:
             st = p.stat()
             files[p.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
     meta = {"manifest_version": MANIFEST_VERSION, "kind": kind, "source": str(source), "files": files,
-            "weights": "finite"}
+            "source_stamp": source_stamp(source), "weights": "finite"}
     tmp = folder / (MANIFEST + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=1)
@@ -58,7 +92,8 @@ def write_manifest(folder: Path, kind: str, source: Path) -> None:
 
 
 def manifest(entry: Path) -> dict[str, Any] | None:
-    """The manifest of a complete entry, or None (missing, unreadable, or a listed file changed)."""
+    """The manifest of a complete entry, or None (missing, unreadable, a listed file changed, or the original
+    is not the one it was converted from)."""
     try:
         meta = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
         files = meta["files"]
@@ -68,6 +103,9 @@ def manifest(entry: Path) -> dict[str, Any] | None:
             st = (entry / name).stat()
             if st.st_size != stamp["size"] or st.st_mtime_ns != stamp["mtime_ns"]:
                 return None
+        recorded = meta["source_stamp"]
+        if source_stamp(Path(recorded["path"])) != recorded:
+            return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return meta
@@ -84,6 +122,37 @@ def mark_used(entry: Path) -> None:
         os.utime(entry / MANIFEST)
     except OSError:
         pass
+    sweep_temporary(entry.parent)
+
+
+def _last_write(folder: Path) -> float:
+    """The newest modification time of ``folder`` and the files in it."""
+    newest = folder.stat().st_mtime
+    for p in folder.iterdir():
+        try:
+            newest = max(newest, p.stat().st_mtime)
+        except OSError:
+            continue
+    return newest
+
+
+def sweep_temporary(base: Path) -> list[Path]:
+    """Remove the temporary folders (``.<name>.*``) under ``base`` unwritten for :data:`TEMP_FOLDER_MAX_IDLE_SECONDS`: a
+    killed conversion's. A live conversion keeps writing into its folder and is left alone."""
+    removed = []
+    now = time.time()
+    try:
+        temps = [p for p in base.iterdir() if p.name.startswith(".") and p.is_dir()]
+    except OSError:
+        return removed
+    for p in temps:
+        try:
+            if now - _last_write(p) > TEMP_FOLDER_MAX_IDLE_SECONDS:
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+        except OSError:
+            continue
+    return removed
 
 
 def last_used(entry: Path) -> float:
@@ -151,19 +220,14 @@ def prune(root: Path, keep: int | None = None, protect: Path | None = None) -> l
     Returns the entries removed."""
     keep = max_entries() if keep is None else keep
     base = mlx_cache_dir(root)
+    sweep_temporary(base)
     try:
         folders = [p for p in base.iterdir() if p.is_dir()]
     except OSError:
         return []
-    now = time.time()
     candidates = []
     for p in folders:
         if p.name.startswith("."):
-            try:
-                if now - p.stat().st_mtime > STALE_TEMP_SECONDS:
-                    shutil.rmtree(p, ignore_errors=True)
-            except OSError:
-                pass
             continue
         if not (p / "config.json").exists() and not (p / MANIFEST).exists():
             continue  # not a converted model (e.g. the ONNX folder)

@@ -62,6 +62,20 @@ def coreml_available() -> bool:
     return sys.platform == "darwin" and importlib.util.find_spec("coremltools") is not None
 
 
+def prepare_coreml(spec, root: Path | None = None) -> None:
+    """On macOS with coremltools: export a voice's CoreML encoders once, at installation rather than at first use
+    (``download_voice``'s ``after_convert``). A failure is logged: the MLX encoders still work, and the engine
+    retries or falls back."""
+    if not coreml_available():
+        return
+    from ..coreml.export import export_voice_encoders
+
+    try:
+        export_voice_encoders(spec, root)
+    except Exception as exc:
+        log.warning("CoreML export failed (%s); the MLX encoders will be used", exc)
+
+
 class _Slot:
     """Per-encoder backend state."""
 

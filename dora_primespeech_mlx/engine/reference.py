@@ -11,7 +11,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from ..assets.catalog import VoiceSpec
+from ..assets.catalog import VoiceSpec, check_prompt_text
 from ..errors import ConfigError
 from ..models import audio
 from .pipeline import Models, bert_features
@@ -31,20 +31,23 @@ class Reference:
     seconds: float
 
 
+def _length_error(path, seconds: float) -> ConfigError:
+    return ConfigError(f"reference audio {path} is {seconds:.2f} s long; GPT-SoVITS needs a "
+                       f"{REF_MIN_SECONDS:g}-{REF_MAX_SECONDS:g} s clip (cut or replace it)")
+
+
 class ReferenceBuilder:
     """Computes a voice's :class:`Reference` (the engine caches it; see ``engine.cache``)."""
 
     def build(self, spec: VoiceSpec, models: Models, prompt_lang: str, timer: Timer) -> Reference:
         from .. import text as text_mod
 
+        check_prompt_text(spec.prompt_text or "", f"voice {spec.name!r}")  # before any work on the voice
         with stage("reference", timer):
             wav32k, wav16k = self.load(spec.reference, models.sovits)
             seconds = len(wav16k) / HUBERT_SR
             if not REF_MIN_SECONDS <= seconds <= REF_MAX_SECONDS:
-                raise ConfigError(
-                    f"reference audio {spec.reference} is {seconds:.2f} s long; GPT-SoVITS needs a "
-                    f"{REF_MIN_SECONDS:g}-{REF_MAX_SECONDS:g} s clip (cut or replace it)"
-                )
+                raise _length_error(spec.reference, seconds)
             ge = self.ref_embedding(models.sovits, wav32k, self.sv_embedding(models, wav32k))
         # an empty prompt text means reference-free mode (gpt-sovits-v2.md §8.3): no prompt at all
         with stage("text", timer):
@@ -59,13 +62,13 @@ class ReferenceBuilder:
 
     def load(self, path: Path, sovits) -> tuple[np.ndarray, np.ndarray]:
         """(wav at the SoVITS rate for the spectrogram, wav at 16 kHz for HuBERT), both mono float32."""
-        try:
-            wav, sr = audio.load_wav(path)
+        try:  # refused from its header when over REF_MAX_SECONDS: nothing of a long file is decoded
+            wav, sr = audio.load_wav(path, max_seconds=REF_MAX_SECONDS)
+        except audio.ClipTooLongError as exc:
+            raise _length_error(path, exc.seconds) from None
         except ValueError as exc:
             raise ConfigError(f"reference audio of the voice: {exc}") from None
         wav = np.asarray(wav, dtype=np.float32)
-        if not np.isfinite(wav).all():
-            raise ConfigError(f"reference audio {path} has NaN or infinite samples")
         target = int(sovits.sampling_rate)
         wav32k = wav if sr == target else audio.resample(wav, sr, target)
         peak = float(np.abs(wav32k).max()) if len(wav32k) else 0.0

@@ -1,29 +1,113 @@
 """Audio helpers around the models: reading, resampling and the SoVITS reference spectrogram
-(gpt-sovits-v2.md sections 4.1 and 6.2). numpy only."""
+(gpt-sovits-v2.md sections 4.1 and 6.2). numpy only.
+
+Reading is bounded (docs/security.md): only a regular file, checked from its header (length, channels, sample
+rate) before anything is decoded, decoded at most to the frames the limits allow, within a time limit, and
+refused when its samples are not finite or lie far above full scale.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
+import threading
 
 import numpy as np
 
+MAX_SECONDS = 30.0  # hard limit on a clip's length (the reference itself must be 3-10 s)
+MAX_CHANNELS = 8
+MIN_RATE, MAX_RATE = 8000, 192000  # Hz
+MAX_PEAK = 100.0  # 40 dB over full scale: a float file louder than this holds no usable audio
+READ_TIMEOUT_SECONDS = 10.0  # a read that stalls longer (a hung network or device file) is given up
 
-def load_wav(path: str | os.PathLike) -> tuple[np.ndarray, int]:
+
+class ClipTooLongError(ValueError):
+    """A clip over the length limit, found from its header (or from the frames read when the header understates
+    them); ``seconds`` is the header's length (the limit plus a frame when the header understated it)."""
+
+    def __init__(self, message: str, seconds: float):
+        super().__init__(message)
+        self.seconds = seconds
+
+
+def load_wav(path: str | os.PathLike, max_seconds: float = MAX_SECONDS,
+             timeout: float = READ_TIMEOUT_SECONDS) -> tuple[np.ndarray, int]:
     """Read an audio file with soundfile -> (float32 mono waveform, sample rate).
 
     Integer PCM is scaled to [-1, 1) (int16 / 32768, as torchaudio and librosa do); several channels
-    are averaged.
+    are averaged. ValueError, naming the limit, for anything but a regular file, a header over the limits
+    (``max_seconds``, :data:`MAX_CHANNELS`, :data:`MIN_RATE`..:data:`MAX_RATE`), a read slower than ``timeout``
+    seconds, or samples that are not finite or above :data:`MAX_PEAK`.
     """
+    name = os.fspath(path)
+    result: dict = {}
+
+    def work() -> None:
+        try:
+            result["value"] = _read_checked(name, max_seconds)
+        except BaseException as exc:  # handed to the caller's thread
+            result["error"] = exc
+
+    worker = threading.Thread(target=work, name="audio-read", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():  # left to finish or block on its own (daemon thread): the caller is answered now
+        raise ValueError(f"cannot read audio file {name!r}: no answer within {timeout:g} s (READ_TIMEOUT_SECONDS)")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def _read_checked(name: str, max_seconds: float) -> tuple[np.ndarray, int]:
     import soundfile as sf
 
     try:
-        data, sr = sf.read(str(path), dtype="float32", always_2d=True)
+        if not stat.S_ISREG(os.stat(name).st_mode):  # a FIFO or device would block or never end
+            raise ValueError(f"audio file {name!r} is not a regular file")
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as raw:
+            if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):  # swapped since the stat
+                raise ValueError(f"audio file {name!r} is not a regular file")
+            with sf.SoundFile(raw) as f:
+                max_frames = _check_header(name, f.frames, f.samplerate, f.channels, f.format, max_seconds)
+                data = f.read(frames=max_frames + 1, dtype="float32", always_2d=True)
+                sr = int(f.samplerate)
     except (sf.LibsndfileError, RuntimeError, OSError) as e:
-        raise ValueError(f"cannot read audio file {os.fspath(path)!r}: {e}") from e
+        raise ValueError(f"cannot read audio file {name!r}: {e}") from e
+    if data.shape[0] > max_frames:  # the header understated the length
+        raise ClipTooLongError(f"audio file {name!r} is longer than {max_seconds:g} s, the limit",
+                               data.shape[0] / sr)
     if data.shape[0] == 0:
-        raise ValueError(f"audio file {os.fspath(path)!r} holds no samples")
+        raise ValueError(f"audio file {name!r} holds no samples")
     mono = data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)
-    return np.ascontiguousarray(mono, dtype=np.float32), int(sr)
+    _check_samples(name, mono)
+    return np.ascontiguousarray(mono, dtype=np.float32), sr
+
+
+def _check_header(name: str, frames: int, rate: int, channels: int, fmt: str, max_seconds: float) -> int:
+    """The most frames a clip of ``rate`` may have; ValueError naming the limit a header breaks."""
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise ValueError(f"audio file {name!r} has a sample rate of {rate} Hz; the limits are "
+                         f"{MIN_RATE}-{MAX_RATE} Hz (MIN_RATE, MAX_RATE)")
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise ValueError(f"audio file {name!r} ({fmt}) has {channels} channels; the limit is {MAX_CHANNELS} "
+                         "(MAX_CHANNELS)")
+    max_frames = int(max_seconds * rate)
+    if frames > max_frames:
+        raise ClipTooLongError(f"audio file {name!r} lasts {frames / rate:.1f} s; the limit is {max_seconds:g} s",
+                               frames / rate)
+    return max_frames
+
+
+def _check_samples(name: str, mono: np.ndarray) -> None:
+    """Refuse NaN or infinite samples and a peak over :data:`MAX_PEAK` (a float file's samples are unbounded;
+    such values turn every synthesis into NaN)."""
+    if not np.isfinite(mono).all():
+        raise ValueError(f"audio file {name!r} has NaN or infinite samples")
+    peak = float(np.abs(mono).max())
+    if peak > MAX_PEAK:
+        raise ValueError(f"audio file {name!r} peaks at {peak:.3g}, over the limit of {MAX_PEAK:g} times full "
+                         "scale (MAX_PEAK)")
 
 
 def mono_clip(wav, what: str = "HuBERT features") -> np.ndarray:

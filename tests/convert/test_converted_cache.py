@@ -171,17 +171,61 @@ def test_per_request_entries_are_bounded_lru(tmp_path, monkeypatch):
     assert names == {"preset", "trained1", "trained3"}, names
 
 
+def _temp_folder(base: Path, name: str, age: float) -> Path:
+    folder = base / name
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"partial")
+    old = time.time() - age
+    for p in (folder / "model.safetensors", folder):
+        os.utime(p, (old, old))
+    return folder
+
+
 def test_stale_temporary_folders_are_removed(tmp_path):
     root = tmp_path / "root"
-    stale = root / "mlx" / ".gpt-x-123.abcd"
-    stale.mkdir(parents=True)
-    (stale / "model.safetensors").write_bytes(b"partial")
-    old = time.time() - 2 * entries.STALE_TEMP_SECONDS
-    os.utime(stale, (old, old))
-    fresh = root / "mlx" / ".gpt-y-456.efgh"
-    fresh.mkdir()
+    stale = _temp_folder(root / "mlx", ".gpt-x-123.abcd", 2 * entries.TEMP_FOLDER_MAX_IDLE_SECONDS)
+    fresh = _temp_folder(root / "mlx", ".gpt-y-456.efgh", 0)
     entries.prune(root, keep=8)
     assert not stale.exists() and fresh.exists()
+
+
+def test_a_killed_conversions_folder_is_removed_at_the_next_use_of_the_cache(tmp_path):
+    """A start that finds its models converted (no conversion, no prune) still clears what a kill -9 left; a
+    folder a live conversion is writing (recent writes, even in an old folder) is left alone."""
+    root = tmp_path / "root"
+    L.load(_gpt(), "gpt", root=root)
+    gc.collect()
+    killed = _temp_folder(root / "mlx", ".gpt-x-123.abcd", entries.TEMP_FOLDER_MAX_IDLE_SECONDS + 60)
+    live = _temp_folder(root / "mlx", ".gpt-y-456.efgh", 2 * entries.TEMP_FOLDER_MAX_IDLE_SECONDS)
+    (live / "config.json").write_text("{}")  # written just now
+    L.load(_gpt(), "gpt", root=root)  # served from the cache
+    assert not killed.exists() and live.exists()
+
+
+def test_a_replaced_checkpoint_with_the_same_size_and_time_is_converted_again(tmp_path):
+    """The cache is keyed by the original's content, not its size and modification time."""
+    from safetensors.numpy import load_file
+
+    def values(entry: Path) -> set[float]:
+        return {float(v.flat[0]) for v in load_file(str(entry / "model.safetensors")).values()
+                if v.dtype.kind == "f" and v.size and np.all(v == v.flat[0])}
+
+    root = tmp_path / "root"
+    first = rewrite(_gpt(), tmp_path / "src" / "voice.ckpt", storage=struct.pack("<e", 0.25))
+    second = rewrite(_gpt(), tmp_path / "other" / "voice.ckpt", storage=struct.pack("<e", 0.5))
+    assert first.stat().st_size == second.stat().st_size
+    L.load(first, "gpt", root=root)
+    gc.collect()
+    (entry,) = _entries(root)
+    assert 0.25 in values(entry) and 0.5 not in values(entry)
+    stamp = first.stat()
+    first.write_bytes(second.read_bytes())
+    os.utime(first, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # same size, same time, other weights
+    assert not entries.is_complete(entry)
+    L.load(first, "gpt", root=root)
+    gc.collect()
+    (entry,) = _entries(root)
+    assert 0.5 in values(entry) and 0.25 not in values(entry)
 
 
 def test_hostile_geometry_in_a_real_gpt_is_refused_before_caching(tmp_path):
