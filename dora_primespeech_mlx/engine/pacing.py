@@ -89,8 +89,9 @@ class PacingOptions:
     ``later_full``: while covering, a later sentence's first piece grows while the listener has audio in hand.
     ``cover_later``: windows that gain too little for the later sentences' starts cover as well.
     ``start``: ``"gapless"``, the request's first sentence plans for the later sentences too (its first piece may
-    be larger so that their starts keep up); ``"earliest"``, it plans as if it were the request's only sentence
-    (its first piece as early as it alone allows; a later sentence's start may then leave a gap)."""
+    be larger so that their starts keep up); ``"earliest"``, where the listener waits for its first audio, it plans
+    as if it were the request's only sentence (its first piece as early as it alone allows; a later sentence's
+    start may then leave a gap)."""
 
     taper: bool = True
     end_waits: bool = True
@@ -103,9 +104,10 @@ class PacingOptions:
             raise ConfigError(f"pacing start={self.start!r} is invalid: use one of {', '.join(STARTS)} "
                               "(PRIMESPEECH_STREAM_START)")
 
-    def plans_ahead(self, sentence: int) -> bool:
-        """Whether the pacer of the request's sentence ``sentence`` counts the sentences after it."""
-        return sentence > 0 or self.start == "gapless"
+    def plans_ahead(self, sentence: int, waiting: bool = True) -> bool:
+        """Whether the pacer of the request's sentence ``sentence`` counts the sentences after it; ``waiting``: the
+        listener has no audio in hand (the caller's earlier audio has played, or there is none)."""
+        return sentence > 0 or self.start == "gapless" or not waiting
 
 
 class StreamRates:

@@ -149,7 +149,8 @@ class Stream:
             if missing:
                 rates.note_start("bert", t1 - t0, missing)
         gen = self.batch.tokens(row)
-        after = self._later_sentences(s) if self.options.plans_ahead(s) else []
+        waiting = self.until is None or self.until <= time.perf_counter()
+        after = self._later_sentences(s) if self.options.plans_ahead(s, waiting) else []
         pacer = pacing.Pacer(cfg, rates, r.speed, streaming.vocoder_margin(r.models, cfg), stitcher.crossfade_frames,
                              stitcher.hop / self.sr, rates.expected_tokens(r.spec.name, len(chunk.phones)), after,
                              taper=s == 0, options=self.options)
@@ -192,7 +193,24 @@ class Stream:
     def _window(self, sentence: _Sentence, done: bool) -> Iterator[AudioChunk]:
         """Cut a window of the tokens since the last cut (``done``: the sentence's last), decode it and hand out
         the pieces that are ready (all of them where the plan needs them out now)."""
-        r, rates, pacer = self.r, self.engine.rates, sentence.pacer
+        r = self.r
+        cut = self._measure_cut(sentence, done)
+        with self._locked(), stage("sovits", self.timer, key="sovits_stream"):
+            p = streaming.next_window(r.models, r.ref, sentence.chunk, r.cfg, sentence.stitcher, sentence.bank,
+                                      sentence.tokens, done, self.lane if self._lane_now() else None)
+        if p is not None:
+            self._measure_window(sentence.pacer, p, *cut)
+            self.pending.append((sentence.index, done, p))
+        # a sentence's last pieces go out before the next sentence's start (BERT, prefill) where the listener has
+        # little audio in hand: beside the lane's vocoder that start would slow it down
+        short = self.until is None or self.until - time.perf_counter() <= overlap.SEND_BEFORE_NEXT_S
+        yield from self._emit(self.lane is None or (done and (sentence.index == self.last or short)))
+
+    def _measure_cut(self, sentence: _Sentence, done: bool) -> tuple[bool, bool, float, float]:
+        """At a cut: the GPT's speed over the window's tokens where nothing ran beside them, the stream's batched
+        step time for its pacer, the sentence's length once it ended; the sentence's window state starts anew.
+        Returns (lane busy now, nothing beside the tokens, their GPT seconds, the plan's estimate of the window)."""
+        rates, pacer = self.engine.rates, sentence.pacer
         busy = self._lane_busy()
         new = len(sentence.tokens) - sentence.cut_at
         alone = solo(self.batch, sentence.steps, sentence.row_steps, new)
@@ -201,28 +219,26 @@ class Stream:
             rates.note_tokens(sentence.decode_s, new)
         if not (busy or sentence.lane_was_busy) and new > 0:  # beside other rows a step is slower
             pacer.batched_token_s = 0.0 if alone else sentence.decode_s / new
-        window_gpt_s = sentence.decode_s
+        gpt_s = sentence.decode_s
         self.windows.append((sentence.index, new))
         estimate = pacer.estimate(new)  # (the plan's speeds at the cut)
         sentence.cut_at, sentence.decode_s, sentence.lane_was_busy = len(sentence.tokens), 0.0, busy
         if done:
-            rates.note_length(r.spec.name, len(sentence.tokens), len(sentence.chunk.phones))
+            rates.note_length(self.r.spec.name, len(sentence.tokens), len(sentence.chunk.phones))
         sentence.steps, sentence.row_steps = self.batch.steps, self.batch.row_steps
-        with self._locked(), stage("sovits", self.timer, key="sovits_stream"):
-            p = streaming.next_window(r.models, r.ref, sentence.chunk, r.cfg, sentence.stitcher, sentence.bank,
-                                      sentence.tokens, done, self.lane if self._lane_now() else None)
-        if p is not None:
-            if not busy:  # its speed alone
-                rates.note_latent(p.latent_s, window=True)
-                if p.vocode_s is not None:
-                    rates.note_vocoder(p.vocode_s, p.window.z.shape[2], window=True)
-            if clean and pacer.paced and p.vocode_s is not None:  # how far off the plan was
-                rates.note_window(window_gpt_s + p.latent_s + p.vocode_s, estimate)
-            self.pending.append((sentence.index, done, p))
-        # a sentence's last pieces go out before the next sentence's start (BERT, prefill) where the listener has
-        # little audio in hand: beside the lane's vocoder that start would slow it down
-        short = self.until is None or self.until - time.perf_counter() <= overlap.SEND_BEFORE_NEXT_S
-        yield from self._emit(self.lane is None or (done and (sentence.index == self.last or short)))
+        return busy, clean, gpt_s, estimate
+
+    def _measure_window(self, pacer: pacing.Pacer, p: streaming.PendingPiece, busy: bool, clean: bool,
+                        gpt_s: float, estimate: float) -> None:
+        """A decoded window's SoVITS speeds where the lane was idle, and how far off the plan's estimate it was
+        where nothing ran beside it."""
+        rates = self.engine.rates
+        if not busy:  # its speed alone
+            rates.note_latent(p.latent_s, window=True)
+            if p.vocode_s is not None:
+                rates.note_vocoder(p.vocode_s, p.window.z.shape[2], window=True)
+        if clean and pacer.paced and p.vocode_s is not None:  # how far off the plan was
+            rates.note_window(gpt_s + p.latent_s + p.vocode_s, estimate)
 
     def _emit(self, block: bool) -> Iterator[AudioChunk]:
         """Yield the finished pieces in order (all of them when ``block``, else those ready now)."""

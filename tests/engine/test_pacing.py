@@ -69,7 +69,8 @@ def simulate_timeline(cfg: SynthesisConfig, rates: StreamRates, lengths: list[in
     L = cfg.stream_lookahead_tokens
     for k, n_tokens in enumerate(lengths):
         now += start_s
-        after = [(t, start_s) for t in lengths_expected[k + 1:]] if expected and options.plans_ahead(k) else []
+        ahead = options.plans_ahead(k, waiting=until is None or until <= now)
+        after = [(t, start_s) for t in lengths_expected[k + 1:]] if expected and ahead else []
         pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, lengths_expected[k], after, taper=k == 0,
                       options=options)  # (as the engine)
         tokens, cut_at, done_tokens, sizes = 0, 0, 0, []
@@ -641,3 +642,6 @@ def test_earliest_start_plans_the_first_sentence_as_if_alone(rates, lengths, sta
     assert plans[0][0] <= alone[0][0], (plans, alone)
     assert plans_gapless[0][0] > plans[0][0] and first_gapless > first, (plans_gapless, plans)
     assert margin_gapless >= 0 and margin <= margin_gapless  # the price: less in hand at the later starts
+    # with the caller's earlier audio still in hand nobody waits for the first words: both plan the whole request
+    assert simulate_request(cfg, rates, lengths, start_s, queued=2.0, eos_step=True, options=earliest) == \
+        simulate_request(cfg, rates, lengths, start_s, queued=2.0, eos_step=True)

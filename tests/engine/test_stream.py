@@ -93,10 +93,28 @@ def test_earliest_start_cuts_the_first_chunk_no_later_than_the_first_sentence_al
         assert sum(len(c.audio) for c in got_chunks) == len(whole.audio)
 
 
+def test_earliest_start_plans_as_gapless_where_the_caller_s_audio_is_still_playing(engine, monkeypatch, streams):
+    """With the caller's earlier audio in hand (``playing_until`` ahead) nobody waits for the first words: earliest
+    cuts the windows gapless cuts (one row per step, so that no sentence joins and every cut is the plan's)."""
+    import time
+
+    if len(_sentences(engine, MULTI)) < 2:
+        pytest.skip("the front end gives one sentence for the text with this voice")
+    engine.batching.drop_joined()
+    monkeypatch.setattr(engine, "rates", fixed_rates(*NEAR, EXPECTED))
+    windows = {}
+    for start in ("earliest", "gapless"):
+        monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, stream_start=start, batch=1))
+        list(engine.synthesize_stream(MULTI, playing_until=time.perf_counter() + 600.0, **KW))
+        windows[start] = streams[-1].windows
+    assert windows["earliest"] == windows["gapless"]
+
+
 def test_pacing_options_follow_the_settings_unless_the_engine_has_a_plan(engine, monkeypatch):
     monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, stream_start="earliest"))
     assert engine.pacing_options() == pacing.PacingOptions(start="earliest")
-    assert not engine.pacing_options().plans_ahead(0) and engine.pacing_options().plans_ahead(1)
+    options = engine.pacing_options()
+    assert not options.plans_ahead(0) and options.plans_ahead(1) and options.plans_ahead(0, waiting=False)
     monkeypatch.setattr(engine, "pacing_plan", pacing.PacingOptions(taper=False))
     assert engine.pacing_options() == pacing.PacingOptions(taper=False)
     assert pacing.PacingOptions().plans_ahead(0)
