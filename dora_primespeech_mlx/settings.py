@@ -33,6 +33,7 @@ COMPUTE_UNITS = ("CPU_AND_NE", "ALL", "CPU_AND_GPU", "CPU_ONLY")  # CoreML compu
 # need the pip extras of the same name).
 OLD_LANGS = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue", "all_ko")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+STREAM_STARTS = ("gapless", "earliest")  # PRIMESPEECH_STREAM_START (engine/pacing.py PacingOptions.start)
 SPLIT_METHODS = defaults.TEXT_SPLIT_METHODS
 SAMPLES_PER_TOKEN = 1280  # 32 kHz audio, 25 semantic tokens per second (two 640-sample frames each)
 
@@ -218,9 +219,10 @@ VARS: tuple[Var, ...] = (
         "engine's 40); GPTSVITS_CHUNK_SIZE gives it in samples (1280 per token).",
         ("GPTSVITS_CHUNK_SIZE",), (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),)),
     Var("stream_pace", "PRIMESPEECH_STREAM_PACE", True, _bool,
-        "Streaming: size the chunks from the measured speed so a stream keeps up once started; false: fixed "
-        "steps (earliest first audio, gaps where the machine is slow).",
+        "Chunks sized by measured speeds; false: fixed steps.",
         ("GPTSVITS_STREAM_PACE",)),
+    Var("stream_start", "PRIMESPEECH_STREAM_START", "gapless", _choice(STREAM_STARTS),
+        "Streaming's first chunk: gapless | earliest (sooner; later sentences may gap).", ()),
     Var("llm_text", "PRIMESPEECH_LLM_TEXT", True, _bool,
         "Speak LLM output as prose: reasoning, tool calls and code unspoken (also across messages), markup "
         "as its words (docs/dataflow.md); false: the original's behaviour on raw text.", ("GPTSVITS_LLM_TEXT",)),
@@ -372,6 +374,7 @@ class Settings(defaults.RequestDefaults):
     streaming: bool = False
     stream_chunk_tokens: int | None = None
     stream_pace: bool = True
+    stream_start: str = "gapless"
     llm_text: bool = True
     max_text_chars: int = 5000
     max_text_seconds: float = 30.0

@@ -124,12 +124,13 @@ class Batching:
         return j.request
 
     def next_to_admit(self, request, head: int, queued_s: float | None,
-                      upcoming: Callable[[], Sequence[Upcoming]] | None,
+                      upcoming: Callable[[], Sequence[Upcoming] | None] | None,
                       prepare: Callable[[Upcoming], Any],
                       allows: Callable[[Any, int | None], bool] = lambda request, s: True) -> tuple[Any, int] | None:
         """Which sentence joins now, as (request, sentence), or None: the next sentence of ``request`` after
-        ``head`` without a row, else the first of the queued texts (``upcoming``, asked at most every
-        :data:`UPCOMING_EVERY_S`) that joins (``prepare`` returns its request, or None when it cannot join).
+        ``head`` without a row, else the first of the queued texts (``upcoming()``, asked at most every
+        :data:`UPCOMING_EVERY_S`; it may return None: no queue) that joins (``prepare`` returns its request, or None
+        when it cannot join).
         ``allows(request, sentence)`` says whether the stream keeps up when that sentence joins now (``(None,
         None)``: before a queued text is prepared, which is part of its start); None while it does not."""
         b = self.batch
@@ -137,8 +138,10 @@ class Batching:
             return None
         queued = None
         if upcoming is not None and time.monotonic() - self._asked >= UPCOMING_EVERY_S:
-            self._asked = time.monotonic()
-            queued = self.reconcile(upcoming())  # first: a cancelled text's row must not keep stepping
+            asked, listed = time.monotonic(), upcoming()
+            if listed is not None:  # (None: the caller keeps no queue)
+                self._asked = asked
+                queued = self.reconcile(listed)  # first: a cancelled text's row must not keep stepping
         if b.room <= 0 or queued_s is None or queued_s < ADMIT_QUEUED_S:
             return None
         for s in range(head + 1, len(request.chunks)):
@@ -160,3 +163,10 @@ class Batching:
                 if s not in j.request.rows:
                     return (j.request, s) if allows(j.request, s) else None
         return None
+
+
+def solo(batch: DecodeBatch, steps: int, row_steps: int, tokens: int) -> bool:
+    """Whether ``tokens`` tokens read since the batch stood at ``steps`` / ``row_steps`` each took a step of one row:
+    then their seconds are the GPT's speed alone (tokens decoded beside other rows, or earlier, are not)."""
+    stepped = batch.steps - steps
+    return stepped >= tokens and batch.row_steps - row_steps == stepped

@@ -4,8 +4,8 @@ It owns the request flow and nothing else: which voice (``voices``), what is loa
 for models, encoders and reference features), one re-entrant lock that serialises model use (streams take
 it per token and per window, so a stream consumed in one thread and a request from another interleave
 safely), and the counters (:class:`EngineStats`). The recipe lives in ``pipeline`` (text -> tokens -> audio),
-``reference`` (the voice's prompt side) and ``streaming`` (windows and seams). It reproduces upstream
-``TTS.run`` (gpt-sovits-v2.md §8) with these choices:
+``reference`` (the voice's prompt side), ``stream`` (one streamed request) and ``streaming`` (windows and
+seams). It reproduces upstream ``TTS.run`` (gpt-sovits-v2.md §8) with these choices:
 
 - Every text chunk is generated and SoVITS-decoded on its own (``batch_size`` 1, as the dora fork does for its
   1.1x voices, §10), so chunks are independent (streaming needs that); the GPT keeps the first token (HEAD).
@@ -18,7 +18,6 @@ safely), and the counters (:class:`EngineStats`). The recipe lives in ``pipeline
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import math
@@ -38,11 +37,12 @@ from ..models.t2s_batch import DecodeBatch
 from ..paths import model_dir as default_model_dir
 from ..settings import Settings
 from ..text import llm as llm_text
-from . import batching, overlap, pacing, pipeline, streaming
+from . import batching, overlap, pacing, pipeline
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference
 from .stats import EngineStats, Timer, stage
 from .store import VoiceStore, release_memory, trim_after_request, voice_id
+from .stream import NO_SCHEDULE, Listener, Schedule, Stream
 
 ENCODER_MODES = ("auto", "coreml", "mlx")
 MODEL_KINDS = ("gpt", "sovits", "hubert", "bert", "sv")
@@ -87,6 +87,7 @@ class GPTSoVITSEngine:
         self._lane = overlap.VocoderLane(on_busy=_one_thread_beside_lane)  # the vocoder beside the GPT (overlap.py)
         self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
         self._join_while_covering = False  # waiting sentences join a decode whose pacer covers (measuring tools)
+        self.pacing_plan: pacing.PacingOptions | None = None  # None: the settings' (pacing_options)
         self.rates = pacing.StreamRates()  # measured speeds: how a stream paces its windows (engine/pacing.py)
         self.batching = batching.Batching()  # the GPT's decode batch and the queued texts that joined it
 
@@ -217,7 +218,7 @@ class GPTSoVITSEngine:
 
     def _batched_tokens(self, r: _Request, batch: DecodeBatch, i: int, timer: Timer, cancel):
         """Sentence ``i``'s tokens from ``batch``, the sentences after it joining as rows free up; and whether they
-        took a step alone each (their seconds are then the GPT's speed alone: :func:`solo`)."""
+        took a step alone each (their seconds are then the GPT's speed alone: :func:`batching.solo`)."""
         for j in range(i, len(r.chunks)):
             if j not in r.rows and batch.room > 0:
                 batching.add_row(batch, r, j, timer)
@@ -232,7 +233,7 @@ class GPTSoVITSEngine:
                     tok = next(gen, None)
                 timer.add("gpt_decode", time.perf_counter() - t0)
                 if tok is None:
-                    return np.asarray(tokens, dtype=np.int32), solo(batch, steps, rows, len(tokens))
+                    return np.asarray(tokens, dtype=np.int32), batching.solo(batch, steps, rows, len(tokens))
                 tokens.append(int(tok))
         except BaseException:
             for row in r.rows.values():
@@ -241,37 +242,44 @@ class GPTSoVITSEngine:
 
     def synthesize_stream(self, text: str, voice: str | VoiceSpec | None = None,
                           config: SynthesisConfig | None = None, cancel: threading.Event | None = None,
-                          key=None, upcoming=None, playing_until: float | None = None,
-                          **overrides) -> Iterator[AudioChunk]:
-        """Speak ``text`` as a stream of :class:`AudioChunk` produced while the GPT is still generating.
+                          listener: Listener | None = None, *, key=None, upcoming=None,
+                          playing_until: float | None = None, **overrides) -> Iterator[AudioChunk]:
+        """Speak ``text`` as a stream of :class:`AudioChunk` produced while the GPT is still generating
+        (:class:`~.stream.Stream`).
 
         Settings, voice and text are checked before this returns (errors raise here, not on the first
         ``next``). Setting ``cancel`` stops generation between two tokens or windows; no further chunk is
         yielded. Each sentence's last chunk carries the ``fragment_interval`` silence.
 
-        Continuous batching (``PRIMESPEECH_BATCH``, engine/batching.py): the text's later sentences, and the texts
-        ``upcoming()`` lists (:class:`~.batching.Upcoming`: those the caller will ask for next, in order), decode
-        beside the sentence being spoken once enough audio is queued; a later call with the same ``key``, text,
-        voice and overrides goes on from the tokens decoded. Every sentence's tokens are those of its decode
-        alone with the same seed.
+        ``listener`` (:class:`~.stream.Listener`, e.g. :class:`~.stream.Schedule`): what the caller knows about
+        the audio around this text. Continuous batching (``PRIMESPEECH_BATCH``, engine/batching.py): the text's
+        later sentences, and the texts ``listener.upcoming()`` lists (:class:`~.batching.Upcoming`: those the
+        caller will ask for next, in order), decode beside the sentence being spoken once enough audio is queued; a
+        later call whose listener has the same ``key``, with the same text, voice and overrides, goes on from the
+        tokens decoded. Every sentence's tokens are those of its decode alone with the same seed.
 
-        ``playing_until``: when (``time.perf_counter()``) the audio the caller sent before this text will have
-        played, where the same listener plays this one after it (the node's audio output): the stream's windows are
-        then planned with that audio in hand, as a text's later sentences are (a larger first piece that keeps the
-        rest in time, instead of a small one the listener would wait for after a gap). None, or a time passed: the
-        listener waits for this text's first audio. Anything but a finite number or None raises ValueError here."""
-        if playing_until is not None and (isinstance(playing_until, bool) or not isinstance(playing_until, (int, float))
-                                          or not math.isfinite(playing_until)):
-            raise ValueError(f"playing_until must be a time.perf_counter() value or None, got {playing_until!r}")
+        ``listener.playing_until()``: when (``time.perf_counter()``) the audio the caller sent before this text
+        will have played, where the same listener plays this one after it (the node's audio output): the stream's
+        windows are then planned with that audio in hand, as a text's later sentences are (a larger first piece
+        that keeps the rest in time, instead of a small one the listener would wait for after a gap). None, or a
+        time passed: the listener waits for this text's first audio. Anything but a finite number or None raises
+        ValueError here. ``key``, ``upcoming`` (a callable) and ``playing_until`` (a time) are the same, given
+        apart (``Schedule(key, upcoming, playing_until)``); with ``listener`` they raise TypeError."""
+        listener = _listener(listener, key, upcoming, playing_until)
+        until = listener.playing_until()
+        if until is not None and (isinstance(until, bool) or not isinstance(until, (int, float))
+                                  or not math.isfinite(until)):
+            raise ValueError(f"playing_until must be a time.perf_counter() value or None, got {until!r}")
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             self._stats.begin(stream=True)
             try:
-                r = self.batching.take(key, text, voice, overrides)
-                if upcoming is None:
+                r = self.batching.take(listener.key, text, voice, overrides)
+                queued = listener.upcoming()
+                if queued is None:
                     self.batching.drop_joined()  # no caller tells which joined texts are still wanted
                 else:
-                    self.batching.reconcile(upcoming())  # texts cancelled since they joined leave the batch
+                    self.batching.reconcile(queued)  # texts cancelled since they joined leave the batch
                 if r is None:
                     r = self._prepare(text, voice, config, overrides, timer, cancel,
                                       bert_upto=self._stream_bert_upto)
@@ -284,7 +292,14 @@ class GPTSoVITSEngine:
             except BaseException as exc:
                 self._stats.failure(exc)
                 raise
-        return self._stream(r, timer, t_start, cancel, upcoming, playing_until)
+        return iter(Stream(self, r, timer, t_start, cancel, listener, until))
+
+    def pacing_options(self) -> pacing.PacingOptions:
+        """The plan a stream starting now follows: :attr:`pacing_plan` where set (tests, measuring tools), else the
+        default plan with the start the settings choose (``PRIMESPEECH_STREAM_START``)."""
+        if self.pacing_plan is not None:
+            return self.pacing_plan
+        return pacing.PacingOptions(start=self.settings.stream_start)
 
     def _prepare_joined(self, r: _Request, u: batching.Upcoming) -> _Request | None:
         """A queued text's request, prepared now to join ``r``'s decode batch; None when it cannot join (another
@@ -298,201 +313,6 @@ class GPTSoVITSEngine:
             return None
         j.timer = Timer()
         return j
-
-    def _stream(self, r: _Request, timer: Timer, t_start: float, cancel, upcoming=None,
-                playing_until: float | None = None) -> Iterator[AudioChunk]:
-        cfg, sr, last = r.cfg, r.models.sample_rate, len(r.chunks) - 1
-        lane = self._lane_for(r.models)
-        with self._lock:
-            batch = self.batching.batch_for(r, pipeline.batch_width(r.models, self.settings.batch))
-        pending: collections.deque = collections.deque()  # (sentence, final, PendingPiece), in order
-        out = {"index": 0, "audio": 0, "first": None, "until": None}  # until: when the sent audio has played
-        if playing_until is not None and playing_until > time.perf_counter():  # (the caller's earlier audio)
-            out["until"] = playing_until
-        n_tokens = n_chunks = 0
-        cancelled = False
-
-        def locked():
-            return _Locked(self._lock, self._on_device())
-
-        def lane_now() -> bool:
-            """Whether the next window goes to the lane: only while the listener has enough audio queued, or while
-            windows before it are still there. Beside the GPT a window is done later (the two share the cores), so
-            the first audio, and any window the player may soon wait for, is vocoded in turn; the lane is for
-            throughput once audio is buffered. Behind a busy lane a window vocoded in turn would only fight it for
-            the cores and hold up the caller (pieces go out in order: it waits for the lane's anyway)."""
-            if lane is None or out["until"] is None:
-                return False
-            if overlap.FOLLOW_BUSY_LANE and lane_busy():
-                return True
-            return out["until"] - time.perf_counter() > overlap.STREAM_QUEUED_S
-
-        def lane_busy() -> bool:
-            """Whether a window is still in the lane (then the GPT and the caller's thread run slower)."""
-            return any(not p.ready() for _, _, p in pending)
-
-        def emit(block: bool) -> Iterator[AudioChunk]:
-            """Yield the finished pieces in order (all of them when ``block``, else those ready now)."""
-            while pending and (block or pending[0][2].ready()):
-                s, final, p = pending.popleft()
-                with stage("sovits"):
-                    p.wait()  # the lane's vocoder run, outside the engine lock
-                with locked(), stage("sovits"):
-                    piece, seconds = p.finish(r.models, r.ref)
-                timer.add("sovits_stream", seconds)
-                if final:
-                    piece = pipeline.postprocess(piece, sr, cfg.fragment_interval, normalise=False)
-                now = time.perf_counter()
-                if out["first"] is None:
-                    out["first"] = now - t_start
-                out["until"] = max(now, out["until"] or now) + len(piece) / sr  # a player starts it on arrival
-                yield AudioChunk(piece, sr, out["index"], final and s == last, s, len(piece) / sr)
-                out["index"] += 1
-                out["audio"] += len(piece)
-
-        try:
-            for s, chunk in enumerate(r.chunks):
-                stitcher = streaming.Stitcher(r.models.hop, r.speed, round(cfg.stream_crossfade_ms * sr / 1000))
-                bank = self.noise_bank((r.seed, s), r.models.prior_channels)
-                with locked():  # the first sentence's BERT came with the request, the others' come now
-                    missing = sum(len(c.phones) for c in r.chunks[s:] if c.bert is None) if chunk.bert is None else 0
-                    t0 = time.perf_counter()
-                    pipeline.fill_bert(r.chunks, s, r.spec, r.models, timer)
-                    t1 = time.perf_counter()
-                    row = r.rows.get(s)
-                    if row is None:  # its prefill, unless it joined earlier
-                        row = self.batching.admit(r, s, timer)
-                        self.rates.note_start("prefill", time.perf_counter() - t1)
-                    if missing:
-                        self.rates.note_start("bert", t1 - t0, missing)
-                gen = batch.tokens(row)
-                tokens: list[int] = []
-                pacer = pacing.Pacer(cfg, self.rates, r.speed, streaming.vocoder_margin(r.models, cfg),
-                                     stitcher.crossfade_frames, stitcher.hop / sr,
-                                     self.rates.expected_tokens(r.spec.name, len(chunk.phones)),
-                                     self._later_sentences(r, s), taper=s == 0)
-                cut_at, decode_s = 0, 0.0  # tokens at the last cut; GPT seconds since
-                lane_was_busy = lane_busy()
-                steps, row_steps = batch.steps, batch.row_steps  # a window's steps with other rows beside it
-                while True:
-                    if cancel is not None and cancel.is_set():
-                        cancelled = True
-                        gen.close()
-                        return
-                    t0 = time.perf_counter()
-                    before = batch.steps, batch.row_steps, lane_busy()
-                    with locked(), stage("gpt"):
-                        tok = next(gen, None)
-                    dt = time.perf_counter() - t0
-                    timer.add("gpt_decode", dt)
-                    decode_s += dt
-                    if batch.steps == before[0] + 1 and not (before[2] or lane_busy()):  # one step, nothing beside
-                        self.rates.note_step(batch.row_steps - before[1], dt)  # (one row: the GPT's speed alone,
-                        # which soon replaces a first request's batched steps, the stand-in)
-                    done = tok is None
-                    if not done:  # a waiting sentence joins the decode when the listener has audio in hand, but
-                        # not where the plan counts on this sentence's steps alone (near real time: pacing.Pacer.
-                        # covering; the later sentences then decode after it, as the plan has them)
-                        with locked():
-                            covering = pacer.covering and not self._join_while_covering
-                            self._admit_next(r, s, None if covering else out["until"], upcoming, pacer,
-                                             len(tokens) + 1 - cut_at)
-                            pacer.rows = min(batch.max_rows, len(batch.active))
-                    if not done:
-                        tokens.append(int(tok))
-                        n_tokens += 1
-                        if not pacer.cut(len(tokens) - cut_at, time.perf_counter(), out["until"]):
-                            yield from emit(False)
-                            continue
-                    busy = lane_busy()
-                    alone = solo(batch, steps, row_steps, len(tokens) - cut_at)
-                    clean = not (busy or lane_was_busy or not alone)  # nothing beside it (which slows it down)
-                    if clean:  # the GPT's speed alone (beside the lane, slower)
-                        self.rates.note_tokens(decode_s, len(tokens) - cut_at)
-                    if not (busy or lane_was_busy) and len(tokens) > cut_at:  # beside other rows a step is slower
-                        pacer.batched_token_s = 0.0 if alone else decode_s / (len(tokens) - cut_at)
-                    window_gpt_s, window_tokens = decode_s, len(tokens) - cut_at
-                    estimate = pacer.estimate(window_tokens)  # (the plan's speeds at the cut)
-                    cut_at, decode_s, lane_was_busy = len(tokens), 0.0, busy
-                    if done:
-                        self.rates.note_length(r.spec.name, len(tokens), len(chunk.phones))
-                    steps, row_steps = batch.steps, batch.row_steps
-                    with locked(), stage("sovits", timer, key="sovits_stream"):
-                        p = streaming.next_window(r.models, r.ref, chunk, cfg, stitcher, bank, tokens, done,
-                                                  lane if lane_now() else None)
-                    if p is not None:
-                        if not busy:  # its speed alone
-                            self.rates.note_latent(p.latent_s, window=True)
-                            if p.vocode_s is not None:
-                                self.rates.note_vocoder(p.vocode_s, p.window.z.shape[2], window=True)
-                        if clean and pacer.paced and p.vocode_s is not None:  # how far off the plan was
-                            self.rates.note_window(window_gpt_s + p.latent_s + p.vocode_s, estimate)
-                        pending.append((s, done, p))
-                    # a sentence's last pieces go out before the next sentence's start (BERT, prefill) where the
-                    # listener has little audio in hand: beside the lane's vocoder that start would slow it down
-                    short = out["until"] is None or out["until"] - time.perf_counter() <= overlap.SEND_BEFORE_NEXT_S
-                    yield from emit(lane is None or (done and (s == last or short)))
-                    if done:
-                        break
-                n_chunks += 1
-        except GeneratorExit:
-            cancelled = True
-            raise
-        except BaseException as exc:
-            self._stats.failure(exc)
-            raise
-        finally:
-            if cancelled or n_chunks < len(r.chunks):
-                with self._lock:
-                    self.batching.drop(r)  # its rows no longer step
-            if out["first"] is not None:
-                timer.add("time_to_first_audio", out["first"])
-            timer.add("total", time.perf_counter() - t_start)
-            self._stats.record(timer, out["audio"] / sr, n_tokens, n_chunks, stream=True)
-            if cancelled:
-                self._stats.count("cancelled")
-            with self._lock:
-                trim_after_request()
-
-    def _later_sentences(self, r: _Request, s: int) -> list[tuple[int, float]]:
-        """The pacer's view of ``r``'s sentences after ``s``: (expected tokens, seconds before its first token: its
-        prefill unless it has its row, and for the first of them the BERT the sentences still lack); empty where a
-        length cannot be expected."""
-        later, bert_phones = [], sum(len(c.phones) for c in r.chunks[s + 1:] if c.bert is None)
-        for k in range(s + 1, len(r.chunks)):
-            tokens = self.rates.expected_tokens(r.spec.name, len(r.chunks[k].phones))
-            if tokens is None:
-                return []
-            start = 0.0 if k in r.rows else self.rates.start_s("prefill")
-            if k == s + 1:
-                start += self.rates.start_s("bert") * bert_phones
-            later.append((tokens, start))
-        return later
-
-    def _admit_next(self, r: _Request, head: int, until: float | None, upcoming, pacer: pacing.Pacer,
-                    new_tokens: int) -> None:
-        """Let one waiting sentence join the decode batch (its prefill, now): see ``batching.next_to_admit``.
-        ``until`` None: none joins (queued texts cancelled since they joined still leave). One joins only where
-        ``pacer`` (the stream of ``r``'s sentence ``head``, ``new_tokens`` since its last cut) keeps the listener
-        fed after its start and with one more row in every step (:meth:`pacing.Pacer.admits`)."""
-        queued = None if until is None else until - time.perf_counter()
-
-        def allows(j: _Request | None, s: int | None) -> bool:
-            """Whether sentence ``s`` of ``j`` may join now (``j`` None: a queued text still to prepare, about as
-            long as this sentence): its start by the measured speeds (front end aside), BERT where it lacks it, and
-            its expected length (as long as it decodes, each step has one row more)."""
-            chunk = r.chunks[head] if j is None else j.chunks[s]
-            bert = self.rates.start_s("bert") * len(chunk.phones) if j is None or chunk.bert is None else 0.0
-            tokens = self.rates.expected_tokens((r if j is None else j).spec.name, len(chunk.phones))
-            rows = min(self.batching.batch.max_rows, len(self.batching.batch.active) + 1)
-            return pacer.admits(new_tokens, time.perf_counter(), until, self.rates.start_s("prefill") + bert, rows,
-                                tokens)
-
-        pick = self.batching.next_to_admit(r, head, queued, upcoming,
-                                           lambda u: self._prepare_joined(r, u), allows)
-        if pick is not None:
-            joined, s = pick
-            self.batching.admit(joined, s, joined.timer or Timer())
 
     # ---- service -----------------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -543,27 +363,16 @@ class GPTSoVITSEngine:
         return [dataclasses.asdict(v) for v in voices_mod.list_voices(self.model_dir)]
 
 
-class _Locked:
-    """The engine lock plus its device scope, as one context manager."""
-
-    def __init__(self, lock, device_scope):
-        self._stack = contextlib.ExitStack()
-        self._lock, self._scope = lock, device_scope
-
-    def __enter__(self):
-        self._stack.enter_context(self._lock)
-        self._stack.enter_context(self._scope)
-        return self
-
-    def __exit__(self, *exc):
-        return self._stack.__exit__(*exc)
-
-
-def solo(batch: DecodeBatch, steps: int, row_steps: int, tokens: int) -> bool:
-    """Whether ``tokens`` tokens read since the batch stood at ``steps`` / ``row_steps`` each took a step of one row:
-    then their seconds are the GPT's speed alone (tokens decoded beside other rows, or earlier, are not)."""
-    stepped = batch.steps - steps
-    return stepped >= tokens and batch.row_steps - row_steps == stepped
+def _listener(listener: Listener | None, key, upcoming, playing_until) -> Listener:
+    """``synthesize_stream``'s listener: ``listener``, or one made of the separate ``key`` / ``upcoming`` /
+    ``playing_until`` keywords (not both)."""
+    if listener is None:
+        if key is None and upcoming is None and playing_until is None:
+            return NO_SCHEDULE
+        return Schedule(key, upcoming, playing_until)
+    if key is not None or upcoming is not None or playing_until is not None:
+        raise TypeError("synthesize_stream: pass listener= or key= / upcoming= / playing_until=, not both")
+    return listener
 
 
 def _one_thread_beside_lane(busy: bool) -> None:

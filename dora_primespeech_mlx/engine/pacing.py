@@ -27,18 +27,18 @@ The pacer therefore (``stream_pace``, on by default, once speeds were measured)
   the rest of the request (this sentence's, then each later sentence's prefill, BERT, windows and pause) arrives
   without a gap, the whole sentence at most (:meth:`Pacer._covering_first`); a later sentence's first piece, with
   the earlier ones' audio in hand, grows to ``stream_chunk_tokens`` (what their plans counted on) while the
-  listener keeps audio (:data:`LATER_FULL`). The lengths are expected from the
+  listener keeps audio (:attr:`PacingOptions.later_full`). The lengths are expected from the
   phones and this voice's recent tokens per phone (:meth:`StreamRates.expected_tokens`). While it covers, no
   other sentence joins the decode (the plan counts on steps alone). Before a length was measured for the voice it
   starts with ``stream_first_tokens`` (slower than real time) or as where ``n*`` fits.
 - covers as well where windows could gain but a token's work is above :data:`COVER_LATER_FRACTION` of its audio and
-  the request's later sentences need a larger first piece than the just-in-time one (:data:`COVER_LATER`): windows
-  cut just in time keep the listener's buffer small, too small for the next sentence's prefill, BERT and first
-  window.
+  the request's later sentences need a larger first piece than the just-in-time one
+  (:attr:`PacingOptions.cover_later`): windows cut just in time keep the listener's buffer small, too small for the
+  next sentence's prefill, BERT and first window.
 
 A sentence's end shows one GPT step after its last token (the end-of-sequence token): a window that would end at
-the expected length waits that step (:data:`END_WAITS`), so that it is the sentence's last, with the lookahead and
-the pause, as every plan has it, and no window of no new tokens follows.
+the expected length waits that step (:attr:`PacingOptions.end_waits`), so that it is the sentence's last, with the
+lookahead and the pause, as every plan has it, and no window of no new tokens follows.
 
 The safety margin is :data:`SAFETY_S` plus :data:`SAFETY_FRACTION` of the estimated cost. Where recent windows
 took longer than the speeds say (a throttled or shared machine: :attr:`StreamRates.slowdown`, the median ratio),
@@ -50,11 +50,14 @@ Without measured speeds (the first stream of an engine that has not synthesised 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import statistics
 import threading
 from collections.abc import Iterator
 
+from .. import settings
+from ..errors import ConfigError
 from ..models.sovits import FRAMES_PER_TOKEN
 from .config import SynthesisConfig
 
@@ -64,10 +67,6 @@ SAFETY_FRACTION = 0.15  # ... plus this share of the estimated window cost (mach
 KINDS = ("token_s", "frame_s", "latent_s")
 GROWTH = 1.2  # the first piece feeds a window this much larger than the break-even size (so the buffer grows)
 SLOWDOWN_MAX = 2.0  # the measured slowdown never exceeds this (windows twice as slow as estimated)
-TAPER = True  # while covering, a sentence's last windows shrink (tests/tools: off to measure the plan without)
-END_WAITS = True  # a window that would end at the sentence's expected length waits one step for its end
-LATER_FULL = True  # while covering, a later sentence's first piece grows while the listener has audio in hand
-COVER_LATER = True  # windows that gain too little for the later sentences' starts cover as well (tests/tools: off)
 COVER_LATER_FRACTION = 0.55  # ... where a token's work is above this share of its audio (below: windows grow fast)
 TAPER_SAFETY_S = 0.05  # seconds more in hand for each shrinking window (small windows' costs vary the most)
 TAPER_HEADROOM = 1.25  # a shrinking plan ends this much after the expected length: a sentence up to 25 % longer
@@ -77,6 +76,38 @@ STEP_GROWTH = {2: 1.7, 3: 2.0, 4: 2.2}  # a decode step of this many rows agains
 # 2.05x at 1 thread on the AVX2 EPYC); wider, in proportion to the rows beyond four
 TAPERS = tuple((last, step) for last in (8, 12, 16, 24) for step in (3, 5, 7, 10))  # (last window, growth per
 # window towards the front) that a covering plan tries; the one after which the first piece is smallest wins
+STARTS = settings.STREAM_STARTS  # PacingOptions.start (PRIMESPEECH_STREAM_START)
+
+
+@dataclasses.dataclass(frozen=True)
+class PacingOptions:
+    """The plan's choices (defaults: the engine's plan). Each field on is part of the default plan; tests and
+    measuring tools build the options they compare instead of changing the code.
+
+    ``taper``: while covering, a request's first sentence's last windows shrink (:meth:`Pacer.windows`).
+    ``end_waits``: a window that would end at the sentence's expected length waits one step for its end.
+    ``later_full``: while covering, a later sentence's first piece grows while the listener has audio in hand.
+    ``cover_later``: windows that gain too little for the later sentences' starts cover as well.
+    ``start``: ``"gapless"``, the request's first sentence plans for the later sentences too (its first piece may
+    be larger so that their starts keep up); ``"earliest"``, where the listener waits for its first audio, it plans
+    as if it were the request's only sentence (its first piece as early as it alone allows; a later sentence's
+    start may then leave a gap)."""
+
+    taper: bool = True
+    end_waits: bool = True
+    later_full: bool = True
+    cover_later: bool = True
+    start: str = "gapless"
+
+    def __post_init__(self) -> None:
+        if self.start not in STARTS:
+            raise ConfigError(f"pacing start={self.start!r} is invalid: use one of {', '.join(STARTS)} "
+                              "(PRIMESPEECH_STREAM_START)")
+
+    def plans_ahead(self, sentence: int, waiting: bool = True) -> bool:
+        """Whether the pacer of the request's sentence ``sentence`` counts the sentences after it; ``waiting``: the
+        listener has no audio in hand (the caller's earlier audio has played, or there is none)."""
+        return sentence > 0 or self.start == "gapless" or not waiting
 
 
 class StreamRates:
@@ -241,12 +272,13 @@ class Pacer:
     (expected tokens, seconds of work before its first token: prefill, BERT), where their lengths are expected;
     ``taper``: while covering, the last windows may shrink (:meth:`windows`; the engine: a request's first sentence,
     whose first audio the listener waits for; a later one's larger plan would make the wait between sentences
-    longer)."""
+    longer); ``options``: the plan's choices (:class:`PacingOptions`, default the engine's plan)."""
 
     def __init__(self, cfg: SynthesisConfig, rates: StreamRates | None, speed: float, margin_frames: int,
                  crossfade_frames: int, frame_audio_s: float, expected_tokens: int | None = None,
-                 after: list[tuple[int, float]] = (), taper: bool = True):
+                 after: list[tuple[int, float]] = (), taper: bool = True, options: PacingOptions | None = None):
         self.cfg = cfg
+        self.options = options if options is not None else PacingOptions()
         self.steps = window_steps(cfg)
         self.next_step: int | None = None
         self.paced = bool(cfg.stream_pace) and rates is not None and rates.known()
@@ -284,7 +316,8 @@ class Pacer:
         n_star = self._n_star(self.token_s)
         self.sustainable = n_star < math.inf
         left = self._end() - self.done  # the sentence's tokens still to come, as expected (or planned)
-        if n_star <= top and self._short is None and self.done == 0 and self.after and left > 0 and COVER_LATER:
+        if (n_star <= top and self._short is None and self.done == 0 and self.after and left > 0
+                and self.options.cover_later):
             # windows can gain, but too little to build, before this sentence ends, the audio the listener needs
             # while the next sentences' prefill, BERT and first pieces run: where a first piece that covers the
             # request must be larger than one that covers this sentence alone (decided once, at its start)
@@ -298,7 +331,7 @@ class Pacer:
         self.covering = cover and left > 0
         if cover:
             self.n_min = top
-            if not self.covering or not TAPER or not self.taper:
+            if not self.covering or not self.options.taper or not self.taper:
                 self.tail, self._tail_for = None, None
             elif self._tail_for is None:  # the shrinking of the last windows after which the first piece is the
                 self._tail_for = self.done  # smallest (chosen once: the sentence's windows follow it); ties: fewer
@@ -491,7 +524,7 @@ class Pacer:
         self._plan()
         top = self.cfg.stream_chunk_tokens
         queued = 0.0 if deadline is None else max(0.0, deadline - now)
-        if (END_WAITS and self.expected_tokens and self.done + new_tokens == self.expected_tokens
+        if (self.options.end_waits and self.expected_tokens and self.done + new_tokens == self.expected_tokens
                 and (deadline is None or queued > self.token_s + self.cost(new_tokens) + SAFETY_S)):
             # the sentence's expected last token: one step more shows whether it ends here; then this window is
             # its last (the lookahead and the pause with it, as the plans have it), not one more of no new tokens
@@ -504,7 +537,8 @@ class Pacer:
             if new_tokens < self.cfg.stream_first_tokens or not self._keeps_up_after(
                     new_tokens, total, new_tokens, queued, self.after):
                 return False
-            if queued == 0.0 or not LATER_FULL:  # the listener waits: the first piece after which the rest keeps up
+            if queued == 0.0 or not self.options.later_full:  # the listener waits: the first piece after which the
+                # rest keeps up
                 return True
             # the listener has audio in hand (a later sentence's first piece): a larger piece leaves it more for
             # the rest (the plans before this one counted on windows of stream_chunk_tokens), unless waiting for one

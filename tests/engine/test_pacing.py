@@ -16,7 +16,14 @@ from test_engine import engine as engine  # noqa: F401,F811
 
 from dora_primespeech_mlx.engine import pacing
 from dora_primespeech_mlx.engine.config import SynthesisConfig
-from dora_primespeech_mlx.engine.pacing import SAFETY_FRACTION, SAFETY_S, Pacer, StreamRates, window_steps
+from dora_primespeech_mlx.engine.pacing import (
+    SAFETY_FRACTION,
+    SAFETY_S,
+    Pacer,
+    PacingOptions,
+    StreamRates,
+    window_steps,
+)
 from dora_primespeech_mlx.errors import ConfigError
 
 HOP_S = 0.02  # seconds of audio per latent frame (640 samples at 32 kHz)
@@ -24,33 +31,48 @@ MARGIN, XF = 13, 1
 
 
 def simulate(cfg: SynthesisConfig, rates: StreamRates, n_tokens: int, expected: int | None = None,
-             slow: list[float] = (1.0,), queued: float = 0.0):
+             slow: list[float] = (1.0,), queued: float = 0.0, options: PacingOptions | None = None):
     """A stream of one sentence on a machine with exactly ``rates``' speeds (window i and its tokens ``slow[i %
     len(slow)]`` times slower: a machine slower than measured, or noisy): returns (first audio time, worst margin,
     window sizes). Prefill time is left out (it shifts every arrival alike). ``expected``: the sentence's length
     as the engine expects it; ``queued``: seconds of audio (an earlier sentence's) the listener has at the start
     (the first piece may come after it: the worst margin is the later pieces')."""
     first, worst, plans = simulate_request(cfg, rates, [n_tokens], 0.0, expected is not None, slow, queued,
-                                           pause=False, lengths_expected=[expected])
+                                           pause=False, lengths_expected=[expected], options=options)
     return first, worst, plans[0]
 
 
 def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int], start_s: float,
                      expected: bool = True, slow: list[float] = (1.0,), queued: float = 0.0, pause: bool = True,
-                     lengths_expected: list[int | None] | None = None, eos_step: bool = False):
+                     lengths_expected: list[int | None] | None = None, eos_step: bool = False,
+                     options: PacingOptions | None = None):
     """A stream of several sentences, one after another as the pacer covers: each sentence ``start_s`` of work
     (prefill, BERT) before its first token and (``pause``) ``cfg.fragment_interval`` of silence after its audio.
     Returns (first audio time, worst margin, per sentence its window sizes). ``lengths_expected``: the lengths the
     pacer expects (default: the true ones, where ``expected``). ``eos_step``: as the engine, a sentence's end shows
     one GPT step after its last token (its end-of-sequence token), where its last window is cut (of no new tokens
-    if a window was cut at its last token)."""
+    if a window was cut at its last token). ``options``: the plan's choices (default the engine's)."""
+    first, margins, plans, _ = simulate_timeline(cfg, rates, lengths, start_s, expected, slow, queued, pause,
+                                                 lengths_expected, eos_step, options)
+    return first, min(margins) if margins else None, plans
+
+
+def simulate_timeline(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int], start_s: float,
+                      expected: bool = True, slow: list[float] = (1.0,), queued: float = 0.0, pause: bool = True,
+                      lengths_expected: list[int | None] | None = None, eos_step: bool = False,
+                      options: PacingOptions | None = None):
+    """:func:`simulate_request`'s stream: (first audio time, every later piece's margin, per sentence its window
+    sizes, when the last audio has played)."""
+    options = options or PacingOptions()
     lengths_expected = lengths_expected or (lengths if expected else [None] * len(lengths))
     now, until, first, margins, plans = 0.0, queued or None, None, [], []
     L = cfg.stream_lookahead_tokens
     for k, n_tokens in enumerate(lengths):
         now += start_s
-        after = [(t, start_s) for t in lengths_expected[k + 1:]] if expected else []
-        pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, lengths_expected[k], after, taper=k == 0)  # (as the engine)
+        ahead = options.plans_ahead(k, waiting=until is None or until <= now)
+        after = [(t, start_s) for t in lengths_expected[k + 1:]] if expected and ahead else []
+        pacer = Pacer(cfg, rates, 1.0, MARGIN, XF, HOP_S, lengths_expected[k], after, taper=k == 0,
+                      options=options)  # (as the engine)
         tokens, cut_at, done_tokens, sizes = 0, 0, 0, []
         while True:
             now += rates.token_s * slow[len(sizes) % len(slow)]
@@ -77,7 +99,7 @@ def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int
             if final:
                 break
         plans.append(sizes)
-    return first, min(margins) if margins else None, plans
+    return first, margins, plans, until
 
 
 def rates_of(token_s: float, frame_s: float, latent_s: float) -> StreamRates:
@@ -388,22 +410,14 @@ def test_first_audio_bound_tool_schedules_keep_up_and_start_no_later_than_the_pa
             slack += p._audio(n, False, done + n == total) - n * p.token_s - cost
 
 
-@pytest.fixture
-def taper_off():
-    yield
-    pacing.TAPER = True
-
-
 @pytest.mark.parametrize("n", [106, 180])
-def test_near_real_time_shrinking_last_windows_let_the_first_piece_come_sooner(n, taper_off):
+def test_near_real_time_shrinking_last_windows_let_the_first_piece_come_sooner(n):
     """While covering, the last windows shrink (Pacer.windows): the listener waits for less of the sentence's audio
     at its end, so the first piece can be smaller; no gap either way, and a sentence up to TAPER_HEADROOM longer
     than expected keeps up too (the plan works to that end)."""
     cfg = SynthesisConfig()
-    pacing.TAPER = False
-    first_fixed, margin, fixed = simulate(cfg, NEAR, n, expected=n)
+    first_fixed, margin, fixed = simulate(cfg, NEAR, n, expected=n, options=PacingOptions(taper=False))
     assert margin >= 0 and all(w == cfg.stream_chunk_tokens for w in fixed[1:-1]), fixed  # windows of 40
-    pacing.TAPER = True
     first, margin, sizes = simulate(cfg, NEAR, n, expected=n)
     assert margin >= 0, sizes
     assert first < first_fixed - 0.1 and sizes[0] < fixed[0], (sizes, fixed)
@@ -427,15 +441,9 @@ def test_pacer_windows_shrink_by_their_step_and_a_short_leftover_joins_the_first
     assert pacer.windows(400, (16, 10)) == [2] + [40] * 8 + [36, 26, 16]  # (the first-piece search makes it 0)
 
 
-@pytest.fixture
-def plan_switches():
-    yield
-    pacing.LATER_FULL = pacing.END_WAITS = True
-
-
 @pytest.mark.parametrize("lengths,start_s", [([100, 100, 100], 0.4), ([120, 120, 120], 0.3), ([80, 100, 120], 0.4),
                                              ([100] * 5, 0.3)])
-def test_near_real_time_later_sentences_keep_up_though_each_end_shows_a_step_late(lengths, start_s, plan_switches):
+def test_near_real_time_later_sentences_keep_up_though_each_end_shows_a_step_late(lengths, start_s):
     """As in the engine, a sentence's end shows one step after its last token. A window cut at the expected last
     token would leave a window of no new tokens (its overhead only) for the end: such a window waits one step for
     the end instead (END_WAITS). A later sentence's first piece, with the earlier ones' audio in hand, grows to
@@ -445,15 +453,15 @@ def test_near_real_time_later_sentences_keep_up_though_each_end_shows_a_step_lat
     first, margin, plans = simulate_request(cfg, NEAR, lengths, start_s, eos_step=True)
     assert margin >= 0, plans
     assert all(0 not in sizes for sizes in plans), plans  # every sentence's last window has tokens
-    pacing.LATER_FULL = pacing.END_WAITS = False
-    first_old, margin_old, plans_old = simulate_request(cfg, NEAR, lengths, start_s, eos_step=True)
+    neither = PacingOptions(later_full=False, end_waits=False)
+    first_old, margin_old, plans_old = simulate_request(cfg, NEAR, lengths, start_s, eos_step=True, options=neither)
     assert margin_old < 0, plans_old
     assert first <= first_old + 2 * NEAR.token_s  # the first audio waits at most a step for the sentence's end
 
 
 @pytest.mark.parametrize("expected", [40, 100])
 @pytest.mark.parametrize("in_hand", [1.6, 2.0, 2.5, 30.0])
-def test_a_later_sentence_s_first_piece_grows_while_the_listener_has_audio(expected, in_hand, plan_switches):
+def test_a_later_sentence_s_first_piece_grows_while_the_listener_has_audio(expected, in_hand):
     """Covering (near real time), a later sentence whose listener has ``in_hand`` seconds queued: its first piece
     is cut at stream_chunk_tokens, or sooner where waiting a token longer would let the listener run dry, never
     smaller than the smallest piece after which the rest keeps up (what LATER_FULL off cuts), and in time wherever
@@ -461,8 +469,8 @@ def test_a_later_sentence_s_first_piece_grows_while_the_listener_has_audio(expec
     cfg = SynthesisConfig()
     top = cfg.stream_chunk_tokens
 
-    def first_cut():
-        pacer = Pacer(cfg, NEAR, 1.0, MARGIN, XF, HOP_S, expected, taper=False)
+    def first_cut(options: PacingOptions | None = None):
+        pacer = Pacer(cfg, NEAR, 1.0, MARGIN, XF, HOP_S, expected, taper=False, options=options)
         assert pacer.covering
         for n in range(1, 2 * expected):
             now = n * NEAR.token_s
@@ -471,8 +479,7 @@ def test_a_later_sentence_s_first_piece_grows_while_the_listener_has_audio(expec
         raise AssertionError("no cut")
 
     n, ready, pacer = first_cut()
-    pacing.LATER_FULL = False
-    smallest, ready_smallest, _ = first_cut()
+    smallest, ready_smallest, _ = first_cut(PacingOptions(later_full=False))
     assert n >= smallest
     if ready_smallest <= in_hand - SAFETY_S:
         assert ready <= in_hand - SAFETY_S
@@ -485,15 +492,9 @@ def test_a_later_sentence_s_first_piece_grows_while_the_listener_has_audio(expec
         assert smallest < n < top
 
 
-@pytest.fixture
-def cover_later_on():
-    yield
-    pacing.COVER_LATER = True
-
-
 @pytest.mark.parametrize("scale,lengths,start_s", [(0.75, [100, 100, 100], 0.7), (0.85, [100] * 5, 0.7),
                                                    (0.7, [60, 120, 80], 0.5), (0.8, [100, 100, 100], 0.7)])
-def test_windows_that_gain_little_cover_for_the_later_sentences_starts(scale, lengths, start_s, cover_later_on):
+def test_windows_that_gain_little_cover_for_the_later_sentences_starts(scale, lengths, start_s):
     """A machine a little faster than real time (speeds of the 2-core Xeon VM's streams, scaled): the windows can
     gain on the listener, so the pacer cuts them just in time, but they gain too little to build, before a sentence
     ends, the audio the listener needs while the next sentence's prefill, BERT and first window run. Those requests
@@ -502,23 +503,21 @@ def test_windows_that_gain_little_cover_for_the_later_sentences_starts(scale, le
     cfg = SynthesisConfig()
     first, margin, plans = simulate_request(cfg, rates, lengths, start_s, eos_step=True)
     assert margin >= 0, plans
-    pacing.COVER_LATER = False
-    first_old, margin_old, plans_old = simulate_request(cfg, rates, lengths, start_s, eos_step=True)
+    first_old, margin_old, plans_old = simulate_request(cfg, rates, lengths, start_s, eos_step=True,
+                                                        options=PacingOptions(cover_later=False))
     assert margin_old < 0, plans_old
     assert first > first_old  # the wait at the start the gap costs
 
 
 @pytest.mark.parametrize("scale", [0.3, 0.45, 0.6])
-def test_fast_machines_keep_the_just_in_time_first_piece(scale, cover_later_on):
+def test_fast_machines_keep_the_just_in_time_first_piece(scale):
     """Where a token's work is well below its audio, the windows grow fast enough for the later sentences: the plan
     and the first audio are those without COVER_LATER."""
     rates = rates_of(0.0179 * scale, 0.0087 * scale, 0.118 * scale)
     cfg = SynthesisConfig()
     for lengths in ([100, 100, 100], [60, 120, 80]):
         new = simulate_request(cfg, rates, lengths, 0.5, eos_step=True)
-        pacing.COVER_LATER = False
-        old = simulate_request(cfg, rates, lengths, 0.5, eos_step=True)
-        pacing.COVER_LATER = True
+        old = simulate_request(cfg, rates, lengths, 0.5, eos_step=True, options=PacingOptions(cover_later=False))
         assert new == old and new[1] >= 0, (new, old)
 
 
@@ -624,3 +623,25 @@ def test_a_join_waits_for_audio_in_hand_that_covers_its_start_and_the_slower_ste
     assert slower.admits(1, 0.0, 1.6, 0.55, 4) and not slower.admits(1, 0.0, None, 0.55, 2)
     assert Pacer(cfg, StreamRates(), 1.0, MARGIN, XF, HOP_S, 100).admits(1, 0.0, None, 5.0, 4)  # no speeds yet
     assert Pacer(SynthesisConfig(stream_pace=False), rates, 1.0, MARGIN, XF, HOP_S, 100).admits(1, 0.0, 0.1, 5.0, 4)
+
+
+@pytest.mark.parametrize("rates,lengths,start_s", [
+    (NEAR, [100, 100, 100], 0.4),  # a little faster than real time: every plan covers
+    (rates_of(0.0179 * 0.8, 0.0087 * 0.8, 0.118 * 0.8), [100, 100, 100], 0.7),  # windows gain, too little
+    (rates_of(0.0179 * 0.7, 0.0087 * 0.7, 0.118 * 0.7), [60, 120, 80], 0.5),
+])
+def test_earliest_start_plans_the_first_sentence_as_if_alone(rates, lengths, start_s):
+    """start="earliest" (PRIMESPEECH_STREAM_START): the request's first piece has no more tokens than the first
+    sentence's alone, where gapless waits for more so that the later sentences start in time; the later sentences
+    plan as before (with the audio in hand)."""
+    cfg = SynthesisConfig()
+    earliest = PacingOptions(start="earliest")
+    _, _, alone = simulate_request(cfg, rates, lengths[:1], start_s, eos_step=True)
+    first, margin, plans = simulate_request(cfg, rates, lengths, start_s, eos_step=True, options=earliest)
+    first_gapless, margin_gapless, plans_gapless = simulate_request(cfg, rates, lengths, start_s, eos_step=True)
+    assert plans[0][0] <= alone[0][0], (plans, alone)
+    assert plans_gapless[0][0] > plans[0][0] and first_gapless > first, (plans_gapless, plans)
+    assert margin_gapless >= 0 and margin <= margin_gapless  # the price: less in hand at the later starts
+    # with the caller's earlier audio still in hand nobody waits for the first words: both plan the whole request
+    assert simulate_request(cfg, rates, lengths, start_s, queued=2.0, eos_step=True, options=earliest) == \
+        simulate_request(cfg, rates, lengths, start_s, queued=2.0, eos_step=True)

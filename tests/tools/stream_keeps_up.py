@@ -25,7 +25,8 @@ sentences join the decode also while the pacer covers) and ``taper=0`` (while co
 ``stream_chunk_tokens`` to the sentence's end instead of shrinking ones) and ``later=0`` (while covering, a later
 sentence's first piece is the smallest that keeps up, even with audio in hand) and ``endwait=0`` (a window ending at
 the sentence's expected length is cut without waiting a step for its end) and ``cover_later=0`` (windows that gain on
-the listener never cover for the later sentences' starts). Prints one
+the listener never cover for the later sentences' starts) and ``start=earliest`` (the first sentence's first chunk
+as early as that sentence alone allows: PRIMESPEECH_STREAM_START; these five are ``pacing.PacingOptions``). Prints one
 ``KEEPSUP`` line per variant;
 ``--whole`` also times a whole (non-streaming) request after each streamed one.
 """
@@ -90,10 +91,11 @@ def apply_variant(opts: dict) -> dict:
     crop = opts.pop("crop", "1") != "0"
     eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
     eng._join_while_covering = opts.pop("join", "0") == "1"
-    pacing.TAPER = opts.pop("taper", "1") != "0"
-    pacing.LATER_FULL = opts.pop("later", "1") != "0"
-    pacing.COVER_LATER = opts.pop("cover_later", "1") != "0"
-    pacing.END_WAITS = opts.pop("endwait", "1") != "0"
+    eng.pacing_plan = pacing.PacingOptions(taper=opts.pop("taper", "1") != "0",
+                                           later_full=opts.pop("later", "1") != "0",
+                                           cover_later=opts.pop("cover_later", "1") != "0",
+                                           end_waits=opts.pop("endwait", "1") != "0",
+                                           start=opts.pop("start", "gapless"))
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
     if not crop:
         opts["stream_vocoder_margin"] = "4096"  # every frame of each window through the vocoder
