@@ -1,7 +1,7 @@
 """Build the package's C sources (``csrc/``) into shared libraries, once per source and flags.
 
 One helper for every native piece: the BLAS shim (``_blas``) and the float16-weight kernels
-(``models/half_gemv.py``). :func:`compile_shared` compiles ``csrc/<name>.c`` with the system C compiler (``CC``,
+(``models/kernels/half_gemv.py``). :func:`compile_shared` compiles ``csrc/<name>.c`` with the system C compiler (``CC``,
 else cc, gcc or clang on PATH: the one ``mx.compile`` needs too) into the package's cache folder
 (``PRIMESPEECH_CACHE_DIR``), named by a hash of the sources in ``csrc/`` and the flags, and written atomically, so
 a changed source or flag set builds a new library and concurrent processes never load a half-written one. Every

@@ -102,7 +102,7 @@ def test_every_relative_link_resolves():
 
 
 def test_every_named_file_of_the_repository_exists():
-    """Paths such as tests/tools/x.py or models/conv.py name files of this checkout (package-relative ones under
+    """Paths such as tests/tools/x.py or models/sovits/conv.py name files of this checkout (package-relative ones under
     dora_primespeech_mlx/); a client repository's path is named as a folder, which this skips."""
     root, package = README.parent, README.parent / "dora_primespeech_mlx"
     top = r"(?:tests|examples|nodes|voices|docs|dora_primespeech_mlx)"

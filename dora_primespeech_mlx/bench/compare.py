@@ -103,7 +103,7 @@ def kernel_build(python: str, env: dict[str, str]) -> str:
 
 def cpu_name() -> str:
     """This machine's CPU model and whether it has AVX-512 (the kernels' fastest build)."""
-    from ..models.half_gemv import cpu_flags
+    from ..models.kernels.half_gemv import cpu_flags
 
     flags = cpu_flags()  # a list, or why there is none
     isa = flags if isinstance(flags, str) else \

@@ -68,7 +68,7 @@ def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, a
     from ..convert import load
     from ..engine import GPTSoVITSEngine, store
     from ..engine.store import trim_after_request
-    from ..models import vocoder, vocoder_onnx
+    from ..models.sovits import vocoder, vocoder_onnx
 
     vocoder.RELEASE_MLX, vocoder_onnx.ARENA, store.TRIM_AFTER_REFERENCE = release_mlx, arena, trim_reference
     load.DECODER_AT_LOAD = decoder_at_load

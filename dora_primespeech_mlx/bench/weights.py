@@ -118,10 +118,10 @@ def make_models(root: Path) -> Path:
     _preload_blas()
     import mlx.core as mx
 
-    from ..models.bert import BertArgs, BertModel
-    from ..models.hubert import HubertArgs, HubertModel
-    from ..models.sovits import SoVITSArgs, SoVITSModel
-    from ..models.t2s import T2SArgs, T2SModel
+    from ..models.bert.model import BertArgs, BertModel
+    from ..models.gpt.model import T2SArgs, T2SModel
+    from ..models.hubert.model import HubertArgs, HubertModel
+    from ..models.sovits.model import SoVITSArgs, SoVITSModel
 
     root.mkdir(parents=True, exist_ok=True)
     mx.random.seed(0)

@@ -11,7 +11,7 @@ entry is served only when complete; per-request checkpoints' entries are bounded
 This is the one loading path (product and tests). Options a model takes at load:
 
 - GPT: ``decode`` (``"auto"`` | ``"mlx"`` | ``"compile"`` | ``"numpy"``) and ``compile_step`` (None | bool):
-  which :class:`~..models.t2s.Decoder` runs its steps (``models.t2s_decode.decoder_kind``), kept in
+  which :class:`~..models.gpt.model.Decoder` runs its steps (``models.gpt.decode.decoder_kind``), kept in
   ``model.decoder``;
 - BERT: ``half`` (default None: automatic): float16 weights (``BertModel.prepare``).
 """
@@ -46,23 +46,23 @@ DECODER_AT_LOAD = True  # load_gpt builds the numpy decoder's weights while load
 def _model_classes(kind: str):
     """(ArgsClass, ModelClass) of a model kind; imported lazily (MLX is heavy)."""
     if kind == "gpt":
-        from ..models.t2s import T2SArgs, T2SModel
+        from ..models.gpt.model import T2SArgs, T2SModel
 
         return T2SArgs, T2SModel
     if kind == "sovits":
-        from ..models.sovits import SoVITSArgs, SoVITSModel
+        from ..models.sovits.model import SoVITSArgs, SoVITSModel
 
         return SoVITSArgs, SoVITSModel
     if kind == "hubert":
-        from ..models.hubert import HubertArgs, HubertModel
+        from ..models.hubert.model import HubertArgs, HubertModel
 
         return HubertArgs, HubertModel
     if kind == "bert":
-        from ..models.bert import BertArgs, BertModel
+        from ..models.bert.model import BertArgs, BertModel
 
         return BertArgs, BertModel
     if kind == "sv":
-        from ..models.sv import ERes2NetV2, SVArgs
+        from ..models.sv.model import ERes2NetV2, SVArgs
 
         return SVArgs, ERes2NetV2
     raise ValueError(f"unknown model kind {kind!r} (expected one of {', '.join(KINDS)})")
@@ -158,7 +158,7 @@ def _check_options(kind: str, options: dict) -> None:
 def _finish(kind: str, model, options: dict) -> None:
     """Load-time choices: the GPT's decoder, the other models' ``prepare`` (derived weights, storage)."""
     if kind == "gpt":
-        from ..models.t2s_decode import make_decoder
+        from ..models.gpt.decode import make_decoder
 
         model.decoder = make_decoder(model, options.get("decode", "auto"), options.get("compile_step"))
     elif hasattr(model, "prepare"):
@@ -180,7 +180,7 @@ def _build(kind: str, args: Any, weights, source=None, options: dict | None = No
     back to the OS afterwards (``trim_heap``)."""
     import mlx.core as mx
 
-    from ..models.storage import trim_heap
+    from ..models.shared.storage import trim_heap
 
     _, model_cls = _model_classes(kind)
     model = model_cls(args)  # MLX initialises lazily: the random init is never computed
@@ -323,7 +323,7 @@ def load_gpt(path, *, decode: str = "auto", compile_step: bool | None = None, **
     float16 values) are built here."""
     model = load(path, "gpt", decode=decode, compile_step=compile_step, **kw)
     if DECODER_AT_LOAD and getattr(model.decoder, "kind", None) == "numpy":
-        from ..models.storage import trim_heap
+        from ..models.shared.storage import trim_heap
 
         model.decoder.warmup()  # its float16 weights now, not at the first token (README, "Memory"): the float32
         trim_heap()  # ones go back before the other models load (peak RSS -210 MB, voice loaded -140 MB)
@@ -347,7 +347,7 @@ def load_sv(path, **kw):
 def load_bert(path, *, half: bool | None = None, **kw):
     """(BertModel, BertTokenizer) from an original or converted folder (the tokenizer files travel);
     ``half``: float16 weights (``BertModel.prepare``; None: automatic)."""
-    from ..models.bert import BertTokenizer
+    from ..models.bert.model import BertTokenizer
 
     path = Path(path)
     model = load(path, "bert", half=half, **kw)

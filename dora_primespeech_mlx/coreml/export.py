@@ -1,7 +1,7 @@
 """CoreML export of the two encoders (CNHubert and Chinese RoBERTa) with coremltools' MIL builder.
 
 No torch: the programs are written op by op from the **sanitized** numpy weights (the module docstrings
-of ``models/hubert.py`` and ``models/bert.py`` list the names and layouts), so the export runs on Linux
+of ``models/hubert/model.py`` and ``models/bert/model.py`` list the names and layouts), so the export runs on Linux
 too; only prediction needs macOS.
 
 Packages (ML Program, ``minimum_deployment_target`` macOS 14, fp16 by default, fp32 on request):
@@ -422,7 +422,7 @@ def load_weights(path: str | os.PathLike, kind: str, root: Path | None = None):
         args, weights = load.sanitized(load.read_original(path, kind))
     pad_id = 0
     if kind == "bert":
-        from ..models.bert import BertTokenizer
+        from ..models.bert.model import BertTokenizer
 
         try:
             pad_id = BertTokenizer.from_dir(path).pad_id

@@ -7,7 +7,7 @@ crop the outputs.
   (``<name>.mlpackage`` -> ``<name>.mlmodelc``) and loaded directly next time
   (``ct.models.CompiledMLModel``), so the on-device compile happens once.
 * :class:`CoreMLHubert` — ``features(wav16k) -> (1, hidden, T)``: the 0.6 s zero tail is appended (as
-  ``models.hubert.prompt_features`` does), the waveform is zero-padded to the smallest bucket that
+  ``models.hubert.model.prompt_features`` does), the waveform is zero-padded to the smallest bucket that
   holds it, and the frames beyond ``num_frames(n)`` are cropped.
 * :class:`CoreMLBert` — ``hidden(ids) -> (L, hidden)``: ``hidden_states[-3]`` of one tokenised text,
   padded with the pad id to a token bucket and cropped.
@@ -145,7 +145,7 @@ class CoreMLHubert(_Encoder):
         return np.ascontiguousarray(y[:, :, 0, :T])
 
     def features(self, wav16k: np.ndarray) -> np.ndarray:
-        """Like ``models.hubert.prompt_features``: mono 16 kHz clip -> +0.6 s zeros -> (1, hidden, T)."""
+        """Like ``models.hubert.model.prompt_features``: mono 16 kHz clip -> +0.6 s zeros -> (1, hidden, T)."""
         from ..models.audio import mono_clip
 
         wav = mono_clip(wav16k)

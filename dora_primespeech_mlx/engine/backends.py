@@ -17,8 +17,8 @@ def backends(engine) -> dict:
         encoders = enc.status() if enc is not None else encoders
         gpt = model.decoder.backend if model is not None else gpt
         voc = engine.cache.peek(engine.store.key("sovits", file_identity(voice.sovits)))
-        if voc is not None:  # which backend runs the SoVITS generator (models/vocoder.py)
-            from ..models import vocoder
+        if voc is not None:  # which backend runs the SoVITS generator (models/sovits/vocoder.py)
+            from ..models.sovits import vocoder
 
             sovits = vocoder.status(voc)
     return {

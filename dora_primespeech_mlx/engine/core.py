@@ -34,7 +34,7 @@ import numpy as np
 from ..assets import catalog as voices_mod
 from ..assets.catalog import VoiceSpec
 from ..errors import ConfigError, SynthesisCancelled
-from ..models.t2s_batch import DecodeBatch
+from ..models.gpt.batch import DecodeBatch
 from ..paths import model_dir as default_model_dir
 from ..settings import Settings
 from ..text import llm as llm_text
@@ -570,7 +570,7 @@ def _one_thread_beside_lane(busy: bool) -> None:
     """While the vocoder lane works, the GPT's float16 kernels and the BLAS (MLX's matrix products: BERT, the
     prefill, the text encoder and flow) keep to one thread: the other cores are the lane's (engine/overlap.py)."""
     from .. import _blas
-    from ..models import half_gemv
+    from ..models.kernels import half_gemv
 
     half_gemv.set_threads(1 if busy else None)
     if overlap.HOLD_BLAS:

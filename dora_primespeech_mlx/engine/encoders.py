@@ -129,7 +129,7 @@ class EncoderBackends:
             out = self._try_coreml("hubert", lambda enc: enc.features(wav))
             if out is not None:
                 return out
-            from ..models.hubert import prompt_features
+            from ..models.hubert.model import prompt_features
 
             self._slots["hubert"].mlx_calls += 1
             return np.asarray(prompt_features(self._mlx_model("hubert"), wav), dtype=np.float32)
@@ -140,7 +140,7 @@ class EncoderBackends:
 
     def bert_features_batch(self, items: Sequence[tuple[str, Sequence[int]]]) -> list[np.ndarray]:
         """:meth:`bert_features` of several segments (MLX: one padded batch; CoreML: one call each)."""
-        from ..models.bert import _check_item
+        from ..models.bert.model import _check_item
 
         items = list(items)
         if not items:
@@ -151,7 +151,7 @@ class EncoderBackends:
             out = self._try_coreml("bert", lambda enc: self._coreml_bert_batch(enc, items))
             if out is not None:
                 return out
-            from ..models.bert import bert_features_batch
+            from ..models.bert.model import bert_features_batch
 
             model, tokenizer = self._mlx_model("bert")
             self._slots["bert"].mlx_calls += 1
@@ -258,7 +258,7 @@ class EncoderBackends:
             if "bert" in self._mlx:
                 self._tokenizer = self._mlx["bert"][1]
             else:
-                from ..models.bert import BertTokenizer
+                from ..models.bert.model import BertTokenizer
 
                 if self.paths["bert"] is None:
                     raise ValueError("no bert model folder given (needed for the tokenizer)")
@@ -266,7 +266,7 @@ class EncoderBackends:
         return self._tokenizer
 
     def _coreml_bert_batch(self, enc, items: list[tuple[str, Sequence[int]]]) -> list[np.ndarray]:
-        from ..models.bert import phone_features
+        from ..models.bert.model import phone_features
 
         tok = self._bert_tokenizer()
         encoded = tok.encode_batch([t for t, _ in items])

@@ -46,11 +46,11 @@ class VoiceStore:
             self.say(f"loading {kind} model {path}")
             with stage("load"):
                 model = loader(Path(path), root=self.model_dir, **options)
-                if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (models/vocoder.py)
-                    from ..models import vocoder
+                if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (sovits/vocoder.py)
+                    from ..models.sovits import vocoder
 
-                    vocoder.attach(model, cache_dir=load.onnx_cache_dir(path, self.model_dir), mode=s.vocoder,
-                                   parts=s.vocoder_parts, spin=s.vocoder_spin)
+                    model.use_vocoder(vocoder.build(model, cache_dir=load.onnx_cache_dir(path, self.model_dir),
+                                                    mode=s.vocoder, parts=s.vocoder_parts, spin=s.vocoder_spin))
                 return model
 
         return self.cache.get(self.key(kind, file_identity(path)), voice, create)
@@ -128,7 +128,7 @@ def trim_after_request() -> None:
     A synthesis frees its temporaries (numpy, ONNX Runtime, MLX) inside the heap, where glibc keeps them: after a
     request the v2 bench set held ~220 MB more than after this call (README, "Memory"), which costs ~10-15 ms
     (``malloc_trim`` walks the heap) once the audio has been delivered."""
-    from ..models.storage import trim_heap
+    from ..models.shared.storage import trim_heap
 
     mx.clear_cache()
     trim_heap()
@@ -143,8 +143,8 @@ def voice_id(spec: VoiceSpec) -> str:
 def configure_models(settings: Settings) -> None:
     """The process-wide model options: the SoVITS convolution implementation, g2pW, float16 GPT decode, the
     float16 kernels' build and the CPU stages' product paths."""
-    from ..models import cpu_paths, half_gemv
-    from ..models.conv import set_conv_impl
+    from ..models.kernels import cpu_paths, half_gemv
+    from ..models.sovits.conv import set_conv_impl
     from ..text import g2pw
 
     set_conv_impl(settings.conv_impl)

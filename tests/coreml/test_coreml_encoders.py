@@ -94,8 +94,8 @@ def _emulate(monkeypatch, packages):
 
 
 def test_mlx_mode_equals_the_models():
-    from dora_primespeech_mlx.models.bert import bert_features, bert_features_batch
-    from dora_primespeech_mlx.models.hubert import prompt_features
+    from dora_primespeech_mlx.models.bert.model import bert_features, bert_features_batch
+    from dora_primespeech_mlx.models.hubert.model import prompt_features
 
     _, wav = _hubert_wav()
     items, _ = _bert_items()

@@ -222,7 +222,7 @@ def _stream_audio(engine, small, **kw) -> np.ndarray:
 def test_vocoder_crop_keeps_the_samples(engine, small, monkeypatch, speed):
     """Windows are vocoded only over the emitted frames plus the vocoder's receptive field: the audio equals
     vocoding each whole window (float rounding), while a crop without that margin changes it."""
-    from dora_primespeech_mlx.models.hifigan import Generator
+    from dora_primespeech_mlx.models.sovits.hifigan import Generator
 
     cropped = _stream_audio(engine, small, speed_factor=speed, stream_vocoder_margin=4096)  # the whole receptive field
     monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 10**6))

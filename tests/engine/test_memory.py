@@ -23,7 +23,7 @@ def test_trim_after_request_empties_the_mlx_cache():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
 def test_trim_after_request_hands_freed_heap_back(monkeypatch):
-    from dora_primespeech_mlx.models import storage
+    from dora_primespeech_mlx.models.shared import storage
 
     calls = []
     real = storage.trim_heap
@@ -39,7 +39,7 @@ def test_numpy_gpt_decoder_weights_are_built_at_load(tmp_path):
     from conftest import load_cases_json, require_fixture
 
     from dora_primespeech_mlx.convert import load
-    from dora_primespeech_mlx.models import half_gemv
+    from dora_primespeech_mlx.models.kernels import half_gemv
 
     if half_gemv.kernel() is None:
         pytest.skip(f"float16 GPT kernel unavailable here: {half_gemv.status()['why_not']}")

@@ -1,4 +1,4 @@
-"""The CPU stages' product paths (models/cpu_paths.py) side by side, alternated in one process on the bench's
+"""The CPU stages' product paths (models/kernels/cpu_paths.py) side by side, alternated in one process on the bench's
 real-size random-weight models (``primespeech-mlx bench`` builds them): not a test, a script printing numbers.
 It measures the figures behind ``cpu_paths.DEFAULTS`` for the kernel build in use (``PRIMESPEECH_ISA`` forces one).
 
@@ -39,8 +39,8 @@ def main() -> int:
     import mlx.core as mx
 
     from dora_primespeech_mlx.convert import load
-    from dora_primespeech_mlx.models import cpu_paths, half_gemv
-    from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+    from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder
+    from dora_primespeech_mlx.models.kernels import cpu_paths, half_gemv
 
     root = bench.ensure_models(bench.default_models_dir())
     print(f"loadavg {os.getloadavg()} | kernels {half_gemv.library_status()}")

@@ -1,4 +1,4 @@
-"""Before/after of the float16 kernels (models/half_gemv.py), alternated in one process on the bench's real-size
+"""Before/after of the float16 kernels (models/kernels/half_gemv.py), alternated in one process on the bench's real-size
 random-weight models (``primespeech-mlx bench`` builds them): not a test, a script printing numbers.
 
     PRIMESPEECH_THREADS=1 python tests/models/bench_half_kernels.py [-n 5]
@@ -57,7 +57,8 @@ def main(argv=None) -> int:
 
     from dora_primespeech_mlx import _blas
     from dora_primespeech_mlx.convert import load
-    from dora_primespeech_mlx.models import half_gemv, t2s_numpy
+    from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
+    from dora_primespeech_mlx.models.kernels import half_gemv
 
     root = bench.ensure_models(bench.default_models_dir() if args.models_dir is None else args.models_dir)
     threads = half_gemv.threads()

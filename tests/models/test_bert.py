@@ -14,7 +14,7 @@ from conftest import model_cases, param_or_missing, require_case, require_fixtur
 
 from dora_primespeech_mlx.convert.checkpoints import read_hf_dir
 from dora_primespeech_mlx.convert.load import load_bert
-from dora_primespeech_mlx.models.bert import (
+from dora_primespeech_mlx.models.bert.model import (
     BertArgs,
     BertModel,
     BertTokenizer,
@@ -34,7 +34,7 @@ def _load(model_dir: str, half: bool | None = None) -> tuple[BertModel, BertToke
 
 def _load_for(rel: str, half: bool | None = None) -> tuple[BertModel, BertTokenizer]:
     """The model as loaded by default (``half`` None: float16 numpy kernels where available, see
-    models/bert_numpy.py) or with float32 MLX (``half`` False)."""
+    models/bert/numpy_encoder.py) or with float32 MLX (``half`` False)."""
     return _load(str(require_fixture(f"models/{rel}")), half)
 
 

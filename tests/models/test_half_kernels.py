@@ -1,5 +1,5 @@
-"""The float16-weight kernels (models/half_gemv.py) on several threads, the GPT prefill and decode through them
-(models/t2s_numpy.py) and RoBERTa with float16 weights (models/bert_numpy.py, ``BertModel.prepare``).
+"""The float16-weight kernels (models/kernels/half_gemv.py) on several threads, the GPT prefill and decode through them
+(models/gpt/numpy_decoder.py) and RoBERTa with float16 weights (models/bert/numpy_encoder.py, ``BertModel.prepare``).
 
 - gemv: every row bit-identical whatever the thread count (rows are split, never a row's sum);
 - the decode step's fused FFN: bit-identical to the separate calls it replaces;
@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dora_primespeech_mlx.models import half_gemv
+from dora_primespeech_mlx.models.kernels import half_gemv
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_gemv_rows_identical_on_any_thread_count(lib, threads, shape):
 
 
 def test_fused_ffn_equals_separate_calls(lib, threads):
-    from dora_primespeech_mlx.models.t2s_numpy import _ffn
+    from dora_primespeech_mlx.models.gpt.numpy_decoder import _ffn
 
     rng = np.random.default_rng(3)
     d, f = 512, 2048
@@ -111,7 +111,7 @@ def test_gemm_matches_float64_and_threads_agree(lib, threads, mnk, act):
 
 
 def _gpt(layers: int = 2):
-    from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel
+    from dora_primespeech_mlx.models.gpt.model import T2SArgs, T2SModel
 
     model = T2SModel(T2SArgs(num_layers=layers))  # real width (512, ffn 2048): the kernels run threaded
     mx.eval(model.parameters())
@@ -123,7 +123,7 @@ def _gpt(layers: int = 2):
 
 
 def test_gpt_decode_step_identical_at_two_threads_and_prefill_close_to_float32(lib, threads):
-    from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+    from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder
 
     model = _gpt()
     dec = NumpyDecoder(model)
@@ -149,7 +149,7 @@ def test_gpt_decode_step_identical_at_two_threads_and_prefill_close_to_float32(l
 
 
 def _bert(float16_values: bool = True):
-    from dora_primespeech_mlx.models.bert import BertArgs, BertModel
+    from dora_primespeech_mlx.models.bert.model import BertArgs, BertModel
 
     args = BertArgs(vocab_size=300, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                     intermediate_size=1024, max_position_embeddings=64)
@@ -164,7 +164,7 @@ def _bert(float16_values: bool = True):
 
 @pytest.mark.parametrize("path", ["auto", "float16", "float32"])
 def test_bert_auto_uses_float16_kernels_on_the_cpu_and_matches_float32(lib, path):
-    from dora_primespeech_mlx.models import cpu_paths
+    from dora_primespeech_mlx.models.kernels import cpu_paths
 
     cpu_paths.configure("bert", path)  # the numpy path's products: the default, the float16 GEMM, BLAS on upcasts
     try:
@@ -217,7 +217,7 @@ def test_bert_half_setting():
 
 
 def test_fused_decode_step_matches_numpy_step(lib, threads, monkeypatch):
-    from dora_primespeech_mlx.models import t2s_numpy
+    from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
 
     model = _gpt(layers=3)
     dec = t2s_numpy.NumpyDecoder(model)
@@ -246,7 +246,7 @@ def test_fused_decode_step_matches_numpy_step(lib, threads, monkeypatch):
 def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch, n_text, n_audio):
     """The prefill's attention and residual norms in the kernel library against numpy: both mask shapes (text
     rows, audio rows), score tails of every length below a vector, and a prefix shorter than one vector."""
-    from dora_primespeech_mlx.models import t2s_numpy
+    from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
 
     model = _gpt(layers=2)
     dec = t2s_numpy.NumpyDecoder(model)
@@ -268,7 +268,7 @@ def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch, n_tex
 
 @pytest.mark.parametrize("m,d", [(210, 512), (9, 1024), (1, 7), (33, 100)])
 def test_add_layer_norm_rows_matches_numpy_on_any_thread_count(lib, threads, m, d):
-    from dora_primespeech_mlx.models import t2s_numpy
+    from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
 
     rng = np.random.default_rng(m + d)
     x, y = (3 * rng.standard_normal((2, m, d)) + 1).astype(np.float32)
@@ -327,8 +327,8 @@ def test_bert_auto_checks_the_word_embedding_too(lib):
 def test_gpt_prefill_on_each_path_close_to_float32_model(lib, path):
     """The prefill's products on either path (cpu_paths: the float16 GEMM, or BLAS on each weight upcast into a
     scratch buffer) against the float32-weight decoder; the decode steps that follow agree as well."""
-    from dora_primespeech_mlx.models import cpu_paths
-    from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+    from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder
+    from dora_primespeech_mlx.models.kernels import cpu_paths
 
     model = _gpt()
     dec, ref = NumpyDecoder(model), NumpyDecoder(model, half=False)

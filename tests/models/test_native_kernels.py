@@ -1,4 +1,4 @@
-"""The native build (native.py, csrc/) and the per-ISA choice (models/half_gemv.py, models/cpu_paths.py).
+"""The native build (native.py, csrc/) and the per-ISA choice (models/kernels/half_gemv.py and cpu_paths.py).
 
 - every build of csrc/half_gemv.c (avx512, avx2, generic) and the BLAS shim compile with -Wall -Wextra and no
   warning (avx512 only compiled where the CPU lacks it);
@@ -25,8 +25,9 @@ import pytest
 
 from dora_primespeech_mlx import native
 from dora_primespeech_mlx.errors import ConfigError
-from dora_primespeech_mlx.models import cpu_paths, half_gemv
-from dora_primespeech_mlx.models.half_matrix import HalfMatrix
+from dora_primespeech_mlx.models.kernels import cpu_paths
+from dora_primespeech_mlx.models.kernels import half_gemv
+from dora_primespeech_mlx.models.kernels.half_matrix import HalfMatrix
 from dora_primespeech_mlx.settings import Settings
 
 CC = native.c_compiler()

@@ -18,7 +18,7 @@ from conftest import load_cases_json, model_cases, param_or_missing, require_cas
 from dora_primespeech_mlx.convert.checkpoints import RawCheckpoint, read_sovits
 from dora_primespeech_mlx.convert.load import from_checkpoint
 from dora_primespeech_mlx.models import audio
-from dora_primespeech_mlx.models.sovits import SoVITSArgs, SoVITSModel
+from dora_primespeech_mlx.models.sovits.model import SoVITSArgs, SoVITSModel
 
 SOVITS_CASES = model_cases("sovits")
 E2E_CASES = model_cases("e2e")
@@ -294,7 +294,7 @@ def test_mismatched_checkpoint_is_reported(raw_sovits, model):
 @pytest.mark.parametrize("case", DECODE_PARAMS)
 def test_native_conv_path_matches(model, case):
     """The native MLX conv ops (used on Metal/CUDA) give the GEMM path's audio, within the case tolerance."""
-    from dora_primespeech_mlx.models import conv
+    from dora_primespeech_mlx.models.sovits import conv
 
     case, d = _load(case)
     params = case.get("params", {})

@@ -1,4 +1,4 @@
-"""The GEMM formulations of conv1d / conv_transpose1d (models/conv.py) against native MLX and a numpy
+"""The GEMM formulations of conv1d / conv_transpose1d (models/sovits/conv.py) against native MLX and a numpy
 float64 reference, and the path switch. Random data only: no fixtures needed."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dora_primespeech_mlx.models import conv
-from dora_primespeech_mlx.models.hifigan import Generator, ResBlock1
+from dora_primespeech_mlx.models.sovits import conv
+from dora_primespeech_mlx.models.sovits.hifigan import Generator, ResBlock1
 
 ATOL = 1e-5  # both paths are float32 GEMMs over the same products; outputs are O(1) by construction
 

@@ -1,4 +1,4 @@
-"""Continuous batching of the GPT decode (models/t2s_batch.py, t2s_numpy.step_batch): every row's logits and tokens
+"""Continuous batching of the GPT decode (models/gpt/batch.py, t2s_numpy.step_batch): every row's logits and tokens
 are exactly its decode alone with the same seed, whatever joins, leaves or waits beside it."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from conftest import load_cases_json, require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import read_gpt
 from dora_primespeech_mlx.convert.load import from_checkpoint
-from dora_primespeech_mlx.models import half_gemv
-from dora_primespeech_mlx.models.t2s_batch import DecodeBatch
-from dora_primespeech_mlx.models.t2s_decode import make_decoder
-from dora_primespeech_mlx.models.t2s_generate import SamplingParams, default_noise, generate_all, start
-from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder, NumpyDecodeState, step_batch
+from dora_primespeech_mlx.models.gpt.batch import DecodeBatch
+from dora_primespeech_mlx.models.gpt.decode import make_decoder
+from dora_primespeech_mlx.models.gpt.generate import SamplingParams, default_noise, generate_all, start
+from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder, NumpyDecodeState, step_batch
+from dora_primespeech_mlx.models.kernels import half_gemv
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""float16 GPT decode weights with float32 accumulation (models/half_gemv.py, t2s_numpy.half_weights).
+"""float16 GPT decode weights with float32 accumulation (models/kernels/half_gemv.py, t2s_numpy.half_weights).
 
 The fixture GPT checkpoint stores float16 weights like the released ones, so keeping them in float16 is
 exact and the decode step must give the float32 step's logits up to summation order. The golden parity of
@@ -16,9 +16,9 @@ import pytest
 from conftest import load_cases_json, require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import read_gpt
-from dora_primespeech_mlx.models import half_gemv
+from dora_primespeech_mlx.models.kernels import half_gemv
 from dora_primespeech_mlx.convert.load import from_checkpoint
-from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder, half_weights
+from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder, half_weights
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel
-from dora_primespeech_mlx.models.t2s_decode import CompiledDecoder, MLXDecoder, decoder_kind, make_decoder
-from dora_primespeech_mlx.models.t2s_generate import SamplingParams, generate_all
-from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+from dora_primespeech_mlx.models.gpt.model import T2SArgs, T2SModel
+from dora_primespeech_mlx.models.gpt.decode import CompiledDecoder, MLXDecoder, decoder_kind, make_decoder
+from dora_primespeech_mlx.models.gpt.generate import SamplingParams, generate_all
+from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder
 
 
 def _model(dim=64, heads=4, layers=3, seed=0) -> T2SModel:

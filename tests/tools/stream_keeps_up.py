@@ -70,7 +70,7 @@ def apply_variant(opts: dict) -> dict:
     """Set the engine-level switches of a variant; returns its request settings."""
     import dataclasses
 
-    from dora_primespeech_mlx.models.hifigan import Generator
+    from dora_primespeech_mlx.models.sovits.hifigan import Generator
 
     opts = dict(opts)
     eng.settings = dataclasses.replace(eng.settings, overlap=opts.pop("overlap", base_overlap))
@@ -119,20 +119,19 @@ def one_run(extra=None):
 
 
 if A.variant:
-    from dora_primespeech_mlx.models.hifigan import Generator
+    from dora_primespeech_mlx.models.sovits.hifigan import Generator
 
     base_overlap, base_reach, base_busy = eng.settings.overlap, Generator.receptive_frames, eng._lane.on_busy
     base_slowdown = type(eng.rates).slowdown
     variants = [parse_variant(v) for v in A.variant]
     vocoders = {}
     if any("parts" in opts for _, opts in variants):
-        from dora_primespeech_mlx.models import vocoder
+        from dora_primespeech_mlx.models.sovits import vocoder
 
         sovits = eng.store.models(eng.voice).sovits
         cache = sovits.vocoder_backend.generator.path.parent
-        for value in {opts["parts"] for _, opts in variants if "parts" in opts}:  # as the engine attaches them
-            backend = vocoder.attach(sovits, cache, mode="onnx", threads=A.threads, release_mlx=False,
-                                     parts=value).vocoder_backend
+        for value in {opts["parts"] for _, opts in variants if "parts" in opts}:  # as the engine builds them
+            backend = vocoder.build(sovits, cache, mode="onnx", threads=A.threads, release_mlx=False, parts=value)
             vocoders[value] = (backend.generator, backend.split)
     results = {name: [] for name, _ in variants}
     for _name, opts in variants:  # warm-up of each

@@ -16,9 +16,9 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from .t2s import DecodeFn, Decoder, T2SModel
-from .t2s_cache import CACHE_STEP, KVCache
-from .t2s_numpy import NumpyDecoder
+from .kv_cache import CACHE_STEP, KVCache
+from .model import DecodeFn, Decoder, T2SModel
+from .numpy_decoder import NumpyDecoder
 
 DECODERS = ("auto", "mlx", "compile", "numpy")
 

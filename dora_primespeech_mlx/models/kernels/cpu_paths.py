@@ -18,7 +18,7 @@ a fixed table, not a calibration at load, because a timing taken at load on a bu
 
 from __future__ import annotations
 
-from .. import _blas, native
+from ... import _blas, native
 from . import half_gemv
 
 STAGES = ("gpt_prefill", "bert")

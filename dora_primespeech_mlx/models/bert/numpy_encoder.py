@@ -18,8 +18,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from .cpu_paths import path as stage_path
-from .half_matrix import HalfMatrix
+from ..kernels.cpu_paths import path as stage_path
+from ..kernels.half_matrix import HalfMatrix
 
 
 def _np(a: mx.array) -> np.ndarray:
@@ -84,7 +84,7 @@ class NumpyBert:
         keep = None if attention_mask is None else (np.asarray(attention_mask) != 0)[:, None, None, :]
         scale = np.float32(hd**-0.5)
         hidden = [x.reshape(B, L, D)]
-        p = stage_path("bert")[0]  # float16 GEMM or BLAS on the upcast weight, per CPU (models/cpu_paths.py)
+        p = stage_path("bert")[0]  # float16 GEMM or BLAS on the upcast weight, per CPU (models/kernels/cpu_paths.py)
         for layer in self.layers:
             q = layer.q.matmul_t(x, layer.qb, path=p).reshape(B, L, H, hd).transpose(0, 2, 1, 3)
             k = layer.k.matmul_t(x, layer.kb, path=p).reshape(B, L, H, hd).transpose(0, 2, 3, 1)

@@ -47,8 +47,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .activations import gelu
-from .common import to_float32
+from ..shared.activations import gelu
+from ..shared.common import to_float32
 
 
 @dataclass
@@ -180,7 +180,7 @@ class BertModel(nn.Module):
                 f"{self.args.max_position_embeddings}; cut the text into shorter pieces"
             )
         fast = self.fast_path()
-        if fast is not None:  # float16 weights on the CPU: numpy + the float16 GEMM kernel (models/bert_numpy.py)
+        if fast is not None:  # float16 weights on the CPU: numpy + the float16 GEMM kernel (bert/numpy_encoder.py)
             out = fast(np.array(input_ids), None if attention_mask is None else np.array(attention_mask),
                        output_hidden_states)
             return [mx.array(h) for h in out] if output_hidden_states else mx.array(out)
@@ -201,7 +201,7 @@ class BertModel(nn.Module):
         ``half`` True: the Linear weights and the word embedding are kept in float16 (the released checkpoint
         is float16, so nothing is lost): 1.19 GB -> 0.65 GB resident. Where MLX runs on the CPU and the
         float16-weight kernels build (``half_gemv.library()``: x86-64 with AVX2/FMA/F16C and a C compiler), the
-        model then runs in numpy through those kernels (``models/bert_numpy.py``), faster than float32 MLX;
+        model then runs in numpy through those kernels (``models/bert/numpy_encoder.py``), faster than float32 MLX;
         elsewhere (GPUs, other CPUs) MLX computes in float32 from float16 storage (the per-call upcast is slow
         on a CPU: 23 tokens, 400 -> 760 ms). ``None`` (auto, the default): float16 where that fast path is
         available and every Linear weight is a float16 value, else float32. ``False``: float32 MLX."""
@@ -210,11 +210,11 @@ class BertModel(nn.Module):
         if half is None:
             half = fn is not None and self._float16_if_exact(fn)
         if half:
-            from .storage import half_storage
+            from ..shared.storage import half_storage
 
             half_storage(self, embeddings=("embeddings.word_embeddings",), min_elements=0 if fn else None)
             if fn is not None:
-                from .bert_numpy import NumpyBert
+                from .numpy_encoder import NumpyBert
 
                 self._fast = NumpyBert(self, fn)
             if hasattr(mx, "clear_cache"):
@@ -232,7 +232,7 @@ class BertModel(nn.Module):
             if not all(m.weight.dtype == mx.float16 for m in self._linears()):
                 self._fast = None
                 return None
-            from .bert_numpy import NumpyBert
+            from .numpy_encoder import NumpyBert
 
             fast = self._fast = NumpyBert(self, fast.layers[0].q.fn if fast.layers else self._fast_kernels())
         return fast
@@ -243,7 +243,7 @@ class BertModel(nn.Module):
     def _float16_if_exact(self, fn) -> bool:
         """Store every Linear weight and the word embedding as float16 when all of them are float16 values
         (each checked while it is converted, one pass with the kernel); else leave (or put back) float32."""
-        from .half_gemv import to_float16_exact
+        from ..kernels.half_gemv import to_float16_exact
 
         done = []
         for m in self._linears() + [self.embeddings.word_embeddings]:
@@ -268,7 +268,7 @@ class BertModel(nn.Module):
         """The float16-weight kernels when MLX computes on the CPU here, else None."""
         if mx.default_device().type != mx.cpu:
             return None
-        from . import half_gemv
+        from ..kernels import half_gemv
 
         return half_gemv.library()
 

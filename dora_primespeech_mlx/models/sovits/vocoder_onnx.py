@@ -223,7 +223,7 @@ def resolve_threads(threads: int | None = None) -> int:
     (``PRIMESPEECH_THREADS``, default 1 on machines with <= 2 CPUs), else 0 (ONNX Runtime's default)."""
     if threads is not None:
         return max(1, int(threads))
-    from .. import _blas
+    from ... import _blas
 
     n = _blas.thread_settings().get("blas_threads")
     return n if isinstance(n, int) and n > 0 else 0

@@ -31,7 +31,7 @@ import platform
 
 import numpy as np
 
-from .. import native
+from ... import native
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def threads() -> int:
     """The kernels' thread count now (see :func:`set_threads`)."""
     if "n" in _THREADS:
         return _THREADS["n"]
-    from .. import _blas
+    from ... import _blas
 
     n = _blas.thread_settings().get("blas_threads")
     return n if isinstance(n, int) and n > 0 else max(1, _blas.usable_cpus())

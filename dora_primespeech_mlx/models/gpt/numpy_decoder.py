@@ -29,7 +29,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from .t2s import T2SModel
+from .model import T2SModel
 
 
 def _view(a: mx.array) -> np.ndarray:
@@ -60,7 +60,7 @@ def _add_norm(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray, fn, ep
     when ``fn`` is there (rows on its threads), else :func:`_layer_norm_rows` in numpy."""
     if fn is None:
         return _layer_norm_rows(x + y, w, b, eps)
-    from .half_gemv import threads
+    from ..kernels.half_gemv import threads
 
     x = np.ascontiguousarray(x, dtype=np.float32)
     y = np.ascontiguousarray(y, dtype=np.float32)
@@ -73,7 +73,7 @@ def _matrix(a: mx.array, fn):
     """A weight matrix for the step: a float16 one as a :class:`~.half_gemv.HalfMatrix` (zero-copy view,
     float16 reads with float32 accumulation) when the kernel ``fn`` is there, else a float32 view."""
     if fn is not None and a.dtype == mx.float16:
-        from .half_matrix import HalfMatrix
+        from ..kernels.half_matrix import HalfMatrix
 
         mx.eval(a)
         return HalfMatrix(np.array(a, copy=False), fn)
@@ -82,11 +82,11 @@ def _matrix(a: mx.array, fn):
 
 def half_weights(model: T2SModel) -> bool:
     """Keep the GPT's Linear weights (blocks and head) in float16 for the numpy decode step
-    (``models/half_gemv.py``): done in place when the kernel is available and every such weight is exactly
+    (``models/kernels/half_gemv.py``): done in place when the kernel is available and every such weight is exactly
     a float16 value (the released checkpoints are float16, so nothing changes), or always with
     ``PRIMESPEECH_GPT_HALF=1``. Returns whether the model's weights are float16 now."""
-    from . import half_gemv
-    from .storage import half_storage
+    from ..kernels import half_gemv
+    from ..shared.storage import half_storage
 
     if half_gemv.kernel() is None:
         return False
@@ -127,7 +127,7 @@ class _Weights:
     to compare)."""
 
     def __init__(self, model: T2SModel, half: bool | None = None):
-        from . import half_gemv
+        from ..kernels import half_gemv
 
         a = model.args
         self.num_heads, self.head_dim, self.dim = a.num_heads, a.head_dim, a.hidden_dim
@@ -145,7 +145,7 @@ def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False, path: str = "fl
     """``x @ w.T + b`` (then ReLU) for the prefill's rows: a float16 weight on ``path`` (``float16``: the kernel's
     small-M GEMM, no float32 copy of the weight; ``float32``: upcast into a scratch buffer, BLAS; see
     ``cpu_paths``), a float32 one through BLAS."""
-    from .half_matrix import HalfMatrix
+    from ..kernels.half_matrix import HalfMatrix
 
     if isinstance(w, HalfMatrix):
         return w.matmul_t(x, b, "relu" if relu else None, path=path)
@@ -158,7 +158,7 @@ def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False, path: str = "fl
 def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
     """The decode step's ``fc2 @ relu(fc1 @ x + b1)`` (without fc2's bias, added by the caller as before): with float16
     weights one kernel call for both products (one parallel region), each value as the separate calls give it."""
-    from .half_matrix import HalfMatrix
+    from ..kernels.half_matrix import HalfMatrix
 
     w1, w2 = layer.fc1_w, layer.fc2_w
     if isinstance(w1, HalfMatrix) and isinstance(w2, HalfMatrix):
@@ -175,7 +175,7 @@ def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 def _kernels(dec: _Weights):
     """The float16 kernel library when every block weight is a ``HalfMatrix``, else None."""
-    from .half_matrix import HalfMatrix
+    from ..kernels.half_matrix import HalfMatrix
 
     if dec.layers and all(isinstance(m, HalfMatrix) for layer in dec.layers
                           for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
@@ -191,7 +191,7 @@ def _fused_pointers(dec: _Weights, keys: list[np.ndarray], values: list[np.ndarr
     cache), or None when the weights are not all float16 ``HalfMatrix`` objects."""
     import ctypes
 
-    from .half_matrix import HalfMatrix
+    from ..kernels.half_matrix import HalfMatrix
 
     if not dec.layers or not all(isinstance(m, HalfMatrix) for layer in dec.layers
                                  for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
@@ -251,13 +251,13 @@ class NumpyDecoder:
         H, hd, D = w.num_heads, w.head_dim, w.dim
         fn = _kernels(w) if FUSED_STEP else None  # float16 weights: the attention in the kernel library too
         scratch = np.empty(H * (hd * T + T), dtype=np.float32) if fn is not None else None
-        from .cpu_paths import path as stage_path
+        from ..kernels.cpu_paths import path as stage_path
 
         gemm = stage_path("gpt_prefill")[0] if w.half else "float16"
         for layer, K, V in zip(w.layers, state.keys, state.values):
             qkv = _linear(x, layer.qkv_w, layer.qkv_b, path=gemm)
             if fn is not None:  # one head per chunk on the kernels' threads, BLAS's threads left alone
-                from .half_gemv import threads
+                from ..kernels.half_gemv import threads
 
                 o = np.empty((T, D), dtype=np.float32)
                 fn.prefill_attention(qkv.ctypes.data, K.ctypes.data, V.ctypes.data, o.ctypes.data, scratch.ctypes.data,
@@ -294,7 +294,7 @@ def step_batch(states: list[NumpyDecodeState], tokens: list[int], positions: lis
     if (len(states) == 1 or len(states) > MAX_BATCH or not FUSED_STEP
             or any(s.dec is not d or s._fused is None for s in states)):
         return [s.step(t, p) for s, t, p in zip(states, tokens, positions)]
-    from .half_gemv import threads
+    from ..kernels.half_gemv import threads
 
     xs = []
     for s, token, position in zip(states, tokens, positions):
@@ -355,7 +355,7 @@ class NumpyDecodeState:
         H, hd = d.num_heads, d.head_dim
         n = t + 1
         if self._fused is not None and FUSED_STEP:  # every block in one kernel call (float16 weights)
-            from .half_gemv import threads
+            from ..kernels.half_gemv import threads
 
             fn = d.predict.fn
             fn.decode_layers(self._fused, len(d.layers), self.keys[0].shape[1], t, x.ctypes.data,
