@@ -466,13 +466,25 @@ _BY_FIELD = {v.field: v for v in VARS}
 
 def read(field: str, env: Mapping[str, str] | None = None) -> Any:
     """One setting from the environment (its default when unset); a bad value raises ConfigError naming it.
-    For modules that need one value without validating the whole environment (e.g. the BLAS set-up)."""
+    For entry points that need one value without validating the whole environment."""
     var = _BY_FIELD[field]
     try:
         found = _lookup(var, os.environ if env is None else env)
     except ValueError as exc:
         raise ConfigError(f"invalid environment variable for dora-primespeech-mlx: {exc}") from None
     return var.default if found is None else found[0]
+
+
+PROCESS_FIELDS = ("threads", "user_blas_threads", "preloaded_libraries", "blas", "cache_dir", "cc")
+
+
+def process_setting(field: str) -> Any:
+    """One of the process-wide settings (:data:`PROCESS_FIELDS`: the CPU BLAS and its threads, where and with which
+    compiler native code is built), read from the environment when asked. They hold for the whole process, not for
+    an engine: the BLAS is loaded into the global symbol scope before MLX loads, at import (``_blas``)."""
+    if field not in PROCESS_FIELDS:
+        raise KeyError(f"{field!r} is not a process-wide setting ({', '.join(PROCESS_FIELDS)})")
+    return read(field)
 
 
 ZENOH_OVERLAY = Path(__file__).resolve().with_name("zenoh-overlay.json5")

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from ..settings import read as read_setting
 from .measure import _summary, loadavg, measure_bandwidth, rss_mb, timed
 from .memory import memory_breakdown
 from .weights import (
@@ -23,7 +22,8 @@ from .weights import (
 )
 
 
-def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def bench_stages(root: Path, repeat: int, stages: set[str], runtime=None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each stage alone under ``runtime`` (default: the bench's, :func:`.measure.bench_runtime`)."""
     import mlx.core as mx
 
     from ..convert import load
@@ -35,10 +35,14 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {}
     t = time.perf_counter()
-    gpt = load.load_gpt(root / "gpt")
-    sovits = load.load_sovits(root / "sovits")
-    hubert = load.load_hubert(root / "hubert")
-    bert, _tok = load.load_bert(root / "bert")
+    if runtime is None:
+        from .measure import bench_runtime
+
+        runtime = bench_runtime()
+    gpt = load.load_gpt(root / "gpt", runtime=runtime)
+    sovits = load.load_sovits(root / "sovits", runtime=runtime)
+    hubert = load.load_hubert(root / "hubert", runtime=runtime)
+    bert, _tok = load.load_bert(root / "bert", runtime=runtime)
     memory = {"load_s": time.perf_counter() - t, "rss_models_loaded_mb": rss_mb()}
 
     wav32k, _ = audio.load_wav(root / "reference.wav")
@@ -127,8 +131,7 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
         target = mx.array(phones[:, -N_TARGET_PHONES:])
         # the SoVITS decode per vocoder backend, alternated in one run (models/sovits/vocoder.py); "sovits" is
         # the backend the engine picks here
-        chosen = vocoder.build(sovits, cache_dir=root / "sovits", release_mlx=False, mode=read_setting("vocoder"),
-                               parts=read_setting("vocoder_parts"))
+        chosen = vocoder.from_runtime(sovits, runtime.replace(release_mlx=False), root / "sovits")
         sovits.use_vocoder(chosen)
         onnx_gen = chosen.generator
         backends = {"mlx": None}
@@ -213,7 +216,7 @@ def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
     if gen.path is not None:  # the same graph with ONNX Runtime's CPU memory arena (off by default)
         arena = vocoder_onnx.OnnxGenerator(gen.path, n, arena=True, spin=gen.spin)
         out["onnxruntime_arena"] = vocoder.VocoderBackend("onnx", arena)
-    if n > 1:  # as vocoder.attach cuts: parts on the one-thread graph, short latents whole on the n-thread one
+    if n > 1:  # as vocoder.build cuts: parts on the one-thread graph, short latents whole on the n-thread one
         single = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1)
         split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame, whole=whole)
         out["onnxruntime_split"] = vocoder.VocoderBackend("onnx", whole, split=split)
@@ -291,12 +294,13 @@ def _decode_step_batched(gpt, phones, feats, prompt, repeat: int) -> dict[str, A
     return {f"gpt_batch_{b}": _summary(v, "ms/token", what=f"{b} rows per decode step") for b, v in times.items()}
 
 
-def bench_engine(root: Path, repeat: int, stream: bool = True) -> dict[str, Any]:
-    """End to end through :class:`GPTSoVITSEngine` with the reference cached: whole and streaming."""
+def bench_engine(root: Path, repeat: int, stream: bool = True, runtime=None) -> dict[str, Any]:
+    """End to end through :class:`GPTSoVITSEngine` (under ``runtime``; default: the settings') with the reference
+    cached: whole and streaming."""
     from ..engine import GPTSoVITSEngine
 
     spec = bench_voice(root)
-    engine = GPTSoVITSEngine(model_dir=root)
+    engine = GPTSoVITSEngine(model_dir=root, runtime=runtime)
     t = time.perf_counter()
     engine.load_voice(spec)
     first_load = time.perf_counter() - t

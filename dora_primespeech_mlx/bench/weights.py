@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..settings import read as read_setting
+from ..settings import process_setting
 from .measure import _preload_blas
 
 PROMPT_TEXT = "这是一段用于测试的参考音频。"
@@ -46,7 +46,7 @@ MODELS_FORMAT = 3  # bump when the generated files change
 
 
 def default_models_dir() -> Path:
-    return Path(read_setting("cache_dir")) / f"bench-models-v{MODELS_FORMAT}"
+    return Path(process_setting("cache_dir")) / f"bench-models-v{MODELS_FORMAT}"
 
 
 def _save_converted(dst: Path, kind: str, args, model) -> None:

@@ -442,19 +442,17 @@ def export_encoder(src: str | os.PathLike, kind: str, out: str | os.PathLike, pr
     return save_package(model, spec, out)
 
 
-def package_path(src: str | os.PathLike, kind: str, precision: str = "fp16", root: Path | None = None) -> Path:
-    """Cache location of the package for a source model: ``<model_dir>/coreml/<kind>-<name>-<digest>-<prec>``
-    (the digest covers the source path, its size/mtime and :data:`EXPORT_VERSION`)."""
-    from ..paths import model_dir
-
+def package_path(src: str | os.PathLike, kind: str, precision: str, root: Path) -> Path:
+    """Cache location of the package for a source model: ``<root>/coreml/<kind>-<name>-<digest>-<prec>`` (``root``:
+    the model directory; the digest covers the source path, its size/mtime and :data:`EXPORT_VERSION`)."""
     src = Path(src).resolve()
     files = sorted(p for p in src.iterdir() if p.is_file()) if src.is_dir() else [src]
     stamp = "|".join(f"{p.name}:{p.stat().st_size}:{int(p.stat().st_mtime)}" for p in files)
     digest = hashlib.sha1(f"{src}|{stamp}|{EXPORT_VERSION}".encode()).hexdigest()[:12]
-    return (root or model_dir()) / "coreml" / f"{kind}-{src.name}-{digest}-{precision}.mlpackage"
+    return Path(root) / "coreml" / f"{kind}-{src.name}-{digest}-{precision}.mlpackage"
 
 
-def ensure_package(src: str | os.PathLike, kind: str, precision: str = "fp16", root: Path | None = None) -> Path:
+def ensure_package(src: str | os.PathLike, kind: str, precision: str, root: Path) -> Path:
     """The cached package for ``src`` (exported the first time; later calls only check it exists)."""
     path = package_path(src, kind, precision, root)
     if path.is_dir() and (path / PACKAGE_META).is_file():
@@ -463,7 +461,7 @@ def ensure_package(src: str | os.PathLike, kind: str, precision: str = "fp16", r
     return export_encoder(src, kind, path, precision)
 
 
-def export_voice_encoders(spec, root: Path | None = None, precision: str = "fp16") -> dict[str, Path]:
+def export_voice_encoders(spec, root: Path, precision: str = "fp16") -> dict[str, Path]:
     """Export (once, cached) the HuBERT and BERT packages a voice uses; for voice installation on macOS."""
     from tqdm import tqdm
 

@@ -28,12 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..settings import COMPUTE_UNITS, read
+from ..runtime import CHOICES
 from .export import PROMPT_TAIL_SAMPLES, ExportSpec, _ct, read_package_spec
 
 log = logging.getLogger(__name__)
 
 COMPUTE_UNITS_ENV = "PRIMESPEECH_COREML_COMPUTE_UNITS"
+COMPUTE_UNITS = CHOICES["coreml_compute_units"]
 DEFAULT_COMPUTE_UNITS = COMPUTE_UNITS[0]
 
 
@@ -47,8 +48,8 @@ class BucketError(ValueError):
 
 
 def compute_units(name: str | None = None) -> str:
-    """The compute-unit name from ``name`` or ``$PRIMESPEECH_COREML_COMPUTE_UNITS`` (validated)."""
-    value = (name or read("coreml_compute_units")).strip().upper()
+    """The compute-unit name ``name`` (the runtime's ``coreml_compute_units``; None: the default), validated."""
+    value = (name or DEFAULT_COMPUTE_UNITS).strip().upper()
     if value not in COMPUTE_UNITS:
         raise ValueError(f"{COMPUTE_UNITS_ENV}={value!r} is invalid: use one of {', '.join(COMPUTE_UNITS)}")
     return value

@@ -1,5 +1,6 @@
 """What runs where, for ``stats()``: the MLX device, the encoder backends (CoreML or MLX, with fallback
-reasons), the GPT decode implementation, the SoVITS backend and the CPU BLAS with its thread settings."""
+reasons), the GPT decode implementation, the SoVITS backend, the CPU BLAS with its thread settings and the
+engine's runtime (every choice it was built with)."""
 
 from __future__ import annotations
 
@@ -27,5 +28,6 @@ def backends(engine) -> dict:
         "gpt": gpt,
         "sovits": sovits,
         "blas": {**_blas.info(), "threads": _blas.thread_settings()},
+        "runtime": engine.runtime.describe(),
     }
 

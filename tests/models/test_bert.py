@@ -22,6 +22,7 @@ from dora_primespeech_mlx.models.bert.model import (
     bert_features_batch,
     phone_features,
 )
+from dora_primespeech_mlx.runtime import Runtime
 
 CASES_JSON = "models/cases.json"
 BERT_CASES = model_cases("bert")
@@ -29,7 +30,7 @@ BERT_CASES = model_cases("bert")
 
 @functools.lru_cache(maxsize=4)
 def _load(model_dir: str, half: bool | None = None) -> tuple[BertModel, BertTokenizer]:
-    return load_bert(model_dir, cache=False, half=half)
+    return load_bert(model_dir, cache=False, runtime=Runtime(bert_half=half))
 
 
 def _load_for(rel: str, half: bool | None = None) -> tuple[BertModel, BertTokenizer]:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from dora_primespeech_mlx.models.kernels import half_gemv
+from dora_primespeech_mlx.runtime import Runtime
 
 
 @pytest.fixture(scope="module")
@@ -164,16 +165,10 @@ def _bert(float16_values: bool = True):
 
 @pytest.mark.parametrize("path", ["auto", "float16", "float32"])
 def test_bert_auto_uses_float16_kernels_on_the_cpu_and_matches_float32(lib, path):
-    from dora_primespeech_mlx.models.kernels import cpu_paths
-
-    cpu_paths.configure("bert", path)  # the numpy path's products: the default, the float16 GEMM, BLAS on upcasts
-    try:
-        _bert_matches_float32()
-    finally:
-        cpu_paths.configure("bert", None)
+    _bert_matches_float32(Runtime(bert_gemm=path))  # the numpy path's products: default, float16 GEMM, BLAS
 
 
-def _bert_matches_float32():
+def _bert_matches_float32(runtime):
     ids = mx.array(np.random.default_rng(1).integers(0, 300, (2, 17)).astype(np.int32))
     mask = np.ones((2, 17), np.int32)
     mask[1, 11:] = 0
@@ -181,10 +176,12 @@ def _bert_matches_float32():
     ref_model = _bert()
     model = _bert()
     model.update(ref_model.parameters())
-    ref_model.prepare(half=False)
+    ref_model.prepare(runtime.replace(bert_half=False))
     assert ref_model.fast_path() is None
     want = np.array(ref_model(ids, mask, output_hidden_states=True))
-    model.prepare()  # auto
+    model.prepare(runtime)  # auto
+    if runtime.bert_gemm != "auto" and model.fast_path() is not None:
+        assert model.fast_path().gemm == runtime.bert_gemm
     if mx.default_device().type != mx.cpu:
         assert model.fast_path() is None
         return
@@ -202,7 +199,7 @@ def test_bert_auto_keeps_float32_weights_that_are_not_float16(lib):
     model = _bert(float16_values=False)
     model.prepare()
     assert model.fast_path() is None and model.layers[0].ffn.up.weight.dtype == mx.float32
-    model.prepare(half=True)  # asked for: rounded to float16
+    model.prepare(Runtime(bert_half=True))  # asked for: rounded to float16
     assert model.layers[0].ffn.up.weight.dtype == mx.float16
     assert (model.fast_path() is not None) == (mx.default_device().type == mx.cpu)
 
@@ -216,25 +213,24 @@ def test_bert_half_setting():
     assert Settings.from_env({"PRIMESPEECH_BERT_HALF": "0"}).bert_half is False
 
 
-def test_fused_decode_step_matches_numpy_step(lib, threads, monkeypatch):
+def test_fused_decode_step_matches_numpy_step(lib, threads):
     from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
 
     model = _gpt(layers=3)
     dec = t2s_numpy.NumpyDecoder(model)
+    numpy_dec = t2s_numpy.NumpyDecoder(model, runtime=Runtime(fused_step=False))  # the same weights, numpy's step
     rng = np.random.default_rng(5)
     phones = rng.integers(0, 700, (1, 20)).astype(np.int32)
     bert = (0.1 * rng.standard_normal((1, 1024, 20))).astype(np.float32)
     prompt = rng.integers(0, 1024, (1, 10)).astype(np.int32)
     fused, _ = dec.prefill(phones, bert, prompt, 30)
-    plain, _ = dec.prefill(phones, bert, prompt, 30)
-    assert fused._fused is not None
+    plain, _ = numpy_dec.prefill(phones, bert, prompt, 30)
+    assert fused._fused is not None and fused.dec.fused and not plain.dec.fused
     worst = 0.0
     for n in (1, 2):
         threads(n)
         for i, tok in enumerate(rng.integers(0, 1024, 15)):
-            monkeypatch.setattr(t2s_numpy, "FUSED_STEP", True)
             a = fused.step(int(tok), 10 + 15 * (n - 1) + i)
-            monkeypatch.setattr(t2s_numpy, "FUSED_STEP", False)
             b = plain.step(int(tok), 10 + 15 * (n - 1) + i)
             worst = max(worst, float(np.abs(a - b).max()))
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
@@ -243,7 +239,7 @@ def test_fused_decode_step_matches_numpy_step(lib, threads, monkeypatch):
 
 
 @pytest.mark.parametrize("n_text,n_audio", [(37, 45), (5, 4), (70, 3)])
-def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch, n_text, n_audio):
+def test_prefill_attention_kernel_matches_numpy(lib, threads, n_text, n_audio):
     """The prefill's attention and residual norms in the kernel library against numpy: both mask shapes (text
     rows, audio rows), score tails of every length below a vector, and a prefix shorter than one vector."""
     from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
@@ -254,9 +250,7 @@ def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch, n_tex
     phones = rng.integers(0, 700, (1, n_text)).astype(np.int32)
     bert = (0.1 * rng.standard_normal((1, 1024, n_text))).astype(np.float32)
     prompt = rng.integers(0, 1024, (1, n_audio)).astype(np.int32)
-    monkeypatch.setattr(t2s_numpy, "FUSED_STEP", False)
-    ref, want = dec.prefill(phones, bert, prompt, 4)
-    monkeypatch.setattr(t2s_numpy, "FUSED_STEP", True)
+    ref, want = t2s_numpy.NumpyDecoder(model, runtime=Runtime(fused_step=False)).prefill(phones, bert, prompt, 4)
     for n in (1, 2):
         threads(n)
         got_state, got = dec.prefill(phones, bert, prompt, 4)
@@ -328,20 +322,15 @@ def test_gpt_prefill_on_each_path_close_to_float32_model(lib, path):
     """The prefill's products on either path (cpu_paths: the float16 GEMM, or BLAS on each weight upcast into a
     scratch buffer) against the float32-weight decoder; the decode steps that follow agree as well."""
     from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder
-    from dora_primespeech_mlx.models.kernels import cpu_paths
 
     model = _gpt()
-    dec, ref = NumpyDecoder(model), NumpyDecoder(model, half=False)
-    assert dec.half
+    dec, ref = NumpyDecoder(model, runtime=Runtime(gpt_prefill=path)), NumpyDecoder(model, half=False)
+    assert dec.half and dec.weights().prefill_gemm == path
     rng = np.random.default_rng(7)
     phones = rng.integers(0, 700, (1, 33)).astype(np.int32)
     bert = (0.1 * rng.standard_normal((1, 1024, 33))).astype(np.float32)
     prompt = rng.integers(0, 1024, (1, 21)).astype(np.int32)
-    cpu_paths.configure("gpt_prefill", path)
-    try:
-        s, logits = dec.prefill(phones, bert, prompt, 5)
-    finally:
-        cpu_paths.configure("gpt_prefill", None)
+    s, logits = dec.prefill(phones, bert, prompt, 5)
     s32, l32 = ref.prefill(phones, bert, prompt, 5)
     np.testing.assert_allclose(logits, l32, rtol=1e-4, atol=1e-4)
     for i, tok in enumerate(rng.integers(0, 1024, 5)):

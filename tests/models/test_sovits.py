@@ -304,13 +304,14 @@ def test_native_conv_path_matches(model, case):
         noise=d["noise"] if "noise" in d.files else None,
     )
     ge = model.ref_embedding(d["refer_spec"])
-    old = conv.set_conv_impl("gemm")
+    old = model.conv_impl
     try:
-        gemm = np.asarray(model.decode(d["codes"], d["phones"], ge=ge, **kwargs))
-        conv.set_conv_impl("native")
+        gemm = np.asarray(model.prepare("gemm").decode(d["codes"], d["phones"], ge=ge, **kwargs))
+        assert all(m.impl == "native" for _, m in model.prepare("native").named_modules()
+                   if isinstance(m, (conv.Conv1d, conv.ConvTranspose1d)))
         native = np.asarray(model.decode(d["codes"], d["phones"], ge=ge, **kwargs))
     finally:
-        conv.set_conv_impl(old)
+        model.prepare(old)
     report: list[str] = []
     _check("audio (native)", native, d["audio"], _tolerance_for(_tolerances(case), "audio"), report)
     np.testing.assert_allclose(gemm, native, atol=1e-4)

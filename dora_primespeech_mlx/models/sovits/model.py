@@ -37,7 +37,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ..shared.common import fold_weight_norm, to_float32
-from .conv import Conv1d, conv1d
+from .conv import Conv1d, conv1d, set_impl
 from .hifigan import Generator
 from .layers import MRTE, Encoder, MelStyleEncoder, ResidualCouplingBlock
 
@@ -339,8 +339,11 @@ class SoVITSModel(nn.Module):
             out[new] = np.ascontiguousarray(value)
         return out
 
-    def prepare(self) -> SoVITSModel:
-        """Build derived weights (the GEMM layout of the transposed convs) once, ahead of the first call."""
+    def prepare(self, conv_impl: str = "auto") -> SoVITSModel:
+        """Ready for inference (the loader calls this with the runtime's ``conv_impl``): every convolution takes
+        that form (``conv.set_impl``), and derived weights (the GEMM layout of the transposed convs) are built
+        once, ahead of the first call."""
+        self.conv_impl = set_impl(self, conv_impl)
         self.dec.prepare()
         return self
 
@@ -369,7 +372,7 @@ class SoVITSModel(nn.Module):
         """
         x = _bct(_as_mx(ssl, mx.float32))
         stride = self.ssl_proj.stride
-        proj = conv1d(x, self.ssl_proj.weight, self.ssl_proj.bias, stride=stride)
+        proj = conv1d(x, self.ssl_proj.weight, self.ssl_proj.bias, stride=stride, impl=self.ssl_proj.impl)
         codes = self.quantizer.encode(proj)
         codes_b1t = codes[:, None, :]
         if not return_intermediates:

@@ -189,14 +189,16 @@ class MLXWeights:
 
 
 def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None,
-          release_mlx: bool = True, parts: str | int = "1", spin: bool | None = None) -> VocoderBackend:
+          release_mlx: bool = True, parts: str | int = "1", spin: bool | None = None,
+          arena: bool = False) -> VocoderBackend:
     """The generator backend for ``sovits`` (see the module docstring), for ``sovits.use_vocoder``.
     ``cache_dir``: where the ONNX graph is cached (None: built in memory). ``release_mlx``: drop the MLX
     generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``).
     ``parts``: ONNX Runtime runs the generator over this many time stretches at once, one
     single-threaded run per core (``models/vocoder_split``; latents too short for that run whole with ``threads``
     intra-op threads; ``auto``: :func:`auto_parts`; ``1``: always whole). ``spin``: the intra-op threads spin
-    between convolutions (None: ``vocoder_onnx.SPIN``)."""
+    between convolutions (None: off); ``arena``: ONNX Runtime's CPU memory arena (off: buffers go back to the heap).
+    :func:`from_runtime` passes an engine runtime's choices."""
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
     previous = getattr(sovits, "vocoder_backend", None)
@@ -213,13 +215,14 @@ def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto"
             from . import vocoder_onnx
 
             n = auto_parts(vocoder_onnx.resolve_threads(threads)) if str(parts) == "auto" else int(parts)
-            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads, spin=spin)
+            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads, spin=spin, arena=arena)
             reason = {"auto": "CPU", "onnx": f"{ENV}=onnx"}.get(mode, "OpenVINO unavailable: ONNX Runtime instead")
             backend = VocoderBackend(mode, generator, reason=reason)
             if n > 1:  # the parts on the one-thread graph (2-D: NCHWc kernels), short latents whole on `generator`
                 from .vocoder_split import SplitRunner
 
-                single = generator if generator.threads == 1 else vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1)
+                single = generator if generator.threads == 1 else vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1,
+                                                                                            arena=arena)
                 backend.split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame,
                                             whole=generator)
         except Exception as exc:  # ImportError, a build or load error: MLX it is
@@ -228,6 +231,13 @@ def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto"
     if backend.generator is not None and release_mlx:
         _release_mlx(sovits, backend)
     return backend
+
+
+def from_runtime(sovits, runtime, cache_dir: str | os.PathLike | None = None) -> VocoderBackend:
+    """:func:`build` with a :class:`~dora_primespeech_mlx.runtime.Runtime`'s vocoder choices (``vocoder``,
+    ``vocoder_parts``, ``vocoder_spin``, ``vocoder_arena``, ``release_mlx``)."""
+    return build(sovits, cache_dir, mode=runtime.vocoder, parts=runtime.vocoder_parts, spin=runtime.vocoder_spin,
+                 arena=runtime.vocoder_arena, release_mlx=runtime.release_mlx)
 
 
 def _openvino(sovits, cache_dir, threads: int | None) -> VocoderBackend | None:
