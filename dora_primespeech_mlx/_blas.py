@@ -42,7 +42,7 @@ import threading
 from pathlib import Path
 
 from .errors import ConfigError
-from .settings import read
+from .settings import process_setting
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +105,10 @@ def usable_cpus() -> int:
 
 def _wanted_threads() -> tuple[int | None, str]:
     """(BLAS threads to use or None = library default, why)."""
-    value = read("threads")
+    value = process_setting("threads")
     if value != "auto":
         return int(value), "PRIMESPEECH_THREADS"
-    if read("user_blas_threads"):
+    if process_setting("user_blas_threads"):
         return None, "OPENBLAS_NUM_THREADS / MKL_NUM_THREADS set by the user"
     cpus = usable_cpus()
     if cpus <= SMALL_MACHINE_CPUS:
@@ -206,12 +206,13 @@ def _preload() -> str | None:
     if not sys.platform.startswith("linux"):
         _STATE["name"] = "native"  # macOS: Accelerate; nothing to do
         return _STATE["name"]
-    choice = str(read("blas")).strip() or "auto"
+    choice = str(process_setting("blas")).strip() or "auto"
     if choice.lower() in {"off", "0", "false", "none"}:
         _STATE["error"] = "disabled by PRIMESPEECH_BLAS"
         return None
     if _global_cblas():  # one is in the process's global scope already (LD_PRELOAD): MLX binds to it
-        _STATE["name"], _STATE["path"] = "preloaded", read("preloaded_libraries") or "the global symbol scope"
+        where = process_setting("preloaded_libraries") or "the global symbol scope"
+        _STATE["name"], _STATE["path"] = "preloaded", where
         return _STATE["name"]
     late = "mlx.core" in sys.modules  # libmlx's symbols are bound: loading one now would change nothing
     errors = []

@@ -1,15 +1,14 @@
 """Build the package's C sources (``csrc/``) into shared libraries, once per source and flags.
 
 One helper for every native piece: the BLAS shim (``_blas``) and the float16-weight kernels
-(``models/half_gemv.py``). :func:`compile_shared` compiles ``csrc/<name>.c`` with the system C compiler (``CC``,
+(``models/kernels/half_gemv.py``). :func:`compile_shared` compiles ``csrc/<name>.c`` with the system C compiler (``CC``,
 else cc, gcc or clang on PATH: the one ``mx.compile`` needs too) into the package's cache folder
 (``PRIMESPEECH_CACHE_DIR``), named by a hash of the sources in ``csrc/`` and the flags, and written atomically, so
 a changed source or flag set builds a new library and concurrent processes never load a half-written one. Every
-build runs with ``-Wall -Wextra``; a failed build raises :class:`BuildError` with the compiler's messages.
-
-:func:`requested_isa` and :func:`requested_path` read the kernels' settings (``PRIMESPEECH_ISA``: which build;
-``PRIMESPEECH_GPT_PREFILL``, ``PRIMESPEECH_BERT_GEMM``: which product path) for the models layer, which reads no
-setting itself.
+build runs with ``-Wall -Wextra``; a failed build raises :class:`BuildError` with the compiler's messages. The
+compiler and the cache folder are process-wide settings (``settings.process_setting``): the BLAS shim is built
+before MLX loads, before any engine exists. Which build of the kernels a model uses is its runtime's choice
+(``runtime.Runtime.isa``).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .settings import read
+from .settings import process_setting
 
 CSRC = Path(__file__).resolve().with_name("csrc")
 WARNINGS = ["-Wall", "-Wextra"]
@@ -35,7 +34,7 @@ class BuildError(RuntimeError):
 
 def c_compiler() -> str | None:
     """The C compiler for the native helpers (``CC``, else cc, gcc or clang on PATH)."""
-    return read("cc") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    return process_setting("cc") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
 def source(name: str) -> Path:
@@ -66,7 +65,7 @@ def compile_shared(name: str, flags: list[str], libs: list[str] | None = None) -
     if not cc:
         raise BuildError(f"no C compiler found to build {name} (install gcc, or set CC)")
     libs = list(libs or [])
-    out = Path(read("cache_dir")) / f"{name}-{_digest(name, flags + libs)}.so"
+    out = Path(process_setting("cache_dir")) / f"{name}-{_digest(name, flags + libs)}.so"
     if out.is_file():
         return str(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -82,13 +81,3 @@ def compile_shared(name: str, flags: list[str], libs: list[str] | None = None) -
         os.replace(tmp_out, out)
     return str(out)
 
-
-def requested_isa() -> str:
-    """``PRIMESPEECH_ISA``: which build of the float16-weight kernels to use (``auto`` picks by this CPU)."""
-    return str(read("isa"))
-
-
-def requested_path(stage: str) -> str:
-    """``PRIMESPEECH_GPT_PREFILL`` (stage ``gpt_prefill``) or ``PRIMESPEECH_BERT_GEMM`` (``bert``): ``auto``,
-    ``float16`` or ``float32``, how the stage multiplies by float16 weights."""
-    return str(read({"gpt_prefill": "gpt_prefill", "bert": "bert_gemm"}[stage]))

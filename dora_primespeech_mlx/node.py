@@ -79,8 +79,7 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
         config = SynthesisConfig().replace(**settings.sampling())
         progress(f"loading voice {spec.name} (device {settings.device}, encoders {settings.encoders}) ...")
         t0 = time.perf_counter()
-        engine = GPTSoVITSEngine(model_dir=settings.model_dir, device=settings.device, encoders=settings.encoders,
-                                 config=config, progress=progress, settings=settings)
+        engine = GPTSoVITSEngine(config=config, progress=progress, settings=settings)  # its runtime: the settings'
         engine.load_voice(spec)
         progress(f"voice {spec.name} loaded in {time.perf_counter() - t0:.1f} s")
         if settings.warmup:

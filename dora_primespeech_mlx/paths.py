@@ -1,7 +1,8 @@
 """Where the package keeps downloaded and converted files.
 
-This module is imported by every layer (text, models, engine), so it knows nothing but paths; the
-directories named by environment variables come from :mod:`.settings`, where they are declared.
+This module is imported by every layer (text, models, engine), so it knows nothing but paths. The folders inside a
+model directory take that directory (``root``) from the caller; :func:`model_dir` and :func:`text_data_dir` read
+their settings for the text front end and the voice catalog, which have no engine to ask.
 """
 
 from __future__ import annotations
@@ -39,19 +40,19 @@ def nltk_data_dir() -> Path:
     return model_dir() / "nltk_data"
 
 
-def originals_dir(root: Path | None = None) -> Path:
+def originals_dir(root: Path) -> Path:
     """Original (PyTorch-format) downloads, in the old dora-primespeech layout (``moyoyo/...``)."""
-    return (root or model_dir()) / "moyoyo"
+    return Path(root) / "moyoyo"
 
 
-def mlx_cache_dir(root: Path | None = None) -> Path:
+def mlx_cache_dir(root: Path) -> Path:
     """Converted MLX weights (safetensors + JSON config), one folder per source file."""
-    return (root or model_dir()) / "mlx"
+    return Path(root) / "mlx"
 
 
-def user_voices_dir(root: Path | None = None) -> Path:
+def user_voices_dir(root: Path) -> Path:
     """User-defined voices: ``<model_dir>/voices/<Name>/voice.yaml``."""
-    return (root or model_dir()) / "voices"
+    return Path(root) / "voices"
 
 
 def request_roots(model: Path, voices: Path | None, setting: tuple[Path, ...] | str | None) -> tuple[Path, ...] | None:

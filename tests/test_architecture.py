@@ -8,7 +8,9 @@ relative and absolute. ``from pkg import name`` points at ``pkg.name`` when that
 - ``text`` (front end) and ``models`` (pure model math) never import the engine/node layer
   (``engine``, ``node``, ``dataflow``, ``assets``, ``settings``, ``cli``, ``bench``);
 - ``text`` imports no model code (``models``, ``convert``, ``coreml``) and ``models`` no loader
-  (``convert``) nor the CoreML runtime.
+  (``convert``) nor the CoreML runtime;
+- inside ``models``, a folder per network (``gpt``, ``sovits``, ``hubert``, ``bert``, ``sv``) imports no other
+  network, and the shared pieces (``shared``, ``kernels``, ``audio``) import no network.
 """
 
 from __future__ import annotations
@@ -121,9 +123,9 @@ def _layer_of(module: str) -> str | None:
 
 def test_graph_sees_the_package():
     graph = import_graph()
-    assert f"{PACKAGE}.models.t2s" in graph and f"{PACKAGE}.text.frontend" in graph
+    assert f"{PACKAGE}.models.gpt.model" in graph and f"{PACKAGE}.text.frontend" in graph
     assert any(graph.values()), "no import edge found: the parser is broken"
-    assert f"{PACKAGE}.models.t2s" in graph[f"{PACKAGE}.convert.load"]  # a function-local import
+    assert f"{PACKAGE}.models.gpt.model" in graph[f"{PACKAGE}.convert.load"]  # a function-local import
 
 
 def test_no_import_cycle():
@@ -140,13 +142,44 @@ def test_layers_point_downward():
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
 
 
+NETWORKS = ("gpt", "sovits", "hubert", "bert", "sv")
+SHARED = ("shared", "kernels", "audio")
+
+
+def _model_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "models" else None
+
+
+def test_model_networks_stand_apart():
+    """Each network's folder uses only the shared pieces; the shared pieces use no network."""
+    bad = []
+    for mod, targets in sorted(import_graph().items()):
+        part = _model_part(mod)
+        if part is None:
+            continue
+        for t in sorted(targets):
+            other = _model_part(t)
+            if other in NETWORKS and other != part:
+                bad.append(f"{mod} -> {t}")
+    assert not bad, "a network's folder or a shared piece imports another network:\n" + "\n".join(bad)
+
+
+def test_models_folder_is_grouped_by_network():
+    folder = ROOT / "models"
+    loose = sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__",) + SHARED)
+    assert not loose, f"modules outside a network's or the shared folders: {loose}"
+    assert all((folder / name / "__init__.py").is_file() for name in NETWORKS + SHARED[:2])
+
+
 def test_cycle_finder_finds_cycles():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert find_cycles(graph) == [["a", "b", "c"]]
 
 
 def test_resolve_relative_imports():
-    assert _resolve(f"{PACKAGE}.models.t2s", False, 1, "common") == f"{PACKAGE}.models.common"
-    assert _resolve(f"{PACKAGE}.models.t2s", False, 2, "paths") == f"{PACKAGE}.paths"
+    assert _resolve(f"{PACKAGE}.models.gpt.model", False, 1, "kv_cache") == f"{PACKAGE}.models.gpt.kv_cache"
+    assert _resolve(f"{PACKAGE}.models.gpt.model", False, 2, "shared") == f"{PACKAGE}.models.shared"
+    assert _resolve(f"{PACKAGE}.models.gpt.model", False, 3, "paths") == f"{PACKAGE}.paths"
     assert _resolve(f"{PACKAGE}.engine", True, 1, "cache") == f"{PACKAGE}.engine.cache"
-    assert _resolve(f"{PACKAGE}.engine", True, 2, "models.t2s") == f"{PACKAGE}.models.t2s"
+    assert _resolve(f"{PACKAGE}.engine", True, 2, "models.gpt") == f"{PACKAGE}.models.gpt"

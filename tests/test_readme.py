@@ -1,4 +1,7 @@
-"""The README documents what the code does: the settings table and the commands it names."""
+"""The README documents what the code does: the settings tables and the commands it names.
+
+Each setting is documented once, where its audience reads (settings.AUDIENCES): the dataflow contract in the README,
+speed and memory tuning in docs/performance.md, the node's deployment in docs/dataflow.md."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ from pathlib import Path
 from dora_primespeech_mlx import settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = README.parent / "docs"
 START, END = "<!-- settings-table:", "<!-- /settings-table -->"
+TABLES = {"contract": README, "tuning": DOCS / "performance.md", "deployment": DOCS / "dataflow.md"}
 MAX_LINES, MAX_WIDTH = 300, 120
 
 
@@ -24,10 +29,10 @@ def _default(value) -> str:
     return f"`{value}`"
 
 
-def settings_table() -> str:
-    """One wrapped list item per setting (a table's rows would run far past the README's line width)."""
+def settings_table(audience: str) -> str:
+    """One wrapped list item per setting of ``audience`` (a table's rows would run far past the line width)."""
     rows = []
-    for name, aliases, default, meaning in settings.describe():
+    for name, aliases, default, meaning in settings.describe(audience):
         alias = f" (or {', '.join(f'`{a}`' for a in aliases)})" if aliases else ""
         item = f"- `{name}` = {_default(default)}{alias}: {meaning}"
         rows += textwrap.wrap(item, MAX_WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
@@ -40,18 +45,25 @@ def _current_table(text: str) -> str:
     return text[start : text.index(END)].strip()
 
 
-def test_settings_table_matches_code():
-    text = README.read_text(encoding="utf-8")
-    assert _current_table(text) == settings_table(), "run: python tests/test_readme.py --write"
+def test_settings_tables_match_code():
+    for audience, page in TABLES.items():
+        text = page.read_text(encoding="utf-8")
+        assert _current_table(text) == settings_table(audience), f"{page.name}: run python tests/test_readme.py --write"
 
 
-def test_every_setting_documented():
-    text = README.read_text(encoding="utf-8")
-    for name, aliases, _default_value, meaning in settings.describe():
-        assert meaning.strip(), name
-        assert f"`{name}`" in text
-        for alias in aliases:
-            assert f"`{alias}`" in text
+def test_every_setting_documented_once_for_its_audience():
+    assert set(TABLES) == set(settings.AUDIENCES)
+    for audience, page in TABLES.items():
+        text = page.read_text(encoding="utf-8")
+        for name, aliases, _default_value, meaning in settings.describe(audience):
+            assert meaning.strip(), name
+            assert f"`{name}`" in text, f"{name} is not in {page.name}"
+            for alias in aliases:
+                assert f"`{alias}`" in text
+    readme = _current_table(README.read_text(encoding="utf-8"))
+    others = [name for a in ("tuning", "deployment") for name, *_ in settings.describe(a)]
+    assert not [n for n in others if f"`{n}`" in readme], "the README's list is the dataflow contract only"
+    assert len(settings.describe("contract")) <= 30
 
 
 def test_cli_commands_in_readme_exist():
@@ -81,7 +93,6 @@ def test_two_commands_set_everything_up():
     assert installs[-2:] == ['".[dora]"', '-e ".[dev]"'], installs
 
 
-DOCS = README.parent / "docs"
 # Wording that only makes sense to someone who followed the project's history, never to a reader of the docs.
 HISTORY = ("this round", "previous round", "rounds ago", "last round", "issue 1", "issue 2", "main then this branch",
            "this branch", "stale")
@@ -119,7 +130,7 @@ def test_every_relative_link_resolves():
 
 
 def test_every_named_file_of_the_repository_exists():
-    """Paths such as tests/tools/x.py or models/conv.py name files of this checkout (package-relative ones under
+    """Paths such as tests/tools/x.py or models/sovits/conv.py name files of this checkout (package-relative ones under
     dora_primespeech_mlx/); a client repository's path is named as a folder, which this skips."""
     root, package = README.parent, README.parent / "dora_primespeech_mlx"
     top = r"(?:tests|examples|nodes|voices|docs|dora_primespeech_mlx)"
@@ -149,8 +160,9 @@ def _anchors(page: Path) -> set[str]:
 
 
 if __name__ == "__main__" and "--write" in sys.argv:
-    text = README.read_text(encoding="utf-8")
-    head, rest = text.split(START, 1)
-    marker_line, _, rest = rest.partition("\n")
-    _, tail = rest.split(END, 1)
-    README.write_text(f"{head}{START}{marker_line}\n{settings_table()}\n{END}{tail}", encoding="utf-8")
+    for audience, page in TABLES.items():
+        text = page.read_text(encoding="utf-8")
+        head, rest = text.split(START, 1)
+        marker_line, _, rest = rest.partition("\n")
+        _, tail = rest.split(END, 1)
+        page.write_text(f"{head}{START}{marker_line}\n{settings_table(audience)}\n{END}{tail}", encoding="utf-8")

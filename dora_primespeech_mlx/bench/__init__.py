@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .measure import _preload_blas, loadavg, peak_rss_mb
+from .measure import _preload_blas, bench_runtime, loadavg, peak_rss_mb
 from .memory import memory_engine, memory_lean, memory_levers
 from .report import environment, table
 from .stages import bench_engine, bench_stages
@@ -62,13 +62,15 @@ def run(args) -> int:
     ensure_models(root)
     report: dict[str, Any] = {"repeat": args.repeat, "loadavg_start": loadavg()}
     report["environment"] = environment()
-    report["stages"], report["memory"] = bench_stages(root, args.repeat, stages)
+    runtime = bench_runtime()
+    report["runtime"] = runtime.describe()
+    report["stages"], report["memory"] = bench_stages(root, args.repeat, stages, runtime)
     from ..engine.store import release_memory
 
     release_memory()  # the stage models are gone (MLX cache and heap handed back); the engine loads its own
     if "e2e" in stages:
         try:
-            report["engine"] = bench_engine(root, args.repeat, stream=not args.no_stream)
+            report["engine"] = bench_engine(root, args.repeat, stream=not args.no_stream, runtime=runtime)
         except Exception as exc:  # the bench still reports the stages
             report["engine"] = {"error": f"{type(exc).__name__}: {exc}"}
     report["memory"]["peak_rss_mb"] = peak_rss_mb()

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..settings import VARS, child_env, read
+from ..settings import VARS, child_env, process_setting
 
 SIDES = ("upstream", "ours", "genie", "cpufast")
 ISAS = ("avx512", "avx2", "generic", "none")  # ``ours:ISA`` forces a kernel build (PRIMESPEECH_ISA) for that side
@@ -33,13 +33,13 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-pack
 
 def cache_dir() -> Path:
     """The compare tools' scratch folder (their README's ``$XDG_CACHE_HOME/primespeech-ref``)."""
-    return Path(read("cache_dir")).parent / "primespeech-ref"
+    return Path(process_setting("cache_dir")).parent / "primespeech-ref"
 
 
 def find_tools(given: str | None) -> Path | None:
-    """The compare tools folder: --compare-tools, $PRIMESPEECH_COMPARE_TOOLS, or shared/ beside the checkout."""
-    candidates = [given, read("compare_tools"),
-                  PACKAGE_ROOT.parent / "shared" / "tools" / "compare", Path.cwd().parent / "shared/tools/compare"]
+    """The compare tools folder: --compare-tools, or shared/tools/compare beside the checkout."""
+    candidates = [given, PACKAGE_ROOT.parent / "shared" / "tools" / "compare",
+                  Path.cwd().parent / "shared" / "tools" / "compare"]
     for c in candidates:
         if c and (Path(c) / "sidebyside.py").is_file():
             return Path(c).resolve()
@@ -92,7 +92,7 @@ def run_side(argv: list[str], threads: int, env: dict[str, str], timeout: float)
 
 def kernel_build(python: str, env: dict[str, str]) -> str:
     """Which float16 kernel build an ``ours`` side's process takes, and why (its own interpreter and env)."""
-    code = ("from dora_primespeech_mlx.models import half_gemv as h; s = h.library_status(); "
+    code = ("from dora_primespeech_mlx.models.kernels import half_gemv as h; s = h.library_status(); "
             "print(f\"{s['isa']} ({s['isa_reason']})\")")
     try:
         p = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=300)
@@ -103,7 +103,7 @@ def kernel_build(python: str, env: dict[str, str]) -> str:
 
 def cpu_name() -> str:
     """This machine's CPU model and whether it has AVX-512 (the kernels' fastest build)."""
-    from ..models.half_gemv import cpu_flags
+    from ..models.kernels.half_gemv import cpu_flags
 
     flags = cpu_flags()  # a list, or why there is none
     isa = flags if isinstance(flags, str) else \
@@ -226,11 +226,12 @@ def table(summary: dict[int, dict[str, dict[str, Any]]], not_run: dict[str, str]
 def run_compare(args) -> int:
     tools = find_tools(args.compare_tools)
     if tools is None:
-        print("error: compare tools not found (shared/tools/compare with sidebyside.py); give --compare-tools DIR "
-              "or PRIMESPEECH_COMPARE_TOOLS", file=sys.stderr)
+        print("error: compare tools not found (shared/tools/compare with sidebyside.py); give --compare-tools DIR",
+              file=sys.stderr)
         return 2
-    env = child_env(GSV_ROOT=str(read("gsv_root") or cache_dir() / "gsv"),
-                    REF_BIG=str(read("ref_big") or cache_dir() / "ref-big"))
+    env = child_env()  # the tools read GSV_ROOT and REF_BIG themselves (their README): --gsv-root / --ref-big set them
+    env["GSV_ROOT"] = str(args.gsv_root or env.get("GSV_ROOT") or cache_dir() / "gsv")
+    env["REF_BIG"] = str(args.ref_big or env.get("REF_BIG") or cache_dir() / "ref-big")
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     if not (Path(env["REF_BIG"]) / "gpt" / "s1-v2-random.ckpt").is_file():
         print(f"error: the real-size set is missing in {env['REF_BIG']}: run {tools / 'make_big.py'} with the "
@@ -272,7 +273,11 @@ def add_arguments(p) -> None:
     g.add_argument("--compare", metavar="PYTHON", help="run side by side with the original GPT-SoVITS (this is its "
                    "venv's python) and the peers, and print ratios from one run")
     g.add_argument("--compare-tools", metavar="DIR", help="the compare tools folder (default: shared/tools/compare "
-                   "beside the checkout, or $PRIMESPEECH_COMPARE_TOOLS)")
+                   "beside the checkout)")
+    g.add_argument("--gsv-root", metavar="DIR", help="the original GPT-SoVITS checkout (default: $GSV_ROOT as the "
+                   "tools read it, else ~/.cache/primespeech-ref/gsv)")
+    g.add_argument("--ref-big", metavar="DIR", help="the real-size random-weight set (default: $REF_BIG as the tools "
+                   "read it, else ~/.cache/primespeech-ref/ref-big)")
     g.add_argument("--sides", default=",".join(SIDES), help="comma list (default: all four); ours:ISA runs this "
                    "package again with a forced kernel build (e.g. ours:avx2 on an AVX-512 machine), "
                    "ours:SETTING=VALUE[+...] with those settings (e.g. ours:vocoder_parts=4)")

@@ -7,10 +7,10 @@ ResBlock1 kernels 3/7/11 x dilations 1/3/5) spends its time in a few layer shape
 latent frames (200 = 4 s of audio at 32 kHz) this times one layer of each shape on:
 
 - ``mlx-native``: ``mx.conv1d`` / ``mx.conv_transpose1d`` (layout B, L, C);
-- ``mlx-gemm``: this package's GEMM formulations (``models/conv.py``);
+- ``mlx-gemm``: this package's GEMM formulations (``models/sovits/conv.py``);
 - ``onnxruntime``: a one-node ONNX ``Conv`` / ``ConvTranspose`` graph (layout B, C, L), MLAS kernels;
 - ``onnxruntime-2d``: the same as a 2-D conv over (B, C, 1, L) (ONNX Runtime's NCHWc kernels; what
-  ``models/vocoder_onnx.py`` builds);
+  ``models/sovits/vocoder_onnx.py`` builds);
 - ``openvino``: the same node in OpenVINO (oneDNN kernels), fp32 inference precision;
 - ``numpy-gemm``: the layer's im2col GEMM alone, ``(L, K*Ci) @ (K*Ci, Co)`` with numpy's BLAS (no im2col
   cost: a lower bound for any GEMM formulation);
@@ -110,7 +110,7 @@ def best_of(fn, repeat: int, budget_s: float = 3.0) -> float:
 def cand_mlx(layer: Layer, x_ncl, w_onnx, gemm: bool):
     import mlx.core as mx
 
-    from ..models import conv
+    from ..models.sovits import conv
 
     x = mx.array(x_ncl.transpose(0, 2, 1))
     if layer.transpose:

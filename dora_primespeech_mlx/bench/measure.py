@@ -82,6 +82,15 @@ def measure_bandwidth(mb: int = 256, repeat: int = 5) -> dict[str, float]:
     return {"gemv_gb_s": a.nbytes / gemv / 1e9, "sum_gb_s": a.nbytes / total / 1e9, "bytes": a.nbytes}
 
 
+def bench_runtime(**levers):
+    """The runtime the bench measures: the settings' (``PRIMESPEECH_*`` from the environment, read here, at the
+    bench's entry), with ``levers`` (:class:`~..runtime.Runtime` fields) applied."""
+    from ..runtime import Runtime
+    from ..settings import Settings
+
+    return Runtime.from_settings(Settings.from_env(), **levers)
+
+
 def _preload_blas() -> None:
     """The fast CBLAS before mlx loads (importing the package no longer does it; without this the bench
     measured MLX on the netlib reference BLAS: a 256² matmul in 5.4 ms instead of 0.33 ms)."""

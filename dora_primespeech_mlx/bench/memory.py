@@ -19,9 +19,11 @@ def memory_probe(root: Path, bert_half: bool = False) -> dict[str, float]:
     straight into MLX, heap trimmed after each model) and report RSS and the process peak. Run in a
     fresh process by :func:`memory_lean` (``bert_half`` picks the RoBERTa storage)."""
     from ..convert import load
+    from .measure import bench_runtime
 
-    models = [load.load_gpt(root / "gpt"), load.load_sovits(root / "sovits"), load.load_hubert(root / "hubert"),
-              load.load_bert(root / "bert", half=bert_half)]
+    runtime = bench_runtime(bert_half=bert_half)
+    models = [load.load_gpt(root / "gpt", runtime=runtime), load.load_sovits(root / "sovits", runtime=runtime),
+              load.load_hubert(root / "hubert", runtime=runtime), load.load_bert(root / "bert", runtime=runtime)]
     out = {"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
     del models
     return out
@@ -63,18 +65,17 @@ def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, a
     """The engine alone in this process (run fresh by :func:`memory_engine`): RSS with the voice loaded, after
     ``repeat`` whole requests and one streamed one, and after ``store.trim_after_request`` (called at the end
     of each request by the engine), with the breakdown of :func:`memory_breakdown` and the trim's cost.
-    ``release_mlx`` / ``arena`` / ``trim_reference`` / ``decoder_at_load``: the memory levers
-    (``vocoder.RELEASE_MLX``, ``vocoder_onnx.ARENA``, ``store.TRIM_AFTER_REFERENCE``, ``load.DECODER_AT_LOAD``)."""
-    from ..convert import load
-    from ..engine import GPTSoVITSEngine, store
+    ``release_mlx`` / ``arena`` / ``trim_reference`` / ``decoder_at_load``: the memory levers (the runtime's
+    ``release_mlx``, ``vocoder_arena``, ``trim_after_reference``, ``decoder_at_load``)."""
+    from ..engine import GPTSoVITSEngine
     from ..engine.store import trim_after_request
-    from ..models import vocoder, vocoder_onnx
+    from ..models.sovits import vocoder
+    from .measure import bench_runtime
 
-    vocoder.RELEASE_MLX, vocoder_onnx.ARENA, store.TRIM_AFTER_REFERENCE = release_mlx, arena, trim_reference
-    load.DECODER_AT_LOAD = decoder_at_load
-
+    runtime = bench_runtime(release_mlx=release_mlx, vocoder_arena=arena, trim_after_reference=trim_reference,
+                            decoder_at_load=decoder_at_load)
     spec = bench_voice(root)
-    engine = GPTSoVITSEngine(model_dir=root)
+    engine = GPTSoVITSEngine(model_dir=root, runtime=runtime)
     engine.load_voice(spec)
     out: dict[str, Any] = {"loaded": memory_breakdown(engine)}
     opts = {"text_split_method": "cut0", "top_k": 15, "seed": 1}

@@ -33,7 +33,7 @@ def environment() -> dict[str, Any]:
     import mlx.core as mx
 
     from .. import _blas
-    from ..models.cpu_paths import chosen as chosen_paths
+    from ..models.kernels.cpu_paths import chosen as chosen_paths
 
     blas = _blas.report()
     return {

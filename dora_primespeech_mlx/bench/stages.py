@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from ..settings import read as read_setting
 from .measure import _summary, loadavg, measure_bandwidth, rss_mb, timed
 from .memory import memory_breakdown
 from .weights import (
@@ -23,21 +22,27 @@ from .weights import (
 )
 
 
-def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def bench_stages(root: Path, repeat: int, stages: set[str], runtime=None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each stage alone under ``runtime`` (default: the bench's, :func:`.measure.bench_runtime`)."""
     import mlx.core as mx
 
     from ..convert import load
-    from ..models import audio, vocoder
-    from ..models.hubert import prompt_features
-    from ..models.t2s_generate import SamplingParams, generate
+    from ..models import audio
+    from ..models.gpt.generate import SamplingParams, generate
+    from ..models.hubert.model import prompt_features
+    from ..models.sovits import vocoder
 
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {}
     t = time.perf_counter()
-    gpt = load.load_gpt(root / "gpt")
-    sovits = load.load_sovits(root / "sovits")
-    hubert = load.load_hubert(root / "hubert")
-    bert, _tok = load.load_bert(root / "bert")
+    if runtime is None:
+        from .measure import bench_runtime
+
+        runtime = bench_runtime()
+    gpt = load.load_gpt(root / "gpt", runtime=runtime)
+    sovits = load.load_sovits(root / "sovits", runtime=runtime)
+    hubert = load.load_hubert(root / "hubert", runtime=runtime)
+    bert, _tok = load.load_bert(root / "bert", runtime=runtime)
     memory = {"load_s": time.perf_counter() - t, "rss_models_loaded_mb": rss_mb()}
 
     wav32k, _ = audio.load_wav(root / "reference.wav")
@@ -124,14 +129,14 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
         mx.eval(ge)
         codes100 = mx.array(rng.integers(0, 1024, (1, 1, N_TOKENS)).astype(np.int32))
         target = mx.array(phones[:, -N_TARGET_PHONES:])
-        # the SoVITS decode per vocoder backend, alternated in one run (models/vocoder.py); "sovits" is
+        # the SoVITS decode per vocoder backend, alternated in one run (models/sovits/vocoder.py); "sovits" is
         # the backend the engine picks here
-        chosen = vocoder.attach(sovits, cache_dir=root / "sovits", release_mlx=False, mode=read_setting("vocoder"),
-                                parts=read_setting("vocoder_parts")).vocoder_backend
+        chosen = vocoder.from_runtime(sovits, runtime.replace(release_mlx=False), root / "sovits")
+        sovits.use_vocoder(chosen)
         onnx_gen = chosen.generator
         backends = {"mlx": None}
         if (onnx_gen is None and chosen.error is None) or chosen.active == "openvino":  # measured all the same
-            vocoder.attach(sovits, cache_dir=root / "sovits", mode="onnx", release_mlx=False)
+            sovits.use_vocoder(vocoder.build(sovits, cache_dir=root / "sovits", mode="onnx", release_mlx=False))
             onnx_gen = sovits.vocoder_backend.generator
         if onnx_gen is not None:
             backends.update(_onnx_variants(sovits, onnx_gen, root / "sovits"))
@@ -139,16 +144,16 @@ def bench_stages(root: Path, repeat: int, stages: set[str]) -> tuple[dict[str, A
         per_backend: dict[str, list[float]] = {name: [] for name in backends}
         info = {}
         for name, backend in backends.items():
-            sovits.vocoder_backend = backend or vocoder.VocoderBackend("mlx")
+            sovits.use_vocoder(backend or vocoder.VocoderBackend("mlx"))
             out = sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)  # warm-up
             info[name] = (out.shape[-1] / sovits.sampling_rate, bool(mx.all(mx.isfinite(out)).item()))
         for _ in range(repeat):
             for name, backend in backends.items():
-                sovits.vocoder_backend = backend or vocoder.VocoderBackend("mlx")
+                sovits.use_vocoder(backend or vocoder.VocoderBackend("mlx"))
                 per_backend[name] += timed(
                     lambda: mx.eval(sovits.decode(codes100, target, ge=ge, noise_scale=0.5, seed=0)), 1, warmup=0
                 )
-        sovits.vocoder_backend = chosen
+        sovits.use_vocoder(chosen)
         if "onnxruntime_split" in backends:
             results.update(_vocoder_side_by_side(backends["onnxruntime_split"].split, np.asarray(ge), repeat))
         for name, samples in per_backend.items():
@@ -200,9 +205,9 @@ def _vocoder_side_by_side(split, ge: np.ndarray, repeat: int) -> dict[str, Any]:
 
 def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
     """The ONNX Runtime vocoder as one run with the configured intra-op threads, and (2+ threads) cut into one
-    single-threaded run per thread (models/vocoder_split.py), each as a backend for the SoVITS stage."""
-    from ..models import vocoder, vocoder_onnx
-    from ..models.vocoder_split import SplitRunner
+    single-threaded run per thread (models/sovits/vocoder_split.py), each as a backend for the SoVITS stage."""
+    from ..models.sovits import vocoder, vocoder_onnx
+    from ..models.sovits.vocoder_split import SplitRunner
 
     n = vocoder_onnx.resolve_threads(None)
     source = gen.path if gen.path is not None else vocoder_onnx.build_generator_model(sovits.dec).SerializeToString()
@@ -211,7 +216,7 @@ def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
     if gen.path is not None:  # the same graph with ONNX Runtime's CPU memory arena (off by default)
         arena = vocoder_onnx.OnnxGenerator(gen.path, n, arena=True, spin=gen.spin)
         out["onnxruntime_arena"] = vocoder.VocoderBackend("onnx", arena)
-    if n > 1:  # as vocoder.attach cuts: parts on the one-thread graph, short latents whole on the n-thread one
+    if n > 1:  # as vocoder.build cuts: parts on the one-thread graph, short latents whole on the n-thread one
         single = vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1)
         split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame, whole=whole)
         out["onnxruntime_split"] = vocoder.VocoderBackend("onnx", whole, split=split)
@@ -221,12 +226,12 @@ def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
 def _openvino_variant(sovits, cache_dir: Path, chosen) -> dict[str, Any]:
     """The vocoder on OpenVINO (``PRIMESPEECH_VOCODER=openvino``) with the configured threads, as a backend for the
     SoVITS stage, where the extra is installed (else nothing: not measured)."""
-    from ..models import vocoder
+    from ..models.sovits import vocoder
 
     if chosen.active == "openvino":
         return {"openvino": chosen}
     try:
-        from ..models import vocoder_openvino
+        from ..models.sovits import vocoder_openvino
 
         gen = vocoder_openvino.load_or_build(sovits.dec, cache_dir, None)
     except Exception:  # not installed, or not loadable here
@@ -237,7 +242,7 @@ def _openvino_variant(sovits, cache_dir: Path, chosen) -> dict[str, Any]:
 def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
     """The numpy decode step with float16 weights (the default where available) and with float32 copies
     of the same weights, alternating token by token in one run: ms per step over N_TOKENS steps."""
-    from ..models.t2s_numpy import NumpyDecoder
+    from ..models.gpt.numpy_decoder import NumpyDecoder
 
     half = gpt.decoder
     if not getattr(half, "half", False):
@@ -271,7 +276,7 @@ def _decode_step_batched(gpt, phones, feats, prompt, repeat: int) -> dict[str, A
     """The numpy decode step for ``B`` generations at once (continuous batching, ``t2s_numpy.step_batch``), each
     width in turn within every round: ms per token (step time / B) over N_TOKENS steps. Where the per-token time
     stops falling, batching stops paying on this CPU."""
-    from ..models.t2s_numpy import step_batch
+    from ..models.gpt.numpy_decoder import step_batch
 
     dec = gpt.decoder
     if not getattr(dec, "half", False):
@@ -289,12 +294,13 @@ def _decode_step_batched(gpt, phones, feats, prompt, repeat: int) -> dict[str, A
     return {f"gpt_batch_{b}": _summary(v, "ms/token", what=f"{b} rows per decode step") for b, v in times.items()}
 
 
-def bench_engine(root: Path, repeat: int, stream: bool = True) -> dict[str, Any]:
-    """End to end through :class:`GPTSoVITSEngine` with the reference cached: whole and streaming."""
+def bench_engine(root: Path, repeat: int, stream: bool = True, runtime=None) -> dict[str, Any]:
+    """End to end through :class:`GPTSoVITSEngine` (under ``runtime``; default: the settings') with the reference
+    cached: whole and streaming."""
     from ..engine import GPTSoVITSEngine
 
     spec = bench_voice(root)
-    engine = GPTSoVITSEngine(model_dir=root)
+    engine = GPTSoVITSEngine(model_dir=root, runtime=runtime)
     t = time.perf_counter()
     engine.load_voice(spec)
     first_load = time.perf_counter() - t

@@ -142,7 +142,7 @@ def run_one(text: str, split: str) -> dict[str, Any]:
     """In this process (its thread count already set): one whole and one streamed synthesis, sampled."""
     from ..engine import GPTSoVITSEngine
     from ..engine.stats import recording_spans
-    from ..settings import read as read_setting
+    from ..settings import process_setting
     from .measure import _preload_blas
     from .weights import bench_voice, default_models_dir, ensure_models
 
@@ -166,7 +166,7 @@ def run_one(text: str, split: str) -> dict[str, Any]:
 
     whole()
     streamed()  # warm-up: every shape once
-    out: dict[str, Any] = {"threads": read_setting("threads"), "backends": engine.stats().get("backends")}
+    out: dict[str, Any] = {"threads": process_setting("threads"), "backends": engine.stats().get("backends")}
     for mode, fn in (("whole", whole), ("stream", streamed)):
         sampler = Sampler()
         sampler.start()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..settings import read as read_setting
+from ..settings import process_setting
 from .measure import _preload_blas
 
 PROMPT_TEXT = "这是一段用于测试的参考音频。"
@@ -46,7 +46,7 @@ MODELS_FORMAT = 3  # bump when the generated files change
 
 
 def default_models_dir() -> Path:
-    return Path(read_setting("cache_dir")) / f"bench-models-v{MODELS_FORMAT}"
+    return Path(process_setting("cache_dir")) / f"bench-models-v{MODELS_FORMAT}"
 
 
 def _save_converted(dst: Path, kind: str, args, model) -> None:
@@ -118,10 +118,10 @@ def make_models(root: Path) -> Path:
     _preload_blas()
     import mlx.core as mx
 
-    from ..models.bert import BertArgs, BertModel
-    from ..models.hubert import HubertArgs, HubertModel
-    from ..models.sovits import SoVITSArgs, SoVITSModel
-    from ..models.t2s import T2SArgs, T2SModel
+    from ..models.bert.model import BertArgs, BertModel
+    from ..models.gpt.model import T2SArgs, T2SModel
+    from ..models.hubert.model import HubertArgs, HubertModel
+    from ..models.sovits.model import SoVITSArgs, SoVITSModel
 
     root.mkdir(parents=True, exist_ok=True)
     mx.random.seed(0)

@@ -4,16 +4,19 @@ A converted model is a folder holding ``config.json`` (``{"kind": ..., "version"
 "source": ...}``), ``model.safetensors`` (the sanitized float32 weights) and ``manifest.json`` (written last,
 see :mod:`.cache`). Loading a converted folder parses no pickle and does no key mapping. :func:`convert` writes
 one, from weights that passed the reader's checks and are all finite; the ``load_*`` functions accept either
-form and, given an original file, convert it into ``<model_dir>/mlx/`` the first time (:mod:`.cache`: an
-entry is served only when complete; per-request checkpoints' entries are bounded, least recently used out).
+form and, given an original file, convert it into ``<root>/mlx/`` the first time (``root``: the model directory,
+given by the caller; without one an original file is converted in memory) (:mod:`.cache`: an entry is served only
+when complete; per-request checkpoints' entries are bounded, least recently used out).
 :func:`from_checkpoint` builds a model from a checkpoint already read (``checkpoints.read_*``) the same way.
 
-This is the one loading path (product and tests). Options a model takes at load:
+This is the one loading path (product and tests). Every loader takes the engine's :class:`~..runtime.Runtime`
+(``runtime``; default: every choice automatic), which decides at load:
 
-- GPT: ``decode`` (``"auto"`` | ``"mlx"`` | ``"compile"`` | ``"numpy"``) and ``compile_step`` (None | bool):
-  which :class:`~..models.t2s.Decoder` runs its steps (``models.t2s_decode.decoder_kind``), kept in
-  ``model.decoder``;
-- BERT: ``half`` (default None: automatic): float16 weights (``BertModel.prepare``).
+- GPT: which :class:`~..models.gpt.model.Decoder` runs its steps (``t2s_decode``, ``t2s_compile``; the numpy one
+  with the kernels' ``isa``, ``gpt_half``, ``gpt_prefill``, ``fused_step``), kept in ``model.decoder``; with
+  ``decoder_at_load`` the numpy decoder's weights are built while loading;
+- SoVITS: the convolutions' form (``conv_impl``; the vocoder backend is built by its owner, ``vocoder.build``);
+- BERT: float16 weights (``bert_half``) and the numpy path's kernels (``isa``, ``bert_gemm``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from ..paths import mlx_cache_dir, model_dir
+from ..paths import mlx_cache_dir
+from ..runtime import DEFAULT, Runtime
 from . import cache as entries
 from .checkpoints import RawCheckpoint, read_gpt, read_hf_dir, read_sovits, read_sv, sovits_needs_sv
 from .torch_pickle import CheckpointError, pickle_bytes
@@ -39,30 +43,28 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 KINDS = ("gpt", "sovits", "hubert", "bert", "sv")  # sv: the speaker-verification model of v2Pro voices
-OPTIONS = {"gpt": ("decode", "compile_step"), "sovits": (), "hubert": (), "bert": ("half",), "sv": ()}
-DECODER_AT_LOAD = True  # load_gpt builds the numpy decoder's weights while loading (the bench flips it)
 
 
 def _model_classes(kind: str):
     """(ArgsClass, ModelClass) of a model kind; imported lazily (MLX is heavy)."""
     if kind == "gpt":
-        from ..models.t2s import T2SArgs, T2SModel
+        from ..models.gpt.model import T2SArgs, T2SModel
 
         return T2SArgs, T2SModel
     if kind == "sovits":
-        from ..models.sovits import SoVITSArgs, SoVITSModel
+        from ..models.sovits.model import SoVITSArgs, SoVITSModel
 
         return SoVITSArgs, SoVITSModel
     if kind == "hubert":
-        from ..models.hubert import HubertArgs, HubertModel
+        from ..models.hubert.model import HubertArgs, HubertModel
 
         return HubertArgs, HubertModel
     if kind == "bert":
-        from ..models.bert import BertArgs, BertModel
+        from ..models.bert.model import BertArgs, BertModel
 
         return BertArgs, BertModel
     if kind == "sv":
-        from ..models.sv import ERes2NetV2, SVArgs
+        from ..models.sv.model import ERes2NetV2, SVArgs
 
         return SVArgs, ERes2NetV2
     raise ValueError(f"unknown model kind {kind!r} (expected one of {', '.join(KINDS)})")
@@ -149,38 +151,36 @@ def check_finite(source, weights: dict[str, np.ndarray]) -> None:
             raise CheckpointError(source, f"weight {name!r} holds NaN or infinite values")
 
 
-def _check_options(kind: str, options: dict) -> None:
-    unknown = sorted(set(options) - set(OPTIONS.get(kind, ())))
-    if unknown:
-        raise TypeError(f"{kind} models take no option {', '.join(unknown)} (options: {OPTIONS.get(kind, ())})")
-
-
-def _finish(kind: str, model, options: dict) -> None:
-    """Load-time choices: the GPT's decoder, the other models' ``prepare`` (derived weights, storage)."""
+def _finish(kind: str, model, runtime: Runtime) -> None:
+    """Load-time choices from ``runtime``: the GPT's decoder, the other models' ``prepare`` (derived weights,
+    storage, the convolutions' form)."""
     if kind == "gpt":
-        from ..models.t2s_decode import make_decoder
+        from ..models.gpt.decode import make_decoder
 
-        model.decoder = make_decoder(model, options.get("decode", "auto"), options.get("compile_step"))
+        model.decoder = make_decoder(model, runtime)
+    elif kind == "sovits":
+        model.prepare(runtime.conv_impl)
+    elif kind == "bert":
+        model.prepare(runtime)
     elif hasattr(model, "prepare"):
-        model.prepare(**options)
+        model.prepare()
 
 
-def from_checkpoint(raw: RawCheckpoint, **options):
+def from_checkpoint(raw: RawCheckpoint, runtime: Runtime = DEFAULT):
     """The model of an original checkpoint already read (``checkpoints.read_gpt``/``read_sovits``/
-    ``read_hf_dir``), built as :func:`load` builds it. ``options``: see the module docstring."""
-    _check_options(raw.kind, options)
+    ``read_hf_dir``), built as :func:`load` builds it under ``runtime`` (see the module docstring)."""
     args, weights = sanitized(raw)
-    return _build(raw.kind, args, weights, raw.path, options)
+    return _build(raw.kind, args, weights, raw.path, runtime)
 
 
-def _build(kind: str, args: Any, weights, source=None, options: dict | None = None):
+def _build(kind: str, args: Any, weights, source=None, runtime: Runtime = DEFAULT):
     """The model of ``kind`` with ``weights``: a dict (emptied as it is read) or an iterable of
     (name, array) pairs (numpy or MLX). Arrays become MLX arrays one at a time and each numpy source is
     dropped once copied, so no second full copy of the weights builds up; the freed heap is handed
     back to the OS afterwards (``trim_heap``)."""
     import mlx.core as mx
 
-    from ..models.storage import trim_heap
+    from ..models.shared.storage import trim_heap
 
     _, model_cls = _model_classes(kind)
     model = model_cls(args)  # MLX initialises lazily: the random init is never computed
@@ -193,7 +193,7 @@ def _build(kind: str, args: Any, weights, source=None, options: dict | None = No
     except ValueError as exc:
         raise CheckpointError(source, f"{kind} weights do not fit the config: {exc}") from None
     del items, weights  # the model holds the only references: prepare() may replace them unevaluated
-    _finish(kind, model, options or {})
+    _finish(kind, model, runtime)
     model.eval()
     mx.eval(model.parameters())
     gc.collect()
@@ -252,9 +252,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, kind: str | None = N
     return dst
 
 
-def onnx_cache_dir(sovits_path: str | os.PathLike, root: Path | None = None) -> Path:
+def onnx_cache_dir(sovits_path: str | os.PathLike, root: Path) -> Path:
     """Where the ONNX graph of a SoVITS model is cached: its converted folder (the given folder when it is a
-    converted one, else the folder this loader converted the original file into), or ``<model_dir>/mlx/onnx``."""
+    converted one, else the folder this loader converted the original file into under the model directory
+    ``root``), or ``<root>/mlx/onnx``."""
     p = Path(sovits_path)
     if p.is_dir() and (p / "model.safetensors").is_file():
         return p
@@ -265,27 +266,30 @@ def onnx_cache_dir(sovits_path: str | os.PathLike, root: Path | None = None) -> 
     return mlx_cache_dir(root) / "onnx"
 
 
-def _cache_path(src: Path, kind: str, root: Path | None) -> Path:
+def _cache_path(src: Path, kind: str, root: Path) -> Path:
     st = src.stat()
     key = f"{src.resolve()}|{st.st_size}|{int(st.st_mtime)}|{FORMAT_VERSION}"
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
-    return mlx_cache_dir(root or model_dir()) / f"{kind}-{src.stem}-{digest}"
+    return mlx_cache_dir(root) / f"{kind}-{src.stem}-{digest}"
 
 
-def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, root: Path | None = None, **options):
-    """Load a model of ``kind`` from an original or converted path (converting once into the cache;
-    ``cache=False`` converts in memory). ``options``: see the module docstring."""
+def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, root: Path | None = None,
+         runtime: Runtime = DEFAULT):
+    """Load a model of ``kind`` from an original or converted path under ``runtime`` (see the module docstring):
+    an original file is converted once into the model directory ``root``'s cache (``cache=False`` or no ``root``:
+    converted in memory)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(path, "not found")
     kind = kind or detect_kind(path)
-    _check_options(kind, options)
+    if kind not in KINDS:
+        raise ValueError(f"model kind {kind!r}: expected one of {', '.join(KINDS)}")
     entry = fresh = False
     if path.is_dir() and is_converted(path):
         converted = path
     else:
-        if not cache:
-            return from_checkpoint(read_original(path, kind), **options)
+        if not cache or root is None:
+            return from_checkpoint(read_original(path, kind), runtime)
         converted, entry = _cache_path(path, kind, root), True
         if entries.is_complete(converted):
             entries.mark_used(converted)
@@ -296,14 +300,14 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
                 log.info("converted %s -> %s", path, converted)
             except OSError as exc:  # read-only model dir: convert in memory
                 log.warning("cannot cache the converted %s (%s); converting in memory", path, exc)
-                return from_checkpoint(read_original(path, kind), **options)
+                return from_checkpoint(read_original(path, kind), runtime)
     try:
         meta = json.loads((converted / "config.json").read_text(encoding="utf-8"))
         if meta.get("kind") != kind:
             raise CheckpointError(converted, f"holds a {meta.get('kind')} model, expected {kind}")
         args_cls, _ = _model_classes(kind)
         args = args_cls.from_dict(meta["args"]) if hasattr(args_cls, "from_dict") else args_cls(**meta["args"])
-        model = _build(kind, args, _read_converted(converted / "model.safetensors"), converted, options)
+        model = _build(kind, args, _read_converted(converted / "model.safetensors"), converted, runtime)
     except (CheckpointError, OSError, ValueError, KeyError, TypeError):
         if entry:  # a cache entry that does not load is never served again
             entries.discard(converted)
@@ -312,18 +316,17 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
     if entry:
         entries.hold(converted, model)
         if fresh:
-            entries.prune(root or model_dir(), protect=converted)
+            entries.prune(root, protect=converted)
     return model
 
 
-def load_gpt(path, *, decode: str = "auto", compile_step: bool | None = None, **kw):
-    """The GPT (``T2SModel``) with its decoder chosen now: ``decode`` ``"auto"`` (numpy on the CPU,
-    compiled MLX on a GPU), ``"mlx"``, ``"compile"`` or ``"numpy"``; ``compile_step`` None (compile
-    off the CPU) or a bool, for the MLX step. The numpy decoder's weights (float16 where they are
-    float16 values) are built here."""
-    model = load(path, "gpt", decode=decode, compile_step=compile_step, **kw)
-    if DECODER_AT_LOAD and getattr(model.decoder, "kind", None) == "numpy":
-        from ..models.storage import trim_heap
+def load_gpt(path, *, runtime: Runtime = DEFAULT, **kw):
+    """The GPT (``T2SModel``) with its decoder chosen now by the runtime's ``t2s_decode`` (``auto``: numpy on the
+    CPU, compiled MLX on a GPU) and ``t2s_compile``. With ``decoder_at_load`` the numpy decoder's weights (float16
+    where they are float16 values) are built here."""
+    model = load(path, "gpt", runtime=runtime, **kw)
+    if runtime.decoder_at_load and getattr(model.decoder, "kind", None) == "numpy":
+        from ..models.shared.storage import trim_heap
 
         model.decoder.warmup()  # its float16 weights now, not at the first token (README, "Memory"): the float32
         trim_heap()  # ones go back before the other models load (peak RSS -210 MB, voice loaded -140 MB)
@@ -344,17 +347,17 @@ def load_sv(path, **kw):
     return load(path, "sv", **kw)
 
 
-def load_bert(path, *, half: bool | None = None, **kw):
-    """(BertModel, BertTokenizer) from an original or converted folder (the tokenizer files travel);
-    ``half``: float16 weights (``BertModel.prepare``; None: automatic)."""
-    from ..models.bert import BertTokenizer
+def load_bert(path, **kw):
+    """(BertModel, BertTokenizer) from an original or converted folder (the tokenizer files travel); float16
+    weights as the runtime's ``bert_half`` says (``BertModel.prepare``)."""
+    from ..models.bert.model import BertTokenizer
 
     path = Path(path)
-    model = load(path, "bert", half=half, **kw)
+    model = load(path, "bert", **kw)
     return model, BertTokenizer.from_dir(path)
 
 
-def convert_voice(spec, root: Path | None = None) -> None:
+def convert_voice(spec, root: Path) -> None:
     """Convert (and cache) every model file a voice uses, so the node's start parses no pickle."""
     from tqdm import tqdm
 

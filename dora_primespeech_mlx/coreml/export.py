@@ -1,7 +1,7 @@
 """CoreML export of the two encoders (CNHubert and Chinese RoBERTa) with coremltools' MIL builder.
 
 No torch: the programs are written op by op from the **sanitized** numpy weights (the module docstrings
-of ``models/hubert.py`` and ``models/bert.py`` list the names and layouts), so the export runs on Linux
+of ``models/hubert/model.py`` and ``models/bert/model.py`` list the names and layouts), so the export runs on Linux
 too; only prediction needs macOS.
 
 Packages (ML Program, ``minimum_deployment_target`` macOS 14, fp16 by default, fp32 on request):
@@ -422,7 +422,7 @@ def load_weights(path: str | os.PathLike, kind: str, root: Path | None = None):
         args, weights = load.sanitized(load.read_original(path, kind))
     pad_id = 0
     if kind == "bert":
-        from ..models.bert import BertTokenizer
+        from ..models.bert.model import BertTokenizer
 
         try:
             pad_id = BertTokenizer.from_dir(path).pad_id
@@ -442,19 +442,17 @@ def export_encoder(src: str | os.PathLike, kind: str, out: str | os.PathLike, pr
     return save_package(model, spec, out)
 
 
-def package_path(src: str | os.PathLike, kind: str, precision: str = "fp16", root: Path | None = None) -> Path:
-    """Cache location of the package for a source model: ``<model_dir>/coreml/<kind>-<name>-<digest>-<prec>``
-    (the digest covers the source path, its size/mtime and :data:`EXPORT_VERSION`)."""
-    from ..paths import model_dir
-
+def package_path(src: str | os.PathLike, kind: str, precision: str, root: Path) -> Path:
+    """Cache location of the package for a source model: ``<root>/coreml/<kind>-<name>-<digest>-<prec>`` (``root``:
+    the model directory; the digest covers the source path, its size/mtime and :data:`EXPORT_VERSION`)."""
     src = Path(src).resolve()
     files = sorted(p for p in src.iterdir() if p.is_file()) if src.is_dir() else [src]
     stamp = "|".join(f"{p.name}:{p.stat().st_size}:{int(p.stat().st_mtime)}" for p in files)
     digest = hashlib.sha1(f"{src}|{stamp}|{EXPORT_VERSION}".encode()).hexdigest()[:12]
-    return (root or model_dir()) / "coreml" / f"{kind}-{src.name}-{digest}-{precision}.mlpackage"
+    return Path(root) / "coreml" / f"{kind}-{src.name}-{digest}-{precision}.mlpackage"
 
 
-def ensure_package(src: str | os.PathLike, kind: str, precision: str = "fp16", root: Path | None = None) -> Path:
+def ensure_package(src: str | os.PathLike, kind: str, precision: str, root: Path) -> Path:
     """The cached package for ``src`` (exported the first time; later calls only check it exists)."""
     path = package_path(src, kind, precision, root)
     if path.is_dir() and (path / PACKAGE_META).is_file():
@@ -463,7 +461,7 @@ def ensure_package(src: str | os.PathLike, kind: str, precision: str = "fp16", r
     return export_encoder(src, kind, path, precision)
 
 
-def export_voice_encoders(spec, root: Path | None = None, precision: str = "fp16") -> dict[str, Path]:
+def export_voice_encoders(spec, root: Path, precision: str = "fp16") -> dict[str, Path]:
     """Export (once, cached) the HuBERT and BERT packages a voice uses; for voice installation on macOS."""
     from tqdm import tqdm
 

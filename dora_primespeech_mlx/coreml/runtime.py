@@ -7,7 +7,7 @@ crop the outputs.
   (``<name>.mlpackage`` -> ``<name>.mlmodelc``) and loaded directly next time
   (``ct.models.CompiledMLModel``), so the on-device compile happens once.
 * :class:`CoreMLHubert` — ``features(wav16k) -> (1, hidden, T)``: the 0.6 s zero tail is appended (as
-  ``models.hubert.prompt_features`` does), the waveform is zero-padded to the smallest bucket that
+  ``models.hubert.model.prompt_features`` does), the waveform is zero-padded to the smallest bucket that
   holds it, and the frames beyond ``num_frames(n)`` are cropped.
 * :class:`CoreMLBert` — ``hidden(ids) -> (L, hidden)``: ``hidden_states[-3]`` of one tokenised text,
   padded with the pad id to a token bucket and cropped.
@@ -28,12 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..settings import COMPUTE_UNITS, read
+from ..runtime import CHOICES
 from .export import PROMPT_TAIL_SAMPLES, ExportSpec, _ct, read_package_spec
 
 log = logging.getLogger(__name__)
 
 COMPUTE_UNITS_ENV = "PRIMESPEECH_COREML_COMPUTE_UNITS"
+COMPUTE_UNITS = CHOICES["coreml_compute_units"]
 DEFAULT_COMPUTE_UNITS = COMPUTE_UNITS[0]
 
 
@@ -47,8 +48,8 @@ class BucketError(ValueError):
 
 
 def compute_units(name: str | None = None) -> str:
-    """The compute-unit name from ``name`` or ``$PRIMESPEECH_COREML_COMPUTE_UNITS`` (validated)."""
-    value = (name or read("coreml_compute_units")).strip().upper()
+    """The compute-unit name ``name`` (the runtime's ``coreml_compute_units``; None: the default), validated."""
+    value = (name or DEFAULT_COMPUTE_UNITS).strip().upper()
     if value not in COMPUTE_UNITS:
         raise ValueError(f"{COMPUTE_UNITS_ENV}={value!r} is invalid: use one of {', '.join(COMPUTE_UNITS)}")
     return value
@@ -145,7 +146,7 @@ class CoreMLHubert(_Encoder):
         return np.ascontiguousarray(y[:, :, 0, :T])
 
     def features(self, wav16k: np.ndarray) -> np.ndarray:
-        """Like ``models.hubert.prompt_features``: mono 16 kHz clip -> +0.6 s zeros -> (1, hidden, T)."""
+        """Like ``models.hubert.model.prompt_features``: mono 16 kHz clip -> +0.6 s zeros -> (1, hidden, T)."""
         from ..models.audio import mono_clip
 
         wav = mono_clip(wav16k)

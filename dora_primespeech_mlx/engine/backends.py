@@ -1,5 +1,6 @@
 """What runs where, for ``stats()``: the MLX device, the encoder backends (CoreML or MLX, with fallback
-reasons), the GPT decode implementation, the SoVITS backend and the CPU BLAS with its thread settings."""
+reasons), the GPT decode implementation, the SoVITS backend, the CPU BLAS with its thread settings and the
+engine's runtime (every choice it was built with)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ def backends(engine) -> dict:
         encoders = enc.status() if enc is not None else encoders
         gpt = model.decoder.backend if model is not None else gpt
         voc = engine.cache.peek(engine.store.key("sovits", file_identity(voice.sovits)))
-        if voc is not None:  # which backend runs the SoVITS generator (models/vocoder.py)
-            from ..models import vocoder
+        if voc is not None:  # which backend runs the SoVITS generator (models/sovits/vocoder.py)
+            from ..models.sovits import vocoder
 
             sovits = vocoder.status(voc)
     return {
@@ -27,5 +28,6 @@ def backends(engine) -> dict:
         "gpt": gpt,
         "sovits": sovits,
         "blas": {**_blas.info(), "threads": _blas.thread_settings()},
+        "runtime": engine.runtime.describe(),
     }
 

@@ -1,6 +1,6 @@
-"""Continuous batching in the engine: which sentences decode together in the GPT (``models/t2s_batch.py``).
+"""Continuous batching in the engine: which sentences decode together in the GPT (``models/gpt/batch.py``).
 
-The engine keeps one :class:`~..models.t2s_batch.DecodeBatch` for the voice in use (:class:`Batching`). A request's
+The engine keeps one :class:`~..models.gpt.batch.DecodeBatch` for the voice in use (:class:`Batching`). A request's
 sentence gets its row (its prefill) when its turn comes, and earlier while another sentence is read: the request's
 own later sentences, then the texts queued behind it (:class:`Upcoming`, e.g. the node's queued messages; same
 voice, each with its own settings) join the running decode once the listener has :data:`ADMIT_QUEUED_S` of audio in
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models.t2s_batch import DecodeBatch, Row
+from ..models.gpt.batch import DecodeBatch, Row
 from . import pipeline
 from .stats import Timer, stage
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import secrets
 import threading
@@ -33,8 +34,8 @@ import numpy as np
 from ..assets import catalog as voices_mod
 from ..assets.catalog import VoiceSpec
 from ..errors import ConfigError, SynthesisCancelled
-from ..models.t2s_batch import DecodeBatch
-from ..paths import model_dir as default_model_dir
+from ..models.gpt.batch import DecodeBatch
+from ..runtime import Runtime
 from ..settings import Settings
 from ..text import llm as llm_text
 from . import batching, overlap, pacing, pipeline
@@ -44,7 +45,6 @@ from .stats import EngineStats, Timer, stage
 from .store import VoiceStore, release_memory, trim_after_request, voice_id
 from .stream import NO_SCHEDULE, Listener, Schedule, Stream
 
-ENCODER_MODES = ("auto", "coreml", "mlx")
 MODEL_KINDS = ("gpt", "sovits", "hubert", "bert", "sv")
 
 
@@ -62,29 +62,40 @@ class _Request:
 
 
 class GPTSoVITSEngine:
-    """GPT-SoVITS v2 text-to-speech on MLX. Thread-safe: one lock serialises all model use."""
+    """GPT-SoVITS v2 text-to-speech on MLX. Thread-safe: one lock serialises all model use.
 
-    def __init__(self, model_dir: str | Path | None = None, device: str = "auto", encoders: str = "auto",
+    ``settings`` (default: read from the environment) give the model directory and the request defaults;
+    ``runtime`` (default: :meth:`Runtime.from_settings`) says how the models run, resolved here once and handed
+    to every loader. ``model_dir``, ``device`` and ``encoders``, when given, override the settings' and the
+    runtime's."""
+
+    def __init__(self, model_dir: str | Path | None = None, device: str | None = None, encoders: str | None = None,
                  config: SynthesisConfig | None = None, progress: Callable[[str], None] | None = None,
-                 settings: Settings | None = None):
+                 settings: Settings | None = None, runtime: Runtime | None = None):
         self.settings = settings if settings is not None else Settings.from_env()
-        self.model_dir = Path(model_dir).expanduser() if model_dir else default_model_dir()
-        self.device = _pick_device(device)
+        self.model_dir = Path(model_dir).expanduser() if model_dir else self.settings.model_dir
+        runtime = runtime if runtime is not None else Runtime.from_settings(self.settings)
+        if not isinstance(runtime, Runtime):
+            raise ConfigError(f"runtime must be a Runtime, not {type(runtime).__name__}")
+        device = {"metal": "gpu", "cuda": "gpu", "mps": "gpu"}.get(device, device) if device is not None else None
+        given = {k: v for k, v in (("device", device), ("encoders", encoders)) if v is not None}
+        self.runtime = runtime.replace(**given) if given else runtime
+        self.device = _pick_device(self.runtime.device)
         self.device_name = str(self.device if self.device is not None else mx.default_device())
-        if encoders not in ENCODER_MODES:
-            raise ConfigError(f"encoders={encoders!r} is invalid: use one of {', '.join(ENCODER_MODES)}")
-        self.encoders = encoders  # CoreML on macOS ("auto"/"coreml"), MLX otherwise; see encoders.py
+        self.encoders = self.runtime.encoders  # CoreML on macOS ("auto"/"coreml"), MLX otherwise; see encoders.py
+        _text_options(self.settings)
         self.config = config if config is not None else SynthesisConfig()
         if not isinstance(self.config, SynthesisConfig):
             raise ConfigError(f"config must be a SynthesisConfig, not {type(self.config).__name__}")
         self.progress = progress
         self.voice: VoiceSpec | None = None
         self._stats = EngineStats()
-        self.store = VoiceStore(self.settings, self.model_dir, encoders, self._stats, self._say)
+        self.store = VoiceStore(self.runtime, self.model_dir, self.settings.max_cached_voices, self._stats, self._say)
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
-        self._lane = overlap.VocoderLane(on_busy=_one_thread_beside_lane)  # the vocoder beside the GPT (overlap.py)
+        self._lane = overlap.VocoderLane(  # the vocoder beside the GPT (overlap.py)
+            on_busy=functools.partial(_one_thread_beside_lane, self.runtime.hold_blas))
         self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
         self._join_while_covering = False  # waiting sentences join a decode whose pacer covers (measuring tools)
         self.pacing_plan: pacing.PacingOptions | None = None  # None: the settings' (pacing_options)
@@ -129,7 +140,7 @@ class GPTSoVITSEngine:
 
     # ---- requests ----------------------------------------------------------------------------------
     def _lane_for(self, models: pipeline.Models) -> overlap.VocoderLane | None:
-        return self._lane if overlap.wanted(self.settings.overlap, models.sovits) else None
+        return self._lane if overlap.wanted(self.runtime.overlap, models.sovits) else None
 
     def _prepare(self, text, voice, config, overrides, timer: Timer, cancel, bert_upto: int | None = None) -> _Request:
         cfg = (config if config is not None else self.config).replace(**overrides)
@@ -375,15 +386,23 @@ def _listener(listener: Listener | None, key, upcoming, playing_until) -> Listen
     return listener
 
 
-def _one_thread_beside_lane(busy: bool) -> None:
-    """While the vocoder lane works, the GPT's float16 kernels and the BLAS (MLX's matrix products: BERT, the
-    prefill, the text encoder and flow) keep to one thread: the other cores are the lane's (engine/overlap.py)."""
+def _one_thread_beside_lane(hold_blas: bool, busy: bool) -> None:
+    """While the vocoder lane works, the GPT's float16 kernels and (``hold_blas``, the runtime's) the BLAS (MLX's
+    matrix products: BERT, the prefill, the text encoder and flow) keep to one thread: the other cores are the
+    lane's (engine/overlap.py)."""
     from .. import _blas
-    from ..models import half_gemv
+    from ..models.kernels import half_gemv
 
     half_gemv.set_threads(1 if busy else None)
-    if overlap.HOLD_BLAS:
+    if hold_blas:
         _blas.hold_one_thread(busy)
+
+
+def _text_options(settings: Settings) -> None:
+    """The text front end's g2pW choice (``PRIMESPEECH_G2PW``; text/g2pw.py keeps it for the process)."""
+    from ..text import g2pw
+
+    g2pw.configure(settings.g2pw, settings.g2pw_vocab)
 
 
 def _pick_device(device: str) -> mx.Device | None:

@@ -3,7 +3,7 @@ each on CoreML (macOS, Neural Engine) or MLX, with automatic per-encoder fallbac
 
 API (what the engine calls)::
 
-    enc = EncoderBackends(hubert_path, bert_path, mode=None, root=None)
+    enc = EncoderBackends(hubert_path, bert_path, runtime=runtime, root=model_dir)
     enc.hubert_features(wav16k)             # mono 16 kHz float32 clip -> (1, 768, T) float32
                                             # (the 0.6 s zero tail is appended, like models.hubert.prompt_features)
     enc.bert_features(norm_text, word2ph)   # -> (hidden, n_phones) float32
@@ -11,11 +11,12 @@ API (what the engine calls)::
     enc.bert_hidden_size                    # BERT width (1024 for chinese-roberta-wwm-ext-large)
     enc.status()                            # {"mode": ..., "hubert": {...}, "bert": {...}} for stats/status
 
-``mode`` (default ``$PRIMESPEECH_ENCODERS``, else ``auto``): ``mlx`` always uses MLX; ``coreml`` tries
+``mode`` (default: the runtime's ``encoders``, ``PRIMESPEECH_ENCODERS``): ``mlx`` always uses MLX; ``coreml`` tries
 CoreML on every platform (off macOS it falls back at once, with the warning); ``auto`` uses CoreML on
 macOS when coremltools is installed, MLX otherwise. The CoreML packages are exported from the model
-folders the first time (``coreml.export.ensure_package``, cached under ``<model_dir>/coreml``) and the
-compiled models are cached next to them.
+folders the first time (``coreml.export.ensure_package``, cached under ``<root>/coreml``, ``root`` the model
+directory; without one CoreML is not used) and the compiled models are cached next to them. The compute units
+are the runtime's ``coreml_compute_units`` unless given.
 
 Fallback: a CoreML failure while exporting, loading or predicting logs ONE warning for that encoder,
 switches that encoder to MLX for the rest of the process (``status()[kind]["backend"] == "mlx"`` with
@@ -23,7 +24,7 @@ switches that encoder to MLX for the rest of the process (``status()[kind]["back
 CoreML. An input the package cannot take (longer than the largest bucket) is answered by MLX without
 switching.
 
-The MLX models are built lazily from the same folders (``convert.load``), or supplied by the caller
+The MLX models are built lazily from the same folders (``convert.load``, with the runtime), or supplied by the caller
 (``mlx_hubert`` / ``mlx_bert``: zero-argument callables returning the ``HubertModel`` and the
 ``(BertModel, BertTokenizer)`` pair), so an engine that already caches its models can share them.
 """
@@ -41,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..settings import read
+from ..runtime import DEFAULT, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,8 @@ MODE_ENV = "PRIMESPEECH_ENCODERS"
 KINDS = ("hubert", "bert")
 
 
-def resolve_mode(mode: str | None = None) -> str:
-    value = (mode if mode is not None else read("encoders")).strip().lower()
+def resolve_mode(mode: str = "auto") -> str:
+    value = mode.strip().lower()
     if value not in MODES:
         raise ValueError(f"encoder mode {value!r} is invalid ({MODE_ENV}): use one of {', '.join(MODES)}")
     return value
@@ -109,12 +110,14 @@ class EncoderBackends:
         mode: str | None = None,
         root: Path | None = None,
         compute_units: str | None = None,
+        runtime: Runtime = DEFAULT,
         precision: str = "fp16",
         mlx_hubert: Callable[[], Any] | None = None,
         mlx_bert: Callable[[], tuple[Any, Any]] | None = None,
         packages: dict[str, str | os.PathLike] | None = None,
     ):
-        self.mode = resolve_mode(mode)
+        self.runtime = runtime
+        self.mode = resolve_mode(mode if mode is not None else runtime.encoders)
         self.paths = {"hubert": Path(hubert_path) if hubert_path else None,
                       "bert": Path(bert_path) if bert_path else None}
         self.root = Path(root) if root else None
@@ -123,7 +126,7 @@ class EncoderBackends:
         if self.mode != "mlx":
             from ..coreml.runtime import compute_units as _cu
 
-            self.compute_units = _cu(compute_units)  # a bad setting is a configuration error, raised now
+            self.compute_units = _cu(compute_units or runtime.coreml_compute_units)  # a bad one is raised now
         else:
             self.compute_units = compute_units
         want = self.mode == "coreml" or (self.mode == "auto" and coreml_available())
@@ -143,7 +146,7 @@ class EncoderBackends:
             out = self._try_coreml("hubert", lambda enc: enc.features(wav))
             if out is not None:
                 return out
-            from ..models.hubert import prompt_features
+            from ..models.hubert.model import prompt_features
 
             self._slots["hubert"].mlx_calls += 1
             return np.asarray(prompt_features(self._mlx_model("hubert"), wav), dtype=np.float32)
@@ -154,7 +157,7 @@ class EncoderBackends:
 
     def bert_features_batch(self, items: Sequence[tuple[str, Sequence[int]]]) -> list[np.ndarray]:
         """:meth:`bert_features` of several segments (MLX: one padded batch; CoreML: one call each)."""
-        from ..models.bert import _check_item
+        from ..models.bert.model import _check_item
 
         items = list(items)
         if not items:
@@ -165,7 +168,7 @@ class EncoderBackends:
             out = self._try_coreml("bert", lambda enc: self._coreml_bert_batch(enc, items))
             if out is not None:
                 return out
-            from ..models.bert import bert_features_batch
+            from ..models.bert.model import bert_features_batch
 
             model, tokenizer = self._mlx_model("bert")
             self._slots["bert"].mlx_calls += 1
@@ -247,6 +250,8 @@ class EncoderBackends:
                     raise runtime.CoreMLError(f"CoreML prediction needs macOS (this is {sys.platform})")
                 from ..coreml.export import ensure_package
 
+                if self.root is None:
+                    raise runtime.CoreMLError("no model directory given to keep the exported CoreML package in")
                 package = ensure_package(src, kind, self.precision, self.root)
             slot.package = Path(package)
             cls = runtime.CoreMLHubert if kind == "hubert" else runtime.CoreMLBert
@@ -262,8 +267,10 @@ class EncoderBackends:
                     raise ValueError(f"no {kind} model folder given")
                 from ..convert import load
 
-                loader = (lambda: load.load_hubert(path, root=self.root)) if kind == "hubert" else (
-                    lambda: load.load_bert(path, root=self.root))
+                fn = load.load_hubert if kind == "hubert" else load.load_bert
+
+                def loader():
+                    return fn(path, root=self.root, runtime=self.runtime)
             self._mlx[kind] = loader()
         return self._mlx[kind]
 
@@ -272,7 +279,7 @@ class EncoderBackends:
             if "bert" in self._mlx:
                 self._tokenizer = self._mlx["bert"][1]
             else:
-                from ..models.bert import BertTokenizer
+                from ..models.bert.model import BertTokenizer
 
                 if self.paths["bert"] is None:
                     raise ValueError("no bert model folder given (needed for the tokenizer)")
@@ -280,7 +287,7 @@ class EncoderBackends:
         return self._tokenizer
 
     def _coreml_bert_batch(self, enc, items: list[tuple[str, Sequence[int]]]) -> list[np.ndarray]:
-        from ..models.bert import phone_features
+        from ..models.bert.model import phone_features
 
         tok = self._bert_tokenizer()
         encoded = tok.encode_batch([t for t, _ in items])

@@ -6,12 +6,12 @@ stay on the caller's thread (MLX), as does the MLX fallback when ONNX Runtime fa
 out, so pieces come back in order. ``PRIMESPEECH_OVERLAP``: ``auto`` (default) overlaps when the vocoder runs on
 ONNX Runtime with two or more threads — with one thread it would only take turns on the same core — ``1`` whenever
 ONNX Runtime runs it, ``0`` never. While the lane works, the GPT's float16 kernels and the BLAS (MLX's matrix
-products: :data:`HOLD_BLAS`) run on one thread (the engine's ``on_busy``), so they do not fight over the same
-cores. A stream hands a window to the lane only while more than :data:`STREAM_QUEUED_S` of the audio it sent is
+products; the runtime's ``hold_blas``) run on one thread (the engine's ``on_busy``), so they do not fight over the
+same cores. A stream hands a window to the lane only while more than :data:`STREAM_QUEUED_S` of the audio it sent is
 still to be played (counting from its first chunk, played in real time), or while its earlier windows are still
-there (:data:`FOLLOW_BUSY_LANE`: its pieces go out in order, so a window vocoded in turn would wait for them anyway,
-and beside them it takes longer and holds up the caller): beside the GPT a window is ready later, so the first audio
-and any window the listener may soon wait for are vocoded in turn."""
+there (the runtime's ``follow_busy_lane``: its pieces go out in order, so a window vocoded in turn would wait for
+them anyway, and beside them it takes longer and holds up the caller): beside the GPT a window is ready later, so the
+first audio and any window the listener may soon wait for are vocoded in turn."""
 
 from __future__ import annotations
 
@@ -25,8 +25,6 @@ import numpy as np
 
 MODES = ("auto", "1", "0")
 STREAM_QUEUED_S = 1.5  # a stream's window goes to the lane only while this much sent audio is still unplayed
-HOLD_BLAS = True  # the BLAS keeps to one thread while the lane works (tests/tools: off to measure without)
-FOLLOW_BUSY_LANE = True  # a stream's window goes to the lane also while its earlier windows are still there
 SEND_BEFORE_NEXT_S = 1.5  # at a sentence's end, while no more than this much sent audio is unplayed, the stream sends
 # its pieces still in the lane before the next sentence's start (BERT, prefill), which would slow the lane down
 

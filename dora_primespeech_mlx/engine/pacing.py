@@ -58,7 +58,7 @@ from collections.abc import Iterator
 
 from .. import settings
 from ..errors import ConfigError
-from ..models.sovits import FRAMES_PER_TOKEN
+from ..models.sovits.model import FRAMES_PER_TOKEN
 from .config import SynthesisConfig
 
 RECENT = 9  # a speed is the median of this many recent measurements (robust to a stray slow one)

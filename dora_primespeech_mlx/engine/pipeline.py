@@ -156,7 +156,7 @@ def bert_features(results: list, spec: VoiceSpec, encoders) -> list[np.ndarray]:
 
 def _gpt_inputs(ref, chunk: TextChunk, cfg: SynthesisConfig):
     """The GPT's inputs for one sentence (the prompt's phones/BERT/tokens lead) and its sampling parameters."""
-    from ..models.t2s_generate import SamplingParams
+    from ..models.gpt.generate import SamplingParams
 
     if ref.prompt_phones is not None:
         phones = np.concatenate([ref.prompt_phones, chunk.phones])
@@ -172,7 +172,7 @@ def _gpt_inputs(ref, chunk: TextChunk, cfg: SynthesisConfig):
 
 def token_stream(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int) -> Iterator[int]:
     """The GPT's tokens for one sentence, one at a time (the prompt's phones/BERT/tokens lead)."""
-    from ..models.t2s_generate import generate
+    from ..models.gpt.generate import generate
 
     phones, bert, prompt, params = _gpt_inputs(ref, chunk, cfg)
     return generate(models.gpt, phones, bert, prompt, params, early_stop_num=models.gpt.args.early_stop_num,
@@ -180,9 +180,9 @@ def token_stream(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, se
 
 
 def start_generation(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int):
-    """One sentence's :class:`~..models.t2s_generate.Generation`, prefilled now, for a decode batch: the same
+    """One sentence's :class:`~..models.gpt.generate.Generation`, prefilled now, for a decode batch: the same
     tokens as :func:`token_stream` with the same seed."""
-    from ..models.t2s_generate import start
+    from ..models.gpt.generate import start
 
     phones, bert, prompt, params = _gpt_inputs(ref, chunk, cfg)
     return start(models.gpt, phones, bert, prompt, params, early_stop_num=models.gpt.args.early_stop_num, seed=seed)
@@ -192,7 +192,7 @@ def batch_width(models: Models, wanted: int) -> int:
     """Rows a decode batch of this voice may step at once: ``wanted`` (``PRIMESPEECH_BATCH``) where the GPT decodes
     with the float16 kernels (a batched step reads each weight once for all rows), else 1 (MLX steps rows one by
     one: nothing to share)."""
-    from ..models.t2s_numpy import NumpyDecoder, _kernels
+    from ..models.gpt.numpy_decoder import NumpyDecoder, _kernels
 
     dec = models.gpt.decoder
     if wanted <= 1 or not isinstance(dec, NumpyDecoder) or _kernels(dec.weights()) is None:
@@ -226,7 +226,7 @@ def generate_tokens(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig,
 def sentence_latent(models: Models, ref, tokens: np.ndarray, phones: np.ndarray, speed: float, noise_scale: float,
                     bank: NoiseBank) -> mx.array:
     """SoVITS up to the vocoder for one whole sentence (upstream ``decode`` before ``dec``): z (1, C, frames)."""
-    from ..models.sovits import output_frames
+    from ..models.sovits.model import output_frames
 
     sovits = models.sovits
     noise = bank.take(0, output_frames(2 * len(tokens), speed)) if noise_scale > 0 else None

@@ -96,7 +96,7 @@ class ReferenceBuilder:
         the SoVITS-rate clip after the peak normalisation, resampled to 16 kHz, Kaldi fbank, ERes2NetV2)."""
         if models.sv is None:
             return None
-        from ..models.sv import speaker_embedding
+        from ..models.sv.model import speaker_embedding
 
         return speaker_embedding(models.sv, wav32k, models.sample_rate)
 

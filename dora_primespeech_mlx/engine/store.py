@@ -1,6 +1,7 @@
 """What is loaded for a voice: its models (GPT, SoVITS, the encoders, the v2Pro speaker-verification model) and
-its reference features, in one :class:`~.cache.VoiceCache`, loaded with the settings' model options through
-``convert.load`` (the one loading path). The engine asks :class:`VoiceStore` for a voice's
+its reference features, in one :class:`~.cache.VoiceCache`, loaded under the engine's
+:class:`~..runtime.Runtime` through ``convert.load`` (the one loading path). The engine asks :class:`VoiceStore` for
+a voice's
 :class:`~.pipeline.Models` and :class:`~.reference.Reference`; a changed file is reloaded, a deleted one keeps
 what was loaded from it."""
 
@@ -14,23 +15,20 @@ import mlx.core as mx
 
 from ..assets.catalog import VoiceSpec
 from ..errors import VoiceNotInstalledError
-from ..settings import Settings
+from ..runtime import Runtime
 from . import pipeline
 from .cache import VoiceCache, encoders_key, file_identity
 from .reference import Reference, ReferenceBuilder
 from .stats import EngineStats, Timer, stage
 
-TRIM_AFTER_REFERENCE = True  # hand the heap back after a voice's reference features (the bench flips it)
-
 
 class VoiceStore:
     """A voice's models and reference features, cached per voice (see the module docstring)."""
 
-    def __init__(self, settings: Settings, model_dir: Path, encoders: str, stats: EngineStats,
+    def __init__(self, runtime: Runtime, model_dir: Path, max_cached_voices: int, stats: EngineStats,
                  say: Callable[[str], None]):
-        self.settings, self.model_dir, self.encoders, self.stats, self.say = settings, model_dir, encoders, stats, say
-        configure_models(settings)
-        self.cache = VoiceCache(settings.max_cached_voices, on_release=release_memory)
+        self.runtime, self.model_dir, self.stats, self.say = runtime, model_dir, stats, say
+        self.cache = VoiceCache(max_cached_voices, on_release=release_memory)
         self.references = ReferenceBuilder()
 
     def model(self, kind: str, path: Path, voice: str) -> Any:
@@ -38,19 +36,16 @@ class VoiceStore:
 
         loader = {"gpt": load.load_gpt, "sovits": load.load_sovits, "hubert": load.load_hubert,
                   "bert": load.load_bert, "sv": load.load_sv}[kind]
-        s = self.settings  # load-time model options (the GPT decoder, BERT storage)
-        options = {"gpt": {"decode": s.t2s_decode, "compile_step": s.t2s_compile},
-                   "bert": {"half": s.bert_half}}.get(kind, {})
+        rt = self.runtime  # every load-time choice (the GPT decoder, BERT storage, the convolutions, the vocoder)
 
         def create():
             self.say(f"loading {kind} model {path}")
             with stage("load"):
-                model = loader(Path(path), root=self.model_dir, **options)
-                if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (models/vocoder.py)
-                    from ..models import vocoder
+                model = loader(Path(path), root=self.model_dir, runtime=rt)
+                if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (sovits/vocoder.py)
+                    from ..models.sovits import vocoder
 
-                    vocoder.attach(model, cache_dir=load.onnx_cache_dir(path, self.model_dir), mode=s.vocoder,
-                                   parts=s.vocoder_parts, spin=s.vocoder_spin)
+                    model.use_vocoder(vocoder.from_runtime(model, rt, load.onnx_cache_dir(path, self.model_dir)))
                 return model
 
         return self.cache.get(self.key(kind, file_identity(path)), voice, create)
@@ -70,7 +65,7 @@ class VoiceStore:
         name = voice_id(spec)
 
         def encoders():
-            return EncoderBackends(spec.hubert, spec.bert, mode=self.encoders, root=self.model_dir,
+            return EncoderBackends(spec.hubert, spec.bert, runtime=self.runtime, root=self.model_dir,
                                    mlx_hubert=lambda: self.model("hubert", spec.hubert, name),
                                    mlx_bert=lambda: self.model("bert", spec.bert, name))
 
@@ -105,7 +100,7 @@ class VoiceStore:
             self.say(f"computing the reference features of voice {spec.name!r}")
             ref = self.references.build(spec, models, prompt_lang, timer)
             self.stats.count("reference_computations")
-            if TRIM_AFTER_REFERENCE:  # CNHubert's temporaries, once per voice (README, "Memory")
+            if self.runtime.trim_after_reference:  # CNHubert's temporaries, once per voice (README, "Memory")
                 trim_after_request()
             return ref
 
@@ -128,7 +123,7 @@ def trim_after_request() -> None:
     A synthesis frees its temporaries (numpy, ONNX Runtime, MLX) inside the heap, where glibc keeps them: after a
     request the v2 bench set held ~220 MB more than after this call (README, "Memory"), which costs ~10-15 ms
     (``malloc_trim`` walks the heap) once the audio has been delivered."""
-    from ..models.storage import trim_heap
+    from ..models.shared.storage import trim_heap
 
     mx.clear_cache()
     trim_heap()
@@ -139,17 +134,3 @@ def voice_id(spec: VoiceSpec) -> str:
     alike, but their files differ)."""
     return "|".join(map(str, (spec.name, spec.gpt, spec.sovits, spec.reference, spec.hubert, spec.bert)))
 
-
-def configure_models(settings: Settings) -> None:
-    """The process-wide model options: the SoVITS convolution implementation, g2pW, float16 GPT decode, the
-    float16 kernels' build and the CPU stages' product paths."""
-    from ..models import cpu_paths, half_gemv
-    from ..models.conv import set_conv_impl
-    from ..text import g2pw
-
-    set_conv_impl(settings.conv_impl)
-    g2pw.configure(settings.g2pw, settings.g2pw_vocab)
-    half_gemv.configure(settings.gpt_half)  # float16 GPT decode weights (PRIMESPEECH_GPT_HALF)
-    half_gemv.configure_isa(settings.isa)  # which build of the kernels (PRIMESPEECH_ISA)
-    cpu_paths.configure("gpt_prefill", settings.gpt_prefill)  # PRIMESPEECH_GPT_PREFILL
-    cpu_paths.configure("bert", settings.bert_gemm)  # PRIMESPEECH_BERT_GEMM

@@ -284,7 +284,7 @@ class Stream:
         the cores and hold up the caller (pieces go out in order: it waits for the lane's anyway)."""
         if self.lane is None or self.until is None:
             return False
-        if overlap.FOLLOW_BUSY_LANE and self._lane_busy():
+        if self.engine.runtime.follow_busy_lane and self._lane_busy():
             return True
         return self.until - time.perf_counter() > overlap.STREAM_QUEUED_S
 

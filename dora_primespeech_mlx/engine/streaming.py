@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from ..models.sovits import FRAMES_PER_TOKEN, grid_frame, grid_positions, interpolate_at, output_frames
+from ..models.sovits.model import FRAMES_PER_TOKEN, grid_frame, grid_positions, interpolate_at, output_frames
 from .config import SynthesisConfig
 from .pipeline import Models, NoiseBank, TextChunk, vocode
 

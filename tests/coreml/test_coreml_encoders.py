@@ -94,8 +94,8 @@ def _emulate(monkeypatch, packages):
 
 
 def test_mlx_mode_equals_the_models():
-    from dora_primespeech_mlx.models.bert import bert_features, bert_features_batch
-    from dora_primespeech_mlx.models.hubert import prompt_features
+    from dora_primespeech_mlx.models.bert.model import bert_features, bert_features_batch
+    from dora_primespeech_mlx.models.hubert.model import prompt_features
 
     _, wav = _hubert_wav()
     items, _ = _bert_items()
@@ -245,22 +245,29 @@ def test_auto_mode_picks_coreml_when_available(monkeypatch, packages):
     assert enc.status()["bert"]["backend"] == "coreml" and enc.status()["bert"]["coreml_calls"] == 1
 
 
-def test_mode_and_compute_units_settings(monkeypatch):
-    monkeypatch.setenv("PRIMESPEECH_ENCODERS", "mlx")
-    assert _backends(None).mode == "mlx"
-    monkeypatch.setenv("PRIMESPEECH_ENCODERS", "CoreML")
-    assert _backends(None).mode == "coreml"
-    monkeypatch.delenv("PRIMESPEECH_ENCODERS")
+def test_mode_and_compute_units_from_the_runtime():
+    """The encoder backend and CoreML's compute units are the engine runtime's (PRIMESPEECH_ENCODERS,
+    PRIMESPEECH_COREML_COMPUTE_UNITS, read by the settings); an explicit ``mode`` wins."""
+    from dora_primespeech_mlx.errors import ConfigError
+    from dora_primespeech_mlx.runtime import Runtime
+    from dora_primespeech_mlx.settings import Settings
+
+    def rt(**env) -> Runtime:
+        return Runtime.from_settings(Settings.from_env(env))
+
+    assert _backends(None, runtime=rt(PRIMESPEECH_ENCODERS="mlx")).mode == "mlx"
+    assert _backends(None, runtime=rt(PRIMESPEECH_ENCODERS="CoreML")).mode == "coreml"
     assert _backends(None).mode == "auto"
+    assert _backends("mlx", runtime=rt(PRIMESPEECH_ENCODERS="coreml")).mode == "mlx"
     with pytest.raises(ValueError, match="PRIMESPEECH_ENCODERS"):
         _backends("ane")
-    monkeypatch.setenv("PRIMESPEECH_COREML_COMPUTE_UNITS", "cpu_only")
-    assert _backends("coreml").status()["compute_units"] == "CPU_ONLY"
-    monkeypatch.setenv("PRIMESPEECH_COREML_COMPUTE_UNITS", "NPU")
+    units = rt(PRIMESPEECH_COREML_COMPUTE_UNITS="cpu_only")
+    assert _backends("coreml", runtime=units).status()["compute_units"] == "CPU_ONLY"
+    with pytest.raises(ConfigError, match="PRIMESPEECH_COREML_COMPUTE_UNITS"):
+        rt(PRIMESPEECH_COREML_COMPUTE_UNITS="NPU")
     with pytest.raises(ValueError, match="PRIMESPEECH_COREML_COMPUTE_UNITS"):
-        _backends("auto")
-    assert _backends("mlx").mode == "mlx"  # MLX mode does not read the CoreML setting
-    monkeypatch.delenv("PRIMESPEECH_COREML_COMPUTE_UNITS")
+        _backends("auto", compute_units="NPU")
+    assert _backends("mlx", compute_units="NPU").mode == "mlx"  # MLX mode does not check the CoreML setting
     assert runtime.compute_units() == "CPU_AND_NE"
 
 

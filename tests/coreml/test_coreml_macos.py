@@ -36,7 +36,7 @@ def _backends(tmp_path, precision, units):
 @pytest.mark.parametrize(("precision", "units"), [("fp16", "CPU_AND_NE"), ("fp16", "ALL"), ("fp32", "CPU_ONLY")])
 def test_real_prediction_matches(tmp_path, precision, units):
     from dora_primespeech_mlx.coreml import runtime
-    from dora_primespeech_mlx.models.hubert import prompt_features
+    from dora_primespeech_mlx.models.hubert.model import prompt_features
 
     enc = _backends(tmp_path, precision, units)
     hcase = require_case((model_cases("hubert") or [None])[0], CASES_JSON)

@@ -17,11 +17,11 @@ import pytest
 import soundfile as sf
 from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
 
-import dora_primespeech_mlx.models.t2s_generate as t2s_generate
+import dora_primespeech_mlx.models.gpt.generate as t2s_generate
 from dora_primespeech_mlx.assets.catalog import VoiceSpec
 from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig, SynthesisResult, pipeline
 from dora_primespeech_mlx.errors import ConfigError, NothingToSpeakError, SynthesisError
-from dora_primespeech_mlx.models.hubert import PROMPT_TAIL_SAMPLES
+from dora_primespeech_mlx.models.hubert.model import PROMPT_TAIL_SAMPLES
 from dora_primespeech_mlx.text import TextFrontendError, UnsupportedLanguageError
 
 E2E_CASES = model_cases("e2e")
@@ -412,7 +412,7 @@ def test_chinese_segments_get_bert_features_in_one_batch(engine, voice):
     import mlx.core as mx
 
     from dora_primespeech_mlx.engine.encoders import EncoderBackends
-    from dora_primespeech_mlx.models.bert import BertArgs, BertModel, BertTokenizer, bert_features
+    from dora_primespeech_mlx.models.bert.model import BertArgs, BertModel, BertTokenizer, bert_features
     from dora_primespeech_mlx.text import preprocess
 
     tokenizer = BertTokenizer.from_dir(voice.bert)

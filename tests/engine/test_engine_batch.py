@@ -13,7 +13,7 @@ from test_engine import GenerateSpy, case, model_dir, voice  # noqa: F401  (shar
 from test_engine import engine as engine  # noqa: F401,F811
 
 from dora_primespeech_mlx.engine import batching, pacing, pipeline
-from dora_primespeech_mlx.models import t2s_batch
+from dora_primespeech_mlx.models.gpt import batch as t2s_batch
 
 MULTI = "Hello world, this is a small test. The second sentence comes next. And a third one follows it now."
 KW = {"text_split_method": "cut5", "top_k": 5, "stream_pace": False}

@@ -52,10 +52,9 @@ def _collect(stream, events=None) -> list[AudioChunk]:
 
 
 def test_first_audio_before_generation_ends(engine, small, monkeypatch):
-    import dataclasses
 
     # the vocoder in turn with the GPT (with PRIMESPEECH_OVERLAP the chunk comes when the lane is done)
-    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="0"))
+    monkeypatch.setattr(engine, "runtime", engine.runtime.replace(overlap="0"))
     spy = GenerateSpy(monkeypatch)
     chunks = _collect(engine.synthesize_stream(TEXT, **small), spy.events)
     events = spy.events
@@ -222,7 +221,7 @@ def _stream_audio(engine, small, **kw) -> np.ndarray:
 def test_vocoder_crop_keeps_the_samples(engine, small, monkeypatch, speed):
     """Windows are vocoded only over the emitted frames plus the vocoder's receptive field: the audio equals
     vocoding each whole window (float rounding), while a crop without that margin changes it."""
-    from dora_primespeech_mlx.models.hifigan import Generator
+    from dora_primespeech_mlx.models.sovits.hifigan import Generator
 
     cropped = _stream_audio(engine, small, speed_factor=speed, stream_vocoder_margin=4096)  # the whole receptive field
     monkeypatch.setattr(Generator, "receptive_frames", property(lambda self: 10**6))
@@ -282,7 +281,6 @@ def test_receptive_frames_is_the_generator_reach(engine):
 def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, small, monkeypatch, stream):
     """PRIMESPEECH_OVERLAP: the vocoder on the lane's worker thread (while the GPT goes on) yields the same
     chunks and samples as running it in turn, for whole and streamed requests of several sentences."""
-    import dataclasses
 
     from dora_primespeech_mlx.engine import overlap
 
@@ -294,7 +292,7 @@ def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, small, monkeypatch,
     monkeypatch.setattr(overlap, "STREAM_QUEUED_S", -1.0)  # every window after the first to the lane
     runs, real_submit = {}, overlap.VocoderLane.submit
     for mode in ("0", "1"):
-        monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap=mode))
+        monkeypatch.setattr(engine, "runtime", engine.runtime.replace(overlap=mode))
         submitted = []
         monkeypatch.setattr(overlap.VocoderLane, "submit",
                             lambda self, *a, _seen=submitted: _seen.append(1) or real_submit(self, *a))
@@ -334,7 +332,6 @@ def test_stream_first_audio_waits_for_one_sentences_bert(engine, small, monkeypa
 def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, small, monkeypatch, stream):
     """ONNX Runtime failing inside the lane: one warning, MLX runs that vocoder on the caller's thread and
     from then on; the request completes with the same audio as MLX alone (within float rounding)."""
-    import dataclasses
 
     sovits = engine.store.models(engine.voice).sovits
     backend = getattr(sovits, "vocoder_backend", None)
@@ -351,7 +348,7 @@ def test_lane_falls_back_to_mlx_when_onnx_runtime_fails(engine, small, monkeypat
             return np.concatenate([c.audio for c in engine.synthesize_stream(text, **kw)])
         return engine.synthesize(text, **kw).audio
 
-    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
+    monkeypatch.setattr(engine, "runtime", engine.runtime.replace(overlap="1"))
     generator = backend.generator
     monkeypatch.setattr(backend, "error", backend.error)  # restored after the test, like the generator
     monkeypatch.setattr(backend, "split", backend.split)
@@ -393,14 +390,13 @@ class _Callable:
 def test_stream_uses_the_lane_only_with_audio_queued(engine, small, monkeypatch):
     """A stream's first window, and any window while less than STREAM_QUEUED_S of sent audio is unplayed, is
     vocoded in turn; with a large threshold the lane is never used, with a negative one every later window."""
-    import dataclasses
 
     from dora_primespeech_mlx.engine import overlap
 
     sovits = engine.store.models(engine.voice).sovits
     if getattr(sovits, "vocoder_backend", None) is None or sovits.vocoder_backend.active != "onnxruntime":
         pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
-    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
+    monkeypatch.setattr(engine, "runtime", engine.runtime.replace(overlap="1"))
     submitted, real_submit = [], overlap.VocoderLane.submit
     monkeypatch.setattr(overlap.VocoderLane, "submit", lambda self, *a: submitted.append(1) or real_submit(self, *a))
     counts = {}
@@ -428,8 +424,7 @@ class _Once:
 def test_stream_windows_follow_a_busy_lane(engine, small, monkeypatch, follow):
     """While a stream's earlier window is still in the lane, its next windows go there too (they go out in order:
     vocoded in turn they would wait for it anyway, beside it and holding up the caller); the same audio either
-    way. With FOLLOW_BUSY_LANE off only the audio queued decides."""
-    import dataclasses
+    way. With the runtime's follow_busy_lane off only the audio queued decides."""
 
     from dora_primespeech_mlx.engine import overlap, streaming
 
@@ -437,8 +432,7 @@ def test_stream_windows_follow_a_busy_lane(engine, small, monkeypatch, follow):
     backend = getattr(sovits, "vocoder_backend", None)
     if backend is None or backend.active != "onnxruntime":
         pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
-    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
-    monkeypatch.setattr(overlap, "FOLLOW_BUSY_LANE", follow)
+    monkeypatch.setattr(engine, "runtime", engine.runtime.replace(overlap="1", follow_busy_lane=follow))
     text = "Hello world. This is a small test. And a third one."
     kw = dict(small, text_split_method="cut5")
     monkeypatch.setattr(overlap, "STREAM_QUEUED_S", 1e9)
@@ -483,7 +477,6 @@ def test_a_sentence_s_last_pieces_go_out_before_the_next_sentence_s_start(engine
     the lane and sends them before the next sentence's start (BERT, prefill), which beside the lane's vocoder would
     slow it down; with the threshold below zero the next sentence starts while they are still there. The same
     audio either way."""
-    import dataclasses
 
     from dora_primespeech_mlx.engine import batching, overlap
 
@@ -491,7 +484,7 @@ def test_a_sentence_s_last_pieces_go_out_before_the_next_sentence_s_start(engine
     backend = getattr(sovits, "vocoder_backend", None)
     if backend is None or backend.active != "onnxruntime":
         pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
-    monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, overlap="1"))
+    monkeypatch.setattr(engine, "runtime", engine.runtime.replace(overlap="1"))
     monkeypatch.setattr(batching, "ADMIT_QUEUED_S", float("inf"))  # each sentence starts at its turn
     text = "Hello world. This is a small test."
     kw = dict(small, text_split_method="cut5")

@@ -23,7 +23,7 @@ from test_engine import ReplayNoise, golden_settings, model_dir  # noqa: F401  (
 from dora_primespeech_mlx.assets.catalog import VoiceSpec
 from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig
 from dora_primespeech_mlx.errors import VoiceNotInstalledError
-from dora_primespeech_mlx.models.hubert import PROMPT_TAIL_SAMPLES
+from dora_primespeech_mlx.models.hubert.model import PROMPT_TAIL_SAMPLES
 
 SET = "models-v2pro"
 FAST = SynthesisConfig(text_split_method="cut0")

@@ -1,4 +1,4 @@
-"""The engine runs the SoVITS generator on the backend models/vocoder.py picks, and says so in stats().
+"""The engine runs the SoVITS generator on the backend models/sovits/vocoder.py picks, and says so in stats().
 
 On MLX's CPU device the default (``PRIMESPEECH_VOCODER=auto``) is ONNX Runtime, with its graph cached next
 to the converted SoVITS model; ``PRIMESPEECH_VOCODER=mlx`` keeps MLX. Both give the same audio within the

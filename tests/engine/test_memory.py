@@ -23,7 +23,7 @@ def test_trim_after_request_empties_the_mlx_cache():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
 def test_trim_after_request_hands_freed_heap_back(monkeypatch):
-    from dora_primespeech_mlx.models import storage
+    from dora_primespeech_mlx.models.shared import storage
 
     calls = []
     real = storage.trim_heap
@@ -39,7 +39,8 @@ def test_numpy_gpt_decoder_weights_are_built_at_load(tmp_path):
     from conftest import load_cases_json, require_fixture
 
     from dora_primespeech_mlx.convert import load
-    from dora_primespeech_mlx.models import half_gemv
+    from dora_primespeech_mlx.models.kernels import half_gemv
+    from dora_primespeech_mlx.runtime import Runtime
 
     if half_gemv.kernel() is None:
         pytest.skip(f"float16 GPT kernel unavailable here: {half_gemv.status()['why_not']}")
@@ -47,10 +48,10 @@ def test_numpy_gpt_decoder_weights_are_built_at_load(tmp_path):
     if not cases:
         require_fixture("models/cases.json")
     converted = load.convert(require_fixture("models/" + cases["checkpoints"]["gpt"]), tmp_path / "gpt", "gpt")
-    model = load.load_gpt(converted, decode="numpy")
+    model = load.load_gpt(converted, runtime=Runtime(t2s_decode="numpy"))
     assert model.predict.weight.dtype == mx.float16 and model.decoder.half
     assert all(b.attn.qkv.weight.dtype == mx.float16 for b in model.layers)
-    lazy = load.load(converted, "gpt", decode="numpy")  # the generic loader leaves it to the first use
+    lazy = load.load(converted, "gpt", runtime=Runtime(t2s_decode="numpy"))  # the generic loader: at the first use
     assert lazy.predict.weight.dtype == mx.float32
     rng = np.random.default_rng(0)
     a = model.args

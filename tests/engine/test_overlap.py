@@ -3,6 +3,7 @@ more cores for it, never with PRIMESPEECH_OVERLAP=0; and the lane returns the ge
 
 from __future__ import annotations
 
+import functools
 import threading
 from types import SimpleNamespace
 
@@ -117,10 +118,10 @@ def test_the_engine_s_lane_keeps_the_blas_to_one_thread_while_it_works(hold, mon
 
     calls = []
     monkeypatch.setattr(_blas, "hold_one_thread", calls.append)
-    monkeypatch.setattr(overlap, "HOLD_BLAS", hold)
 
     def running():
         assert calls == ([True] if hold else [])
 
-    _through_a_gated_lane(core._one_thread_beside_lane, 2, running, lambda: len(calls) == (2 if hold else 0))
+    on_busy = functools.partial(core._one_thread_beside_lane, hold)  # the runtime's hold_blas
+    _through_a_gated_lane(on_busy, 2, running, lambda: len(calls) == (2 if hold else 0))
     assert calls == ([True, False] if hold else [])

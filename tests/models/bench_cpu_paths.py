@@ -1,4 +1,4 @@
-"""The CPU stages' product paths (models/cpu_paths.py) side by side, alternated in one process on the bench's
+"""The CPU stages' product paths (models/kernels/cpu_paths.py) side by side, alternated in one process on the bench's
 real-size random-weight models (``primespeech-mlx bench`` builds them): not a test, a script printing numbers.
 It measures the figures behind ``cpu_paths.DEFAULTS`` for the kernel build in use (``PRIMESPEECH_ISA`` forces one).
 
@@ -39,8 +39,9 @@ def main() -> int:
     import mlx.core as mx
 
     from dora_primespeech_mlx.convert import load
-    from dora_primespeech_mlx.models import cpu_paths, half_gemv
-    from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+    from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder
+    from dora_primespeech_mlx.models.kernels import cpu_paths, half_gemv
+    from dora_primespeech_mlx.runtime import Runtime
 
     root = bench.ensure_models(bench.default_models_dir())
     print(f"loadavg {os.getloadavg()} | kernels {half_gemv.library_status()}")
@@ -50,31 +51,29 @@ def main() -> int:
     rng = np.random.default_rng(0)
     gpt = load.load_gpt(root / "gpt")
     phones, feats, prompt = bench.gpt_inputs(gpt, rng)
-    half, full = gpt.decoder, NumpyDecoder(gpt, half=False)
+    full = NumpyDecoder(gpt, half=False)
+    half = {p: NumpyDecoder(gpt, runtime=Runtime(gpt_prefill=p)) for p in ("float16", "float32")}  # same weights
     bert, _ = load.load_bert(root / "bert")
     ids = mx.array(rng.integers(5, bert.args.vocab_size, (1, bench.N_BERT_TOKENS)).astype(np.int32))
 
-    def on(stage, path, fn):
+    def prefill(path):
+        return lambda: half[path].prefill(phones, feats, prompt, 1)
+
+    def roberta(path):
         def run():
-            cpu_paths.configure(stage, path)
-            fn()
+            bert.fast_path().gemm = path  # the numpy forward's products (bert/numpy_encoder.py)
+            mx.eval(bert(ids))
         return run
 
-    def prefill():
-        half.prefill(phones, feats, prompt, 1)
-
-    def roberta():
-        mx.eval(bert(ids))
-
     variants = {
-        "GPT prefill, float16 GEMM": on("gpt_prefill", "float16", prefill),
-        "GPT prefill, BLAS on upcast weights": on("gpt_prefill", "float32", prefill),
+        "GPT prefill, float16 GEMM": prefill("float16"),
+        "GPT prefill, BLAS on upcast weights": prefill("float32"),
         "GPT prefill, float32-weight model": lambda: full.prefill(phones, feats, prompt, 1),
-        "RoBERTa, float16 GEMM": on("bert", "float16", roberta),
-        "RoBERTa, BLAS on upcast weights": on("bert", "float32", roberta),
+        "RoBERTa, float16 GEMM": roberta("float16"),
+        "RoBERTa, BLAS on upcast weights": roberta("float32"),
     }
     if not args.no_mlx:
-        bert32, _ = load.load_bert(root / "bert", half=False)
+        bert32, _ = load.load_bert(root / "bert", runtime=Runtime(bert_half=False))
         variants["RoBERTa, float32 MLX"] = lambda: mx.eval(bert32(ids))
     for fn in variants.values():
         fn()  # warm-up
@@ -86,8 +85,6 @@ def main() -> int:
             fn()
             wall[name].append((time.perf_counter() - t) * 1e3)
             cpu[name].append((time.process_time() - c) * 1e3)
-    cpu_paths.configure("gpt_prefill", None)
-    cpu_paths.configure("bert", None)
     print(f"{'':38} {'wall min / median ms':>22} {'CPU min / median ms':>22}   (n={args.n}, threads "
           f"{half_gemv.threads()}, build {half_gemv.isa()}, loadavg {os.getloadavg()[0]:.1f})")
     for name in variants:

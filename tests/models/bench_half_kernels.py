@@ -1,4 +1,4 @@
-"""Before/after of the float16 kernels (models/half_gemv.py), alternated in one process on the bench's real-size
+"""Before/after of the float16 kernels (models/kernels/half_gemv.py), alternated in one process on the bench's real-size
 random-weight models (``primespeech-mlx bench`` builds them): not a test, a script printing numbers.
 
     PRIMESPEECH_THREADS=1 python tests/models/bench_half_kernels.py [-n 5]
@@ -57,14 +57,16 @@ def main(argv=None) -> int:
 
     from dora_primespeech_mlx import _blas
     from dora_primespeech_mlx.convert import load
-    from dora_primespeech_mlx.models import half_gemv, t2s_numpy
+    from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
+    from dora_primespeech_mlx.models.kernels import half_gemv
+    from dora_primespeech_mlx.runtime import Runtime
 
     root = bench.ensure_models(bench.default_models_dir() if args.models_dir is None else args.models_dir)
     threads = half_gemv.threads()
     print(f"loadavg {os.getloadavg()} | BLAS {_blas.thread_settings()} | kernels {half_gemv.library_status()}")
 
     rng = np.random.default_rng(0)
-    bert32, _ = load.load_bert(root / "bert", half=False)
+    bert32, _ = load.load_bert(root / "bert", runtime=Runtime(bert_half=False))
     bert16, _ = load.load_bert(root / "bert")
     assert bert16.fast_path() is not None, "float16 BERT path unavailable"
     ids = mx.array(rng.integers(5, bert32.args.vocab_size, (1, bench.N_BERT_TOKENS)).astype(np.int32))
@@ -83,16 +85,18 @@ def main(argv=None) -> int:
             np.maximum(y, 0, out=y)
         return y
 
-    def old_ffn(layer, x, h):  # before: separate gemv calls (with the numpy step, FUSED_STEP False)
+    def old_ffn(layer, x, h):  # before: separate gemv calls (with the numpy step: fused_step False)
         hh = layer.fc1_w @ x + layer.fc1_b
         np.maximum(hh, 0, out=hh)
         return layer.fc2_w @ hh
 
+    unfused = t2s_numpy.NumpyDecoder(gpt, runtime=Runtime(fused_step=False))  # the same weights, numpy's step
+
     def variant(linear, ffn, n_threads, fused=True):
         def apply():
             t2s_numpy._linear, t2s_numpy._ffn = linear, ffn
-            t2s_numpy.FUSED_STEP = fused
             half_gemv.set_threads(n_threads)
+            return dec if fused else unfused
         return apply
 
     variants = {"before": variant(old_linear, old_ffn, 1, False), "after": variant(new_linear, new_ffn, threads)}
@@ -101,22 +105,22 @@ def main(argv=None) -> int:
     res = {k: {"bert": [], "prefill": [], "step": []} for k in variants}
     tokens = rng.integers(0, 1024, bench.N_TOKENS)
     for apply in variants.values():  # warm-up
-        apply()
+        d = apply()
         bert16(ids)
-        dec.prefill(phones, feats, prompt, 1)
+        d.prefill(phones, feats, prompt, 1)
     mx.eval(bert32(ids))
     for _ in range(args.n):
         for name, apply in variants.items():
-            apply()
+            d = apply()
             model = bert32 if name == "before" else bert16
             res[name]["bert"] += _timed(lambda m=model: mx.eval(m(ids)), 1)
-            res[name]["prefill"] += _timed(lambda: dec.prefill(phones, feats, prompt, bench.N_TOKENS), 1)
-            state = dec.prefill(phones, feats, prompt, bench.N_TOKENS)[0]
+            res[name]["prefill"] += _timed(lambda d=d: d.prefill(phones, feats, prompt, bench.N_TOKENS), 1)
+            state = d.prefill(phones, feats, prompt, bench.N_TOKENS)[0]
             for i, tok in enumerate(tokens):
                 t = time.perf_counter()
                 state.step(int(tok), prompt.shape[1] + i)
                 res[name]["step"].append((time.perf_counter() - t) * 1e3)
-    t2s_numpy._linear, t2s_numpy._ffn, t2s_numpy.FUSED_STEP = new_linear, new_ffn, True
+    t2s_numpy._linear, t2s_numpy._ffn = new_linear, new_ffn
     half_gemv.set_threads(None)
     print(f"kernel threads (after) {threads}; {args.n} rounds, {bench.N_TOKENS} steps each")
     _row(f"BERT {bench.N_BERT_TOKENS} tokens", {k: v["bert"] for k, v in res.items()})

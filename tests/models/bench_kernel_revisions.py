@@ -71,7 +71,8 @@ def main() -> int:
 
     measure._preload_blas()
     from dora_primespeech_mlx.convert import load
-    from dora_primespeech_mlx.models import half_gemv, t2s_numpy
+    from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
+    from dora_primespeech_mlx.models.kernels import half_gemv
 
     if half_gemv.library() is None:
         print(f"no float16 kernels here: {half_gemv.library_status()['why_not']}")

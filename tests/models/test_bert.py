@@ -14,7 +14,7 @@ from conftest import model_cases, param_or_missing, require_case, require_fixtur
 
 from dora_primespeech_mlx.convert.checkpoints import read_hf_dir
 from dora_primespeech_mlx.convert.load import load_bert
-from dora_primespeech_mlx.models.bert import (
+from dora_primespeech_mlx.models.bert.model import (
     BertArgs,
     BertModel,
     BertTokenizer,
@@ -22,6 +22,7 @@ from dora_primespeech_mlx.models.bert import (
     bert_features_batch,
     phone_features,
 )
+from dora_primespeech_mlx.runtime import Runtime
 
 CASES_JSON = "models/cases.json"
 BERT_CASES = model_cases("bert")
@@ -29,12 +30,12 @@ BERT_CASES = model_cases("bert")
 
 @functools.lru_cache(maxsize=4)
 def _load(model_dir: str, half: bool | None = None) -> tuple[BertModel, BertTokenizer]:
-    return load_bert(model_dir, cache=False, half=half)
+    return load_bert(model_dir, cache=False, runtime=Runtime(bert_half=half))
 
 
 def _load_for(rel: str, half: bool | None = None) -> tuple[BertModel, BertTokenizer]:
     """The model as loaded by default (``half`` None: float16 numpy kernels where available, see
-    models/bert_numpy.py) or with float32 MLX (``half`` False)."""
+    models/bert/numpy_encoder.py) or with float32 MLX (``half`` False)."""
     return _load(str(require_fixture(f"models/{rel}")), half)
 
 

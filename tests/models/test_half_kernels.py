@@ -1,5 +1,5 @@
-"""The float16-weight kernels (models/half_gemv.py) on several threads, the GPT prefill and decode through them
-(models/t2s_numpy.py) and RoBERTa with float16 weights (models/bert_numpy.py, ``BertModel.prepare``).
+"""The float16-weight kernels (models/kernels/half_gemv.py) on several threads, the GPT prefill and decode through them
+(models/gpt/numpy_decoder.py) and RoBERTa with float16 weights (models/bert/numpy_encoder.py, ``BertModel.prepare``).
 
 - gemv: every row bit-identical whatever the thread count (rows are split, never a row's sum);
 - the decode step's fused FFN: bit-identical to the separate calls it replaces;
@@ -20,7 +20,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dora_primespeech_mlx.models import half_gemv
+from dora_primespeech_mlx.models.kernels import half_gemv
+from dora_primespeech_mlx.runtime import Runtime
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_gemv_rows_identical_on_any_thread_count(lib, threads, shape):
 
 
 def test_fused_ffn_equals_separate_calls(lib, threads):
-    from dora_primespeech_mlx.models.t2s_numpy import _ffn
+    from dora_primespeech_mlx.models.gpt.numpy_decoder import _ffn
 
     rng = np.random.default_rng(3)
     d, f = 512, 2048
@@ -111,7 +112,7 @@ def test_gemm_matches_float64_and_threads_agree(lib, threads, mnk, act):
 
 
 def _gpt(layers: int = 2):
-    from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel
+    from dora_primespeech_mlx.models.gpt.model import T2SArgs, T2SModel
 
     model = T2SModel(T2SArgs(num_layers=layers))  # real width (512, ffn 2048): the kernels run threaded
     mx.eval(model.parameters())
@@ -123,7 +124,7 @@ def _gpt(layers: int = 2):
 
 
 def test_gpt_decode_step_identical_at_two_threads_and_prefill_close_to_float32(lib, threads):
-    from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+    from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder
 
     model = _gpt()
     dec = NumpyDecoder(model)
@@ -149,7 +150,7 @@ def test_gpt_decode_step_identical_at_two_threads_and_prefill_close_to_float32(l
 
 
 def _bert(float16_values: bool = True):
-    from dora_primespeech_mlx.models.bert import BertArgs, BertModel
+    from dora_primespeech_mlx.models.bert.model import BertArgs, BertModel
 
     args = BertArgs(vocab_size=300, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                     intermediate_size=1024, max_position_embeddings=64)
@@ -164,16 +165,10 @@ def _bert(float16_values: bool = True):
 
 @pytest.mark.parametrize("path", ["auto", "float16", "float32"])
 def test_bert_auto_uses_float16_kernels_on_the_cpu_and_matches_float32(lib, path):
-    from dora_primespeech_mlx.models import cpu_paths
-
-    cpu_paths.configure("bert", path)  # the numpy path's products: the default, the float16 GEMM, BLAS on upcasts
-    try:
-        _bert_matches_float32()
-    finally:
-        cpu_paths.configure("bert", None)
+    _bert_matches_float32(Runtime(bert_gemm=path))  # the numpy path's products: default, float16 GEMM, BLAS
 
 
-def _bert_matches_float32():
+def _bert_matches_float32(runtime):
     ids = mx.array(np.random.default_rng(1).integers(0, 300, (2, 17)).astype(np.int32))
     mask = np.ones((2, 17), np.int32)
     mask[1, 11:] = 0
@@ -181,10 +176,12 @@ def _bert_matches_float32():
     ref_model = _bert()
     model = _bert()
     model.update(ref_model.parameters())
-    ref_model.prepare(half=False)
+    ref_model.prepare(runtime.replace(bert_half=False))
     assert ref_model.fast_path() is None
     want = np.array(ref_model(ids, mask, output_hidden_states=True))
-    model.prepare()  # auto
+    model.prepare(runtime)  # auto
+    if runtime.bert_gemm != "auto" and model.fast_path() is not None:
+        assert model.fast_path().gemm == runtime.bert_gemm
     if mx.default_device().type != mx.cpu:
         assert model.fast_path() is None
         return
@@ -202,7 +199,7 @@ def test_bert_auto_keeps_float32_weights_that_are_not_float16(lib):
     model = _bert(float16_values=False)
     model.prepare()
     assert model.fast_path() is None and model.layers[0].ffn.up.weight.dtype == mx.float32
-    model.prepare(half=True)  # asked for: rounded to float16
+    model.prepare(Runtime(bert_half=True))  # asked for: rounded to float16
     assert model.layers[0].ffn.up.weight.dtype == mx.float16
     assert (model.fast_path() is not None) == (mx.default_device().type == mx.cpu)
 
@@ -216,25 +213,24 @@ def test_bert_half_setting():
     assert Settings.from_env({"PRIMESPEECH_BERT_HALF": "0"}).bert_half is False
 
 
-def test_fused_decode_step_matches_numpy_step(lib, threads, monkeypatch):
-    from dora_primespeech_mlx.models import t2s_numpy
+def test_fused_decode_step_matches_numpy_step(lib, threads):
+    from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
 
     model = _gpt(layers=3)
     dec = t2s_numpy.NumpyDecoder(model)
+    numpy_dec = t2s_numpy.NumpyDecoder(model, runtime=Runtime(fused_step=False))  # the same weights, numpy's step
     rng = np.random.default_rng(5)
     phones = rng.integers(0, 700, (1, 20)).astype(np.int32)
     bert = (0.1 * rng.standard_normal((1, 1024, 20))).astype(np.float32)
     prompt = rng.integers(0, 1024, (1, 10)).astype(np.int32)
     fused, _ = dec.prefill(phones, bert, prompt, 30)
-    plain, _ = dec.prefill(phones, bert, prompt, 30)
-    assert fused._fused is not None
+    plain, _ = numpy_dec.prefill(phones, bert, prompt, 30)
+    assert fused._fused is not None and fused.dec.fused and not plain.dec.fused
     worst = 0.0
     for n in (1, 2):
         threads(n)
         for i, tok in enumerate(rng.integers(0, 1024, 15)):
-            monkeypatch.setattr(t2s_numpy, "FUSED_STEP", True)
             a = fused.step(int(tok), 10 + 15 * (n - 1) + i)
-            monkeypatch.setattr(t2s_numpy, "FUSED_STEP", False)
             b = plain.step(int(tok), 10 + 15 * (n - 1) + i)
             worst = max(worst, float(np.abs(a - b).max()))
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
@@ -243,10 +239,10 @@ def test_fused_decode_step_matches_numpy_step(lib, threads, monkeypatch):
 
 
 @pytest.mark.parametrize("n_text,n_audio", [(37, 45), (5, 4), (70, 3)])
-def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch, n_text, n_audio):
+def test_prefill_attention_kernel_matches_numpy(lib, threads, n_text, n_audio):
     """The prefill's attention and residual norms in the kernel library against numpy: both mask shapes (text
     rows, audio rows), score tails of every length below a vector, and a prefix shorter than one vector."""
-    from dora_primespeech_mlx.models import t2s_numpy
+    from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
 
     model = _gpt(layers=2)
     dec = t2s_numpy.NumpyDecoder(model)
@@ -254,9 +250,7 @@ def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch, n_tex
     phones = rng.integers(0, 700, (1, n_text)).astype(np.int32)
     bert = (0.1 * rng.standard_normal((1, 1024, n_text))).astype(np.float32)
     prompt = rng.integers(0, 1024, (1, n_audio)).astype(np.int32)
-    monkeypatch.setattr(t2s_numpy, "FUSED_STEP", False)
-    ref, want = dec.prefill(phones, bert, prompt, 4)
-    monkeypatch.setattr(t2s_numpy, "FUSED_STEP", True)
+    ref, want = t2s_numpy.NumpyDecoder(model, runtime=Runtime(fused_step=False)).prefill(phones, bert, prompt, 4)
     for n in (1, 2):
         threads(n)
         got_state, got = dec.prefill(phones, bert, prompt, 4)
@@ -268,7 +262,7 @@ def test_prefill_attention_kernel_matches_numpy(lib, threads, monkeypatch, n_tex
 
 @pytest.mark.parametrize("m,d", [(210, 512), (9, 1024), (1, 7), (33, 100)])
 def test_add_layer_norm_rows_matches_numpy_on_any_thread_count(lib, threads, m, d):
-    from dora_primespeech_mlx.models import t2s_numpy
+    from dora_primespeech_mlx.models.gpt import numpy_decoder as t2s_numpy
 
     rng = np.random.default_rng(m + d)
     x, y = (3 * rng.standard_normal((2, m, d)) + 1).astype(np.float32)
@@ -327,21 +321,16 @@ def test_bert_auto_checks_the_word_embedding_too(lib):
 def test_gpt_prefill_on_each_path_close_to_float32_model(lib, path):
     """The prefill's products on either path (cpu_paths: the float16 GEMM, or BLAS on each weight upcast into a
     scratch buffer) against the float32-weight decoder; the decode steps that follow agree as well."""
-    from dora_primespeech_mlx.models import cpu_paths
-    from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+    from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder
 
     model = _gpt()
-    dec, ref = NumpyDecoder(model), NumpyDecoder(model, half=False)
-    assert dec.half
+    dec, ref = NumpyDecoder(model, runtime=Runtime(gpt_prefill=path)), NumpyDecoder(model, half=False)
+    assert dec.half and dec.weights().prefill_gemm == path
     rng = np.random.default_rng(7)
     phones = rng.integers(0, 700, (1, 33)).astype(np.int32)
     bert = (0.1 * rng.standard_normal((1, 1024, 33))).astype(np.float32)
     prompt = rng.integers(0, 1024, (1, 21)).astype(np.int32)
-    cpu_paths.configure("gpt_prefill", path)
-    try:
-        s, logits = dec.prefill(phones, bert, prompt, 5)
-    finally:
-        cpu_paths.configure("gpt_prefill", None)
+    s, logits = dec.prefill(phones, bert, prompt, 5)
     s32, l32 = ref.prefill(phones, bert, prompt, 5)
     np.testing.assert_allclose(logits, l32, rtol=1e-4, atol=1e-4)
     for i, tok in enumerate(rng.integers(0, 1024, 5)):

@@ -18,7 +18,7 @@ from conftest import (
 
 from dora_primespeech_mlx.convert.checkpoints import read_hf_dir
 from dora_primespeech_mlx.convert.load import from_checkpoint
-from dora_primespeech_mlx.models.hubert import (
+from dora_primespeech_mlx.models.hubert.model import (
     PROMPT_TAIL_SAMPLES,
     HubertArgs,
     HubertModel,

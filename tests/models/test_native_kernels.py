@@ -1,4 +1,4 @@
-"""The native build (native.py, csrc/) and the per-ISA choice (models/half_gemv.py, models/cpu_paths.py).
+"""The native build (native.py, csrc/) and the per-ISA choice (models/kernels/half_gemv.py and cpu_paths.py).
 
 - every build of csrc/half_gemv.c (avx512, avx2, generic) and the BLAS shim compile with -Wall -Wextra and no
   warning (avx512 only compiled where the CPU lacks it);
@@ -25,8 +25,10 @@ import pytest
 
 from dora_primespeech_mlx import native
 from dora_primespeech_mlx.errors import ConfigError
-from dora_primespeech_mlx.models import cpu_paths, half_gemv
-from dora_primespeech_mlx.models.half_matrix import HalfMatrix
+from dora_primespeech_mlx.models.kernels import cpu_paths
+from dora_primespeech_mlx.models.kernels import half_gemv
+from dora_primespeech_mlx.models.kernels.half_matrix import HalfMatrix
+from dora_primespeech_mlx.runtime import Runtime
 from dora_primespeech_mlx.settings import Settings
 
 CC = native.c_compiler()
@@ -41,15 +43,6 @@ def _flags() -> list[str]:
 
 def _runs_here(isa: str) -> bool:
     return isa == "generic" or (X86 and all(f in _flags() for f in half_gemv.NEEDS[isa]))
-
-
-@pytest.fixture
-def isa_reset():
-    """Restore the process's kernel choice after a test that forces one."""
-    yield half_gemv.configure_isa
-    half_gemv.configure_isa(None)
-    cpu_paths.configure("gpt_prefill", None)
-    cpu_paths.configure("bert", None)
 
 
 @needs_cc
@@ -110,33 +103,41 @@ def test_isa_setting_is_validated():
     with pytest.raises(ConfigError, match="PRIMESPEECH_GPT_PREFILL"):
         Settings.from_env({"PRIMESPEECH_GPT_PREFILL": "float8"})
     with pytest.raises(ValueError, match="expected one of"):
-        half_gemv.configure_isa("neon")
+        half_gemv.library("neon")
+    with pytest.raises(ConfigError, match="isa='neon'"):
+        Runtime(isa="neon")
 
 
 @needs_cc
-def test_forced_builds_none_and_refusals(isa_reset):
-    isa_reset("none")
-    assert half_gemv.library() is None and half_gemv.isa() == "none"
-    assert cpu_paths.chosen()["gpt_decode"][0] == "float32"
-    isa_reset("generic")
-    lib = half_gemv.library()
-    assert lib is not None and lib.isa == "generic" and half_gemv.isa() == "generic"
+def test_forced_builds_none_and_refusals():
+    assert half_gemv.library("none") is None and half_gemv.isa("none") == "none"
+    assert cpu_paths.chosen(Runtime(isa="none"))["gpt_decode"][0] == "float32"
+    lib = half_gemv.library("generic")
+    assert lib is not None and lib.isa == "generic" and half_gemv.isa("generic") == "generic"
     for isa in ("avx512", "avx2"):
-        isa_reset(isa)
         if _runs_here(isa):
-            assert half_gemv.isa() == isa
+            assert half_gemv.isa(isa) == isa
         else:
-            assert half_gemv.library() is None
-            assert f"PRIMESPEECH_ISA={isa}" in half_gemv.library_status()["why_not"]
+            assert half_gemv.library(isa) is None
+            assert f"PRIMESPEECH_ISA={isa}" in half_gemv.library_status(isa)["why_not"]
+
+
+@needs_cc
+def test_builds_side_by_side_in_one_process():
+    """Two runtimes asking for different builds each get theirs (a cache per build, no process-wide choice)."""
+    generic, default = half_gemv.library("generic"), half_gemv.library("auto")
+    assert generic is not None and generic.isa == "generic"
+    assert half_gemv.library("none") is None
+    assert half_gemv.library("generic") is generic and half_gemv.library("auto") is default
+    assert half_gemv.kernel("generic", "0") is None and half_gemv.kernel("generic", "auto") is generic
 
 
 @needs_cc
 @pytest.mark.parametrize("isa", half_gemv.ISAS)
-def test_each_build_matches_float64(isa_reset, isa):
+def test_each_build_matches_float64(isa):
     if not _runs_here(isa):
         pytest.skip(f"this CPU cannot run the {isa} build")
-    isa_reset(isa)
-    lib = half_gemv.library()
+    lib = half_gemv.library(isa)
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((101, 77)) * 0.05).astype(np.float16)
     x = rng.standard_normal((13, 77)).astype(np.float32)
@@ -147,7 +148,7 @@ def test_each_build_matches_float64(isa_reset, isa):
     np.testing.assert_allclose(m.matvec(x[0], b), want[0], rtol=1e-5, atol=1e-5)
 
 
-def test_stage_paths_default_forced_and_reported(isa_reset, monkeypatch):
+def test_stage_paths_default_forced_and_reported():
     chosen = cpu_paths.chosen()
     assert set(chosen) == {"gpt_decode", "gpt_prefill", "bert"}
     assert all(isinstance(p, str) and why for p, why in chosen.values())
@@ -155,13 +156,15 @@ def test_stage_paths_default_forced_and_reported(isa_reset, monkeypatch):
         isa = half_gemv.isa()
         key = (isa, "gpt_prefill", cpu_paths.several_blas_threads())
         assert cpu_paths.path("gpt_prefill") == cpu_paths.DEFAULTS[key]
-        monkeypatch.setenv("PRIMESPEECH_GPT_PREFILL", "float16")
-        assert cpu_paths.path("gpt_prefill") == ("float16", "PRIMESPEECH_GPT_PREFILL=float16")
-        cpu_paths.configure("gpt_prefill", "float32")
-        assert cpu_paths.path("gpt_prefill")[0] == "float32"
-    for stage, path in (("gpt_decode", "float16"), ("bert", "float64"), ("gpt_prefill", "fast")):
-        with pytest.raises(ValueError):
-            cpu_paths.configure(stage, path)
+        forced = Runtime.from_settings(Settings.from_env({"PRIMESPEECH_GPT_PREFILL": "float16"}))
+        assert cpu_paths.path("gpt_prefill", forced) == ("float16", "PRIMESPEECH_GPT_PREFILL=float16")
+        assert cpu_paths.path("gpt_prefill", Runtime(gpt_prefill="float32"))[0] == "float32"
+        assert cpu_paths.path("bert", Runtime(bert_gemm="float32"))[0] == "float32"
+    with pytest.raises(ValueError):
+        cpu_paths.path("gpt_decode")
+    for field, path in (("bert_gemm", "float64"), ("gpt_prefill", "fast")):
+        with pytest.raises(ConfigError):
+            Runtime(**{field: path})
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from conftest import load_cases_json, model_cases, param_or_missing, require_cas
 from dora_primespeech_mlx.convert.checkpoints import RawCheckpoint, read_sovits
 from dora_primespeech_mlx.convert.load import from_checkpoint
 from dora_primespeech_mlx.models import audio
-from dora_primespeech_mlx.models.sovits import SoVITSArgs, SoVITSModel
+from dora_primespeech_mlx.models.sovits.model import SoVITSArgs, SoVITSModel
 
 SOVITS_CASES = model_cases("sovits")
 E2E_CASES = model_cases("e2e")
@@ -294,7 +294,7 @@ def test_mismatched_checkpoint_is_reported(raw_sovits, model):
 @pytest.mark.parametrize("case", DECODE_PARAMS)
 def test_native_conv_path_matches(model, case):
     """The native MLX conv ops (used on Metal/CUDA) give the GEMM path's audio, within the case tolerance."""
-    from dora_primespeech_mlx.models import conv
+    from dora_primespeech_mlx.models.sovits import conv
 
     case, d = _load(case)
     params = case.get("params", {})
@@ -304,13 +304,14 @@ def test_native_conv_path_matches(model, case):
         noise=d["noise"] if "noise" in d.files else None,
     )
     ge = model.ref_embedding(d["refer_spec"])
-    old = conv.set_conv_impl("gemm")
+    old = model.conv_impl
     try:
-        gemm = np.asarray(model.decode(d["codes"], d["phones"], ge=ge, **kwargs))
-        conv.set_conv_impl("native")
+        gemm = np.asarray(model.prepare("gemm").decode(d["codes"], d["phones"], ge=ge, **kwargs))
+        assert all(m.impl == "native" for _, m in model.prepare("native").named_modules()
+                   if isinstance(m, (conv.Conv1d, conv.ConvTranspose1d)))
         native = np.asarray(model.decode(d["codes"], d["phones"], ge=ge, **kwargs))
     finally:
-        conv.set_conv_impl(old)
+        model.prepare(old)
     report: list[str] = []
     _check("audio (native)", native, d["audio"], _tolerance_for(_tolerances(case), "audio"), report)
     np.testing.assert_allclose(gemm, native, atol=1e-4)

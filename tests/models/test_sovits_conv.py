@@ -1,4 +1,4 @@
-"""The GEMM formulations of conv1d / conv_transpose1d (models/conv.py) against native MLX and a numpy
+"""The GEMM formulations of conv1d / conv_transpose1d (models/sovits/conv.py) against native MLX and a numpy
 float64 reference, and the path switch. Random data only: no fixtures needed."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dora_primespeech_mlx.models import conv
-from dora_primespeech_mlx.models.hifigan import Generator, ResBlock1
+from dora_primespeech_mlx.models.sovits import conv
+from dora_primespeech_mlx.models.sovits.hifigan import Generator, ResBlock1
 
 ATOL = 1e-5  # both paths are float32 GEMMs over the same products; outputs are O(1) by construction
 
@@ -93,22 +93,28 @@ def test_conv_transpose1d_gemm_matches_native_and_reference(shape):
     np.testing.assert_allclose(gemm, native, atol=ATOL)
 
 
-@pytest.fixture
-def conv_impl():
-    old = conv.set_conv_impl("auto")
-    yield conv.set_conv_impl
-    conv.set_conv_impl(old)
-
-
-def test_switch(conv_impl):
-    conv_impl("auto")
-    assert conv.use_gemm() == (mx.default_device().type == mx.cpu)
-    conv_impl("native")
-    assert not conv.use_gemm()
-    conv_impl("gemm")
-    assert conv.use_gemm()
+def test_switch():
+    assert conv.use_gemm("auto") == (mx.default_device().type == mx.cpu)
+    assert not conv.use_gemm("native")
+    assert conv.use_gemm("gemm")
     with pytest.raises(ValueError, match="unknown conv implementation"):
-        conv.set_conv_impl("fft")
+        conv.check_impl("fft")
+
+
+def test_each_model_keeps_its_own_form():
+    """Two generators with different forms side by side: each convolution follows its own model's form, the
+    same samples either way (no process-wide switch)."""
+    rng = np.random.default_rng(4)
+    a = _random_generator(rng)
+    b = Generator(8, [3, 7, 11], [[1, 3, 5]] * 3, [10, 8, 2, 2, 2], 32, [16, 16, 8, 2, 2], 16)
+    b.update(a.parameters())
+    assert conv.set_impl(a, "gemm") == "gemm" and conv.set_impl(b, "native") == "native"
+    convs = [m for _, m in a.named_modules() if isinstance(m, (conv.Conv1d, conv.ConvTranspose1d))]
+    assert convs and all(m.impl == "gemm" for m in convs)
+    assert all(m.impl == "native" for _, m in b.named_modules() if isinstance(m, (conv.Conv1d, conv.ConvTranspose1d)))
+    x = mx.array(rng.standard_normal((1, 20, 8)).astype(np.float32))
+    g = mx.array(rng.standard_normal((1, 1, 16)).astype(np.float32))
+    np.testing.assert_allclose(np.array(a(x, g)), np.array(b(x, g)), atol=ATOL)
 
 
 def _random_generator(rng) -> Generator:
@@ -127,23 +133,23 @@ def _flatten(tree, prefix=""):
     return tree_flatten(tree, prefix=prefix)
 
 
-def test_generator_paths_agree(conv_impl):
+def test_generator_paths_agree():
     rng = np.random.default_rng(5)
     gen = _random_generator(rng)
     x = _rand(rng, (1, 6, 8))
     g = _rand(rng, (1, 1, 16))
-    conv_impl("gemm")
+    conv.set_impl(gen, "gemm")
     a = np.asarray(gen(x, g))
-    conv_impl("native")
+    conv.set_impl(gen, "native")
     b = np.asarray(gen(x, g))
     assert a.shape == (1, 6 * 640, 1)
     np.testing.assert_allclose(a, b, atol=ATOL)
 
 
-def test_gemm_weight_cache_follows_loaded_weights(conv_impl):
-    conv_impl("gemm")
+def test_gemm_weight_cache_follows_loaded_weights():
     rng = np.random.default_rng(6)
     layer = conv.ConvTranspose1d(4, 3, 4, 2, padding=1)
+    layer.impl = "gemm"
     x = _rand(rng, (1, 5, 4))
     w1, w2 = _rand(rng, (3, 4, 4)), _rand(rng, (3, 4, 4))
     layer.load_weights([("weight", w1), ("bias", mx.zeros((3,)))])
@@ -156,14 +162,14 @@ def test_gemm_weight_cache_follows_loaded_weights(conv_impl):
     assert "_cache" not in dict(_flatten(layer.parameters()))
 
 
-def test_resblock_dilated_paths_agree(conv_impl):
+def test_resblock_dilated_paths_agree():
     rng = np.random.default_rng(7)
     block = ResBlock1(8, 11, [1, 3, 5])
     block.load_weights([(n, _rand(rng, v.shape, 88)) for n, v in _flatten(block.parameters())], strict=True)
     x = _rand(rng, (1, 50, 8))
-    conv_impl("gemm")
+    conv.set_impl(block, "gemm")
     a = np.asarray(block(x))
-    conv_impl("native")
+    conv.set_impl(block, "native")
     np.testing.assert_allclose(a, np.asarray(block(x)), atol=ATOL)
 
 

@@ -17,10 +17,10 @@ from conftest import load_cases_json, model_cases, param_or_missing, require_cas
 
 from dora_primespeech_mlx.convert.checkpoints import read_gpt
 from dora_primespeech_mlx.convert.load import from_checkpoint
-from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel, sine_table
-from dora_primespeech_mlx.models.t2s_cache import CACHE_STEP
-from dora_primespeech_mlx.models.t2s_decode import make_decoder
-from dora_primespeech_mlx.models.t2s_generate import SamplingParams, generate, generate_all
+from dora_primespeech_mlx.models.gpt.decode import make_decoder
+from dora_primespeech_mlx.models.gpt.generate import SamplingParams, generate, generate_all
+from dora_primespeech_mlx.models.gpt.kv_cache import CACHE_STEP
+from dora_primespeech_mlx.models.gpt.model import T2SArgs, T2SModel, sine_table
 
 CASES = model_cases("gpt") + model_cases("e2e")
 CASE_PARAMS = param_or_missing(CASES, lambda c: c["name"], "models/cases.json gpt cases")
@@ -258,7 +258,7 @@ def test_t2s_early_stop_and_step_cap(model):
 def test_t2s_prompt_free_follows_the_naive_loop(model, monkeypatch):
     """Without a prompt upstream decodes with infer_panel_naive: an early stop and the step cap keep the token
     of the stopping step, EOS is still dropped, and the repetition penalty is always its default 1.35."""
-    import dora_primespeech_mlx.models.t2s_generate as t2s_generate
+    import dora_primespeech_mlx.models.gpt.generate as t2s_generate
 
     phones, bert, _ = _first_gpt_inputs()
     greedy = SamplingParams(top_k=1, top_p=1.0, temperature=1.0, repetition_penalty=1.35)
@@ -359,7 +359,7 @@ def test_t2s_sine_table_interleaved():
 
 
 def test_t2s_sampling_rules():
-    from dora_primespeech_mlx.models.t2s_generate import apply_repetition_penalty, logits_to_probs, sample_token
+    from dora_primespeech_mlx.models.gpt.generate import apply_repetition_penalty, logits_to_probs, sample_token
 
     seen = np.array([True, True, False, False])
     pen = apply_repetition_penalty(np.array([2.0, -2.0, 2.0, -2.0], np.float32), seen, 2.0)
@@ -388,7 +388,7 @@ def test_t2s_sampling_rules():
 def test_t2s_zero_noise_never_picks_a_removed_token():
     """An Exp(1) draw of exactly 0.0 (about 1 in 10**7 float32 draws) must not pick a token that top-k removed
     (0/0 is NaN, and argmax takes NaN as the largest); on a kept token it wins (p/0 = inf, as in torch)."""
-    from dora_primespeech_mlx.models.t2s_generate import sample_token
+    from dora_primespeech_mlx.models.gpt.generate import sample_token
 
     logits = np.array([0.5, 3.0, 1.0, 2.0], np.float32)
     none = np.zeros(4, bool)

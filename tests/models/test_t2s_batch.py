@@ -1,4 +1,4 @@
-"""Continuous batching of the GPT decode (models/t2s_batch.py, t2s_numpy.step_batch): every row's logits and tokens
+"""Continuous batching of the GPT decode (models/gpt/batch.py, t2s_numpy.step_batch): every row's logits and tokens
 are exactly its decode alone with the same seed, whatever joins, leaves or waits beside it."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from conftest import load_cases_json, require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import read_gpt
 from dora_primespeech_mlx.convert.load import from_checkpoint
-from dora_primespeech_mlx.models import half_gemv
-from dora_primespeech_mlx.models.t2s_batch import DecodeBatch
-from dora_primespeech_mlx.models.t2s_decode import make_decoder
-from dora_primespeech_mlx.models.t2s_generate import SamplingParams, default_noise, generate_all, start
-from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder, NumpyDecodeState, step_batch
+from dora_primespeech_mlx.models.gpt.batch import DecodeBatch
+from dora_primespeech_mlx.models.gpt.decode import make_decoder
+from dora_primespeech_mlx.models.gpt.generate import SamplingParams, default_noise, generate_all, start
+from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder, NumpyDecodeState, step_batch
+from dora_primespeech_mlx.models.kernels import half_gemv
+from dora_primespeech_mlx.runtime import Runtime
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ PARAMS = SamplingParams(top_k=15, top_p=1.0, temperature=1.0, repetition_penalty
 
 @pytest.mark.parametrize("decode", ["numpy", "mlx"])
 def test_batched_rows_equal_their_decode_alone(gpt, decode):
-    decoder = make_decoder(gpt, decode)
+    decoder = make_decoder(gpt, Runtime(t2s_decode=decode))
     sentences = _inputs(gpt, 5, seed=3)
     caps = [40, 25, 33, 18, 40]  # rows stop at different steps (EOS or the cap)
     alone = [generate_all(gpt, p, b, pr, PARAMS, early_stop_num=-1, max_steps=cap, seed=100 + i, decoder=decoder)
@@ -105,7 +106,7 @@ def test_step_batch_logits_are_bit_identical(gpt):
 def test_batch_limits_and_drop(gpt):
     with pytest.raises(ValueError):
         DecodeBatch(0)
-    decoder = make_decoder(gpt, "numpy")
+    decoder = make_decoder(gpt, Runtime(t2s_decode="numpy"))
     (p, b, pr), = _inputs(gpt, 1, seed=9)
     batch = DecodeBatch(2)
     keep = batch.add(start(gpt, p, b, pr, PARAMS, -1, max_steps=20, seed=1, decoder=decoder))

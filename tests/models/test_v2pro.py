@@ -17,7 +17,7 @@ the set gives it, e.g. ``sv_fbank`` that of the sv case's ``fbank``). Run with `
 The sv chain is checked from the stored 16 kHz waveform through our own fbank too
 (``test_sv_emb_from_the_16k_waveform``): the tiny sv network of the fixtures (its stages were given a gain of 8
 to make the activations non-trivial) amplifies feature differences some 30-fold, so this needs the fbank's
-float32 steps as the original rounds them (see ``models/sv_audio.py``). The full ``fuse34`` map of the sv case
+float32 steps as the original rounds them (see ``models/sv/fbank.py``). The full ``fuse34`` map of the sv case
 is compared with the tolerance the case gives it plus, per value, the golden's own float32 noise: its distance
 from this package's sv model run in float64 (``test_sv_fuse34_full_map``); its time means and the embedding are
 compared in ``test_sv_case`` at the case's tolerance alone. That map has little margin by nature: the original's
@@ -44,8 +44,8 @@ from dora_primespeech_mlx.convert.checkpoints import head_md5, read_sovits, read
 from dora_primespeech_mlx.convert.load import from_checkpoint
 from dora_primespeech_mlx.convert.torch_pickle import VERSION_TAGS, CheckpointError, read_header
 from dora_primespeech_mlx.models import audio
-from dora_primespeech_mlx.models.sv import sv_fbank
-from dora_primespeech_mlx.models.sv_audio import SV_SAMPLE_RATE, kaldi_fbank, resample_sinc
+from dora_primespeech_mlx.models.sv.fbank import SV_SAMPLE_RATE, kaldi_fbank, resample_sinc
+from dora_primespeech_mlx.models.sv.model import sv_fbank
 
 SET = "models-v2pro"
 DECODE_STAGES = ("quantized_50hz", "enc_p_x", "m_p", "logs_p", "y_mask", "z_p", "z", "audio")

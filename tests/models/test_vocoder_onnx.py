@@ -1,4 +1,4 @@
-"""The SoVITS generator on ONNX Runtime (models/vocoder_onnx.py, models/vocoder.py).
+"""The SoVITS generator on ONNX Runtime (models/sovits/vocoder_onnx.py, models/sovits/vocoder.py).
 
 Parity: every SoVITS decode case of models/cases.json (and the SoVITS part of the e2e case) is decoded
 with the generator on ONNX Runtime and compared with the golden audio at the case's own tolerance, and
@@ -19,12 +19,13 @@ from conftest import load_cases_json, model_cases, param_or_missing, require_cas
 
 from dora_primespeech_mlx.convert.checkpoints import read_sovits
 from dora_primespeech_mlx.convert.load import from_checkpoint
-from dora_primespeech_mlx.models import audio, vocoder
+from dora_primespeech_mlx.models import audio
+from dora_primespeech_mlx.models.sovits import vocoder
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (a Linux dependency)")
 pytest.importorskip("onnx", reason="onnx is not installed (a Linux dependency)")
 
-from dora_primespeech_mlx.models import vocoder_onnx  # noqa: E402
+from dora_primespeech_mlx.models.sovits import vocoder_onnx  # noqa: E402
 
 SOVITS_CASES = model_cases("sovits")
 DECODE_PARAMS = param_or_missing(
@@ -62,7 +63,7 @@ def raw_sovits():
 def onnx_model(raw_sovits, tmp_path_factory):
     """The fixture SoVITS with the ONNX Runtime generator forced on."""
     model = from_checkpoint(raw_sovits)
-    vocoder.attach(model, cache_dir=tmp_path_factory.mktemp("onnx-cache"), mode="onnx")
+    model.use_vocoder(vocoder.build(model, cache_dir=tmp_path_factory.mktemp("onnx-cache"), mode="onnx"))
     assert model.vocoder_backend.generator is not None, vocoder.status(model)
     return model
 
@@ -70,7 +71,7 @@ def onnx_model(raw_sovits, tmp_path_factory):
 @pytest.fixture(scope="module")
 def mlx_model(raw_sovits):
     model = from_checkpoint(raw_sovits)
-    vocoder.attach(model, mode="mlx")
+    model.use_vocoder(vocoder.build(model, mode="mlx"))
     return model
 
 
@@ -183,12 +184,12 @@ def test_mode_setting(raw_sovits):
     assert Settings.from_env({vocoder.ENV: "MLX"}).vocoder == "mlx"
     assert Settings.from_env({}).vocoder == "auto"
     with pytest.raises(ValueError):
-        vocoder.attach(from_checkpoint(raw_sovits), mode="bogus")
+        vocoder.build(from_checkpoint(raw_sovits), mode="bogus")
     model = from_checkpoint(raw_sovits)
-    assert vocoder.status(model)["backend"] == "mlx"  # nothing attached
-    vocoder.attach(model, mode="mlx")
+    assert vocoder.status(model)["backend"] == "mlx"  # no backend given
+    model.use_vocoder(vocoder.build(model, mode="mlx"))
     assert vocoder.status(model)["backend"] == "mlx" and model.vocoder_backend.generator is None
-    vocoder.attach(model, mode="auto")  # the tests run MLX on the CPU: ONNX Runtime is chosen
+    model.use_vocoder(vocoder.build(model, mode="auto"))  # the tests run MLX on the CPU: ONNX Runtime is chosen
     expected = "onnxruntime" if mx.default_device().type == mx.cpu else "mlx"
     assert vocoder.status(model)["backend"] == expected
 
@@ -209,7 +210,7 @@ def test_fallback_when_onnxruntime_is_missing(monkeypatch, raw_sovits, caplog):
     block_import(monkeypatch, "onnxruntime")
     model = from_checkpoint(raw_sovits)
     with caplog.at_level(logging.WARNING, logger=vocoder.__name__):
-        vocoder.attach(model, cache_dir=None, mode="onnx")
+        model.use_vocoder(vocoder.build(model, cache_dir=None, mode="onnx"))
     st = vocoder.status(model)
     assert st["backend"] == "mlx" and "onnxruntime" in st["error"]
     assert sum("SoVITS vocoder" in r.getMessage() for r in caplog.records) == 1
@@ -220,7 +221,7 @@ def test_fallback_when_onnxruntime_is_missing(monkeypatch, raw_sovits, caplog):
 
 def test_fallback_when_a_run_fails(raw_sovits, mlx_model, caplog):
     model = from_checkpoint(raw_sovits)
-    vocoder.attach(model, cache_dir=None, mode="onnx")
+    model.use_vocoder(vocoder.build(model, cache_dir=None, mode="onnx"))
     assert vocoder.status(model)["backend"] == "onnxruntime"
 
     def broken(z, ge):
@@ -255,11 +256,11 @@ def test_layouts_agree(mlx_model):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_attach_picks_the_layout_by_threads(raw_sovits, mlx_model, threads):
+def test_build_picks_the_layout_by_threads(raw_sovits, mlx_model, threads):
     """One thread: the 2-D graph (ONNX Runtime's NCHWc kernels); more: the 1-D one (its threaded GEMM scales
     better); both compute the generator (test_layouts_agree)."""
     model = from_checkpoint(raw_sovits)
-    vocoder.attach(model, cache_dir=None, mode="onnx", threads=threads, release_mlx=False)
+    model.use_vocoder(vocoder.build(model, cache_dir=None, mode="onnx", threads=threads, release_mlx=False))
     gen = model.vocoder_backend.generator
     assert gen.threads == threads
     assert gen.layout == vocoder_onnx.layout_for(threads) == ("2d" if threads == 1 else "1d")
@@ -269,14 +270,14 @@ def test_attach_picks_the_layout_by_threads(raw_sovits, mlx_model, threads):
 
 
 @pytest.mark.parametrize("spin", [None, True, False])
-def test_attach_sets_whether_the_intra_op_threads_spin(raw_sovits, mlx_model, spin):
-    """PRIMESPEECH_VOCODER_SPIN: the session's threads spin between convolutions only when asked (None: the module's
-    default, off); the samples do not depend on it."""
+def test_build_sets_whether_the_intra_op_threads_spin(raw_sovits, mlx_model, spin):
+    """PRIMESPEECH_VOCODER_SPIN: the session's threads spin between convolutions only when asked (None: the default,
+    off); the samples do not depend on it."""
     model = from_checkpoint(raw_sovits)
-    vocoder.attach(model, cache_dir=None, mode="onnx", threads=2, release_mlx=False, spin=spin)
+    model.use_vocoder(vocoder.build(model, cache_dir=None, mode="onnx", threads=2, release_mlx=False, spin=spin))
     gen = model.vocoder_backend.generator
-    want = vocoder_onnx.SPIN if spin is None else spin
-    assert vocoder_onnx.SPIN is False and gen.spin is want and gen.describe()["spin"] is want
+    want = bool(spin)
+    assert gen.spin is want and gen.describe()["spin"] is want
     entry = gen.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
     assert entry == ("1" if want else "0")
     z, ge = _inputs(model)
@@ -287,7 +288,7 @@ def test_attach_sets_whether_the_intra_op_threads_spin(raw_sovits, mlx_model, sp
 def test_split_vocoder_gives_the_same_samples(mlx_model, parts):
     """PRIMESPEECH_VOCODER_PARTS: the latent cut into stretches with the generator's receptive field as margin,
     run at once on one single-threaded session, gives the whole run's samples; without the margin it does not."""
-    from dora_primespeech_mlx.models.vocoder_split import MIN_FRAMES_PER_MARGIN, SplitRunner
+    from dora_primespeech_mlx.models.sovits.vocoder_split import MIN_FRAMES_PER_MARGIN, SplitRunner
 
     sovits = mlx_model
     gen = vocoder_onnx.OnnxGenerator(vocoder_onnx.build_generator_model(sovits.dec).SerializeToString(), threads=1)
@@ -313,11 +314,11 @@ def test_auto_parts_cut_at_two_threads_and_run_short_latents_whole(raw_sovits, m
     """PRIMESPEECH_VOCODER_PARTS=auto: at two threads the latent is cut in two on the one-thread 2-D graph, a latent
     too short for that runs whole on the two-thread graph; every length gives the MLX generator's samples; at
     one thread nothing is cut."""
-    from dora_primespeech_mlx.models.vocoder_split import MIN_FRAMES_PER_MARGIN
+    from dora_primespeech_mlx.models.sovits.vocoder_split import MIN_FRAMES_PER_MARGIN
 
     assert [vocoder.auto_parts(t) for t in (0, 1, 2, 3, 8)] == [1, 1, 2, 1, 1]
     model = from_checkpoint(raw_sovits)
-    vocoder.attach(model, cache_dir=tmp_path, mode="onnx", threads=2, release_mlx=False, parts="auto")
+    model.use_vocoder(vocoder.build(model, cache_dir=tmp_path, mode="onnx", threads=2, release_mlx=False, parts="auto"))
     backend = model.vocoder_backend
     split = backend.split
     assert split is not None and split.parts == 2
@@ -338,7 +339,7 @@ def test_auto_parts_cut_at_two_threads_and_run_short_latents_whole(raw_sovits, m
         assert calls == expected, frames
         np.testing.assert_allclose(audio, np.asarray(mlx_model.vocode(mx.array(z), mx.array(ge))), atol=1e-4)
     one = from_checkpoint(raw_sovits)
-    vocoder.attach(one, cache_dir=tmp_path, mode="onnx", threads=1, release_mlx=False, parts="auto")
+    one.use_vocoder(vocoder.build(one, cache_dir=tmp_path, mode="onnx", threads=1, release_mlx=False, parts="auto"))
     assert one.vocoder_backend.split is None and one.vocoder_backend.generator.layout == "2d"
 
 
@@ -376,7 +377,7 @@ def test_mlx_weights_dropped_while_onnx_serves(converted_sovits, mlx_model, tmp_
     model = load.load_sovits(converted_sovits)
     full = _dec_bytes(model)
     assert full > 0 and model.weights_file == converted_sovits / "model.safetensors"
-    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")
+    model.use_vocoder(vocoder.build(model, cache_dir=tmp_path / "onnx", mode="onnx"))
     st = vocoder.status(model)
     assert st["backend"] == "onnxruntime" and st["mlx_weights"]["dropped"], st
     assert _dec_bytes(model) == 0 and st["mlx_weights"]["bytes"] >= full
@@ -393,7 +394,7 @@ def test_fallback_after_the_weights_were_dropped(converted_sovits, mlx_model, tm
     from dora_primespeech_mlx.convert import load
 
     model = load.load_sovits(converted_sovits)
-    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")
+    model.use_vocoder(vocoder.build(model, cache_dir=tmp_path / "onnx", mode="onnx"))
     assert _dec_bytes(model) == 0
 
     def broken(z, ge):
@@ -414,14 +415,14 @@ def test_fallback_after_the_weights_were_dropped(converted_sovits, mlx_model, tm
     assert sum("simulated onnxruntime failure" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_reattach_reads_the_weights_back(converted_sovits, mlx_model, tmp_path):
+def test_rebuild_reads_the_weights_back(converted_sovits, mlx_model, tmp_path):
     from dora_primespeech_mlx.convert import load
 
     model = load.load_sovits(converted_sovits)
-    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")
-    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")  # the graph is built from the real weights
+    model.use_vocoder(vocoder.build(model, cache_dir=tmp_path / "onnx", mode="onnx"))
+    model.use_vocoder(vocoder.build(model, cache_dir=tmp_path / "onnx", mode="onnx"))  # built from the real weights
     assert len(list((tmp_path / "onnx").glob("sovits-generator-*.onnx"))) == 1
-    vocoder.attach(model, mode="mlx")
+    model.use_vocoder(vocoder.build(model, mode="mlx"))
     assert vocoder.status(model)["backend"] == "mlx" and _dec_bytes(model) == _dec_bytes(mlx_model)
     z, ge = _inputs(model)
     np.testing.assert_array_equal(np.asarray(model.vocode(z, ge)), np.asarray(mlx_model.vocode(z, ge)))
@@ -435,7 +436,7 @@ def test_changed_file_is_not_read_back(converted_sovits, tmp_path):
     from dora_primespeech_mlx.convert import load
 
     model = load.load_sovits(converted_sovits)
-    vocoder.attach(model, cache_dir=tmp_path / "onnx", mode="onnx")
+    model.use_vocoder(vocoder.build(model, cache_dir=tmp_path / "onnx", mode="onnx"))
     path = converted_sovits / "model.safetensors"
     weights = load_file(str(path))
     weights["dec.conv_post.weight"] = weights["dec.conv_post.weight"] * 2

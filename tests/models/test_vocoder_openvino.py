@@ -1,4 +1,4 @@
-"""The SoVITS generator on OpenVINO (models/vocoder_openvino.py, ``PRIMESPEECH_VOCODER=openvino``).
+"""The SoVITS generator on OpenVINO (models/sovits/vocoder_openvino.py, ``PRIMESPEECH_VOCODER=openvino``).
 
 Parity: every SoVITS decode case of models/cases.json is decoded with the generator on OpenVINO and compared with
 the golden audio at the case's own tolerance, and with the MLX generator; dynamic lengths and batches; float32
@@ -17,13 +17,13 @@ import pytest
 from conftest import require_case, require_fixture
 
 from dora_primespeech_mlx.convert.load import from_checkpoint
-from dora_primespeech_mlx.models import vocoder
+from dora_primespeech_mlx.models.sovits import vocoder
 
 pytest.importorskip("openvino", reason="openvino is not installed (the extra `openvino`; `.[dev]` has it)")
 
 import test_vocoder_onnx as onnx_tests  # noqa: E402  (the fixture SoVITS, its decode cases and inputs, as read there)
 
-from dora_primespeech_mlx.models import vocoder_openvino  # noqa: E402
+from dora_primespeech_mlx.models.sovits import vocoder_openvino  # noqa: E402
 
 raw_sovits = onnx_tests.raw_sovits  # the module-scoped fixtures
 mlx_model = onnx_tests.mlx_model
@@ -32,12 +32,12 @@ mlx_model = onnx_tests.mlx_model
 @pytest.fixture(scope="module")
 def ov_model(raw_sovits, tmp_path_factory):
     model = from_checkpoint(raw_sovits)
-    vocoder.attach(model, cache_dir=tmp_path_factory.mktemp("ov-cache"), mode="openvino", threads=2,
-                   release_mlx=False)
+    model.use_vocoder(vocoder.build(model, cache_dir=tmp_path_factory.mktemp("ov-cache"), mode="openvino", threads=2,
+                                    release_mlx=False))
     return model
 
 
-def test_attached_on_openvino_in_float32(ov_model):
+def test_built_on_openvino_in_float32(ov_model):
     st = vocoder.status(ov_model)
     assert st["backend"] == "openvino" and st["runtime"] == "openvino", st
     assert st["precision"] == "f32" and st["threads"] == 2 and st["layout"] == vocoder_openvino.LAYOUT
@@ -114,7 +114,7 @@ def test_falls_back_to_onnxruntime_without_openvino(monkeypatch, raw_sovits, cap
     onnx_tests.block_import(monkeypatch, "openvino")
     model = from_checkpoint(raw_sovits)
     with caplog.at_level(logging.WARNING):
-        vocoder.attach(model, cache_dir=None, mode="openvino", threads=1, release_mlx=False)
+        model.use_vocoder(vocoder.build(model, cache_dir=None, mode="openvino", threads=1, release_mlx=False))
     st = vocoder.status(model)
     assert st["backend"] == "onnxruntime" and "OpenVINO unavailable" in st["reason"], st
     assert sum("OpenVINO unavailable" in r.getMessage() for r in caplog.records) == 1

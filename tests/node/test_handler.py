@@ -255,7 +255,7 @@ def test_queued_texts_join_the_running_decode_and_keep_their_tokens(model_dir, s
     """Streaming, a burst of texts: those queued behind the one being spoken join its GPT decode (continuous
     batching); each is still answered in order, and each text's tokens are those of its decode alone."""
     from dora_primespeech_mlx.engine import batching, pipeline
-    from dora_primespeech_mlx.models import t2s_generate
+    from dora_primespeech_mlx.models.gpt import generate as t2s_generate
 
     engine, spec = shared_engine
     if pipeline.batch_width(engine.store.models(spec), 4) < 2:

@@ -1,4 +1,4 @@
-"""The fast GELU (models/activations.py) is the exact erf GELU to float32 accuracy."""
+"""The fast GELU (models/shared/activations.py) is the exact erf GELU to float32 accuracy."""
 
 from __future__ import annotations  # noqa: I001  (the package must load before mlx)
 
@@ -9,7 +9,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from dora_primespeech_mlx.models.activations import erf, gelu
+from dora_primespeech_mlx.models.shared.activations import erf, gelu
 
 
 def test_erf_matches_the_exact_function():

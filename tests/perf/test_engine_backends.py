@@ -9,7 +9,7 @@ from conftest import load_cases_json, require_fixture
 
 from dora_primespeech_mlx import _blas
 from dora_primespeech_mlx.engine import GPTSoVITSEngine
-from dora_primespeech_mlx.models.t2s_decode import decoder_kind
+from dora_primespeech_mlx.models.gpt.decode import decoder_kind
 from dora_primespeech_mlx.settings import Settings
 
 

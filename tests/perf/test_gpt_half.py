@@ -1,4 +1,4 @@
-"""float16 GPT decode weights with float32 accumulation (models/half_gemv.py, t2s_numpy.half_weights).
+"""float16 GPT decode weights with float32 accumulation (models/kernels/half_gemv.py, t2s_numpy.half_weights).
 
 The fixture GPT checkpoint stores float16 weights like the released ones, so keeping them in float16 is
 exact and the decode step must give the float32 step's logits up to summation order. The golden parity of
@@ -16,9 +16,10 @@ import pytest
 from conftest import load_cases_json, require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import read_gpt
-from dora_primespeech_mlx.models import half_gemv
+from dora_primespeech_mlx.models.kernels import half_gemv
 from dora_primespeech_mlx.convert.load import from_checkpoint
-from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder, half_weights
+from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder, half_weights
+from dora_primespeech_mlx.runtime import Runtime
 
 
 @pytest.fixture(scope="module")
@@ -74,35 +75,31 @@ def test_fixture_gpt_decodes_in_float16_like_float32(fn):
     assert worst < 1e-4
 
 
-def test_auto_keeps_weights_that_are_not_float16(fn, monkeypatch):
-    monkeypatch.setattr(half_gemv, "_CONFIGURED", {})
+def test_auto_keeps_weights_that_are_not_float16(fn):
     model = _gpt()
     w = model.layers[0].mlp.fc1.weight
     model.layers[0].mlp.fc1.weight = w + 1e-7 * (1 + mx.abs(w))  # no longer float16 values
-    half_gemv.configure("auto")
-    assert not half_weights(model)
+    assert not half_weights(model, Runtime(gpt_half="auto"))
     assert model.layers[0].mlp.fc1.weight.dtype == mx.float32 and model.predict.weight.dtype == mx.float32
     assert not NumpyDecoder(model).half
-    half_gemv.configure("1")  # forced: rounded to float16
-    assert half_weights(model) and model.layers[0].mlp.fc1.weight.dtype == mx.float16
+    forced = Runtime(gpt_half="1")  # forced: rounded to float16
+    assert half_weights(model, forced) and model.layers[0].mlp.fc1.weight.dtype == mx.float16
 
 
-def test_off_and_bad_setting(monkeypatch):
+def test_off_and_bad_setting():
     from dora_primespeech_mlx.errors import ConfigError
     from dora_primespeech_mlx.settings import Settings
 
-    monkeypatch.setattr(half_gemv, "_CONFIGURED", {})
     with pytest.raises(ConfigError, match=half_gemv.ENV):
         Settings.from_env({half_gemv.ENV: "sometimes"})
-    assert half_gemv.mode() == "auto"  # not configured
-    monkeypatch.setattr(half_gemv, "_STATE", {})
-    half_gemv.configure(Settings.from_env({half_gemv.ENV: "0"}).gpt_half)
-    assert half_gemv.kernel() is None and half_gemv.status()["why_not"].startswith(f"{half_gemv.ENV}=0")
+    assert Runtime().gpt_half == "auto" and half_gemv.mode(Runtime().gpt_half) == "auto"
+    off = Runtime.from_settings(Settings.from_env({half_gemv.ENV: "0"}))
+    assert half_gemv.kernel(off.isa, off.gpt_half) is None
+    assert half_gemv.status(off.isa, off.gpt_half)["why_not"].startswith(f"{half_gemv.ENV}=0")
     model = _gpt()
-    assert not NumpyDecoder(model).half and model.predict.weight.dtype == mx.float32
-    half_gemv.configure("0")
-    assert half_gemv.mode() == "off" and half_gemv.kernel() is None
-    half_gemv.configure("auto")
-    assert half_gemv.mode() == "auto"
+    assert not NumpyDecoder(model, runtime=off).half and model.predict.weight.dtype == mx.float32
+    assert half_gemv.mode("0") == "off" and half_gemv.mode("1") == "on" and half_gemv.mode("auto") == "auto"
     with pytest.raises(ValueError):
-        half_gemv.configure("maybe")
+        half_gemv.mode("maybe")
+    with pytest.raises(ConfigError, match="gpt_half"):
+        Runtime(gpt_half="maybe")

@@ -1,4 +1,4 @@
-"""float16 weight storage (models/storage.py) changes memory, not results.
+"""float16 weight storage (models/shared/storage.py) changes memory, not results.
 
 The fixture checkpoints hold float16 weights like the released ones, so storing them as float16
 again is exact and a half-storage model must give the float32 model's outputs (float32 compute).
@@ -13,9 +13,9 @@ import numpy as np
 from conftest import require_fixture
 
 from dora_primespeech_mlx.convert.checkpoints import read_hf_dir
-from dora_primespeech_mlx.models.bert import BertArgs, BertModel
-from dora_primespeech_mlx.models.hubert import HubertArgs, HubertModel
-from dora_primespeech_mlx.models.storage import half_storage, parameter_bytes
+from dora_primespeech_mlx.models.bert.model import BertArgs, BertModel
+from dora_primespeech_mlx.models.hubert.model import HubertArgs, HubertModel
+from dora_primespeech_mlx.models.shared.storage import half_storage, parameter_bytes
 
 
 def _fp32(kind, args_cls, model_cls, rel):

@@ -14,7 +14,7 @@ from mlx.utils import tree_flatten
 
 from dora_primespeech_mlx.convert import load
 from dora_primespeech_mlx.convert.torch_pickle import CheckpointError
-from dora_primespeech_mlx.models.bert import BertArgs, BertModel
+from dora_primespeech_mlx.models.bert.model import BertArgs, BertModel
 
 ARGS = BertArgs(vocab_size=50, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
                 intermediate_size=64, max_position_embeddings=16)
@@ -71,7 +71,7 @@ def test_corrupt_file_names_the_file(tmp_path):
 
 
 def test_half_storage_of_lazily_loaded_weights_matches(tmp_path):
-    from dora_primespeech_mlx.models.storage import half_storage
+    from dora_primespeech_mlx.models.shared.storage import half_storage
 
     weights = _weights(2)
     model = BertModel(ARGS)

@@ -11,10 +11,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dora_primespeech_mlx.models.t2s import T2SArgs, T2SModel
-from dora_primespeech_mlx.models.t2s_decode import CompiledDecoder, MLXDecoder, decoder_kind, make_decoder
-from dora_primespeech_mlx.models.t2s_generate import SamplingParams, generate_all
-from dora_primespeech_mlx.models.t2s_numpy import NumpyDecoder
+from dora_primespeech_mlx.models.gpt.model import T2SArgs, T2SModel
+from dora_primespeech_mlx.models.gpt.decode import CompiledDecoder, MLXDecoder, decoder_kind, make_decoder
+from dora_primespeech_mlx.models.gpt.generate import SamplingParams, generate_all
+from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder
+from dora_primespeech_mlx.runtime import Runtime
 
 
 def _model(dim=64, heads=4, layers=3, seed=0) -> T2SModel:
@@ -85,7 +86,7 @@ def test_backends_generate_the_same_tokens():
     runs = {
         kind: generate_all(
             model, phones, bert, prompt, params, early_stop_num=30, seed=7, return_logits=True,
-            decoder=make_decoder(model, kind),
+            decoder=make_decoder(model, Runtime(t2s_decode=kind)),
         )
         for kind in ("mlx", "numpy")
     }  # fmt: skip
@@ -104,7 +105,8 @@ def test_decoder_choice():
     assert decoder_kind("compile") == "compile"
     assert decoder_kind("numpy", compile_step=True) == "numpy"
     model = _model()
-    kinds = {k: type(make_decoder(model, k, compile_step=False)) for k in ("mlx", "compile", "numpy")}
+    kinds = {k: type(make_decoder(model, Runtime(t2s_decode=k, t2s_compile=False)))
+             for k in ("mlx", "compile", "numpy")}
     assert kinds == {"mlx": MLXDecoder, "compile": CompiledDecoder, "numpy": NumpyDecoder}
     with pytest.raises(ValueError, match="decode backend"):
         decoder_kind("torch")
@@ -115,7 +117,7 @@ def test_generate_needs_a_decoder():
     phones, bert, prompt = _inputs(model)
     with pytest.raises(ValueError, match="no decoder"):
         generate_all(model, phones, bert, prompt, SamplingParams(), early_stop_num=3)
-    model.decoder = make_decoder(model, "numpy")
+    model.decoder = make_decoder(model, Runtime(t2s_decode="numpy"))
     assert len(generate_all(model, phones, bert, prompt, SamplingParams(), early_stop_num=3).tokens) == 3
 
 
@@ -131,7 +133,8 @@ def test_compiled_decode_matches_eager():
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5, err_msg=f"step {k}")
     params = SamplingParams(top_k=5)
     runs = [
-        generate_all(model, phones, bert, prompt, params, early_stop_num=12, seed=1, decoder=make_decoder(model, k))
+        generate_all(model, phones, bert, prompt, params, early_stop_num=12, seed=1,
+                     decoder=make_decoder(model, Runtime(t2s_decode=k)))
         for k in ("compile", "mlx")
     ]
     assert runs[0].tokens.tolist() == runs[1].tokens.tolist()

@@ -1,5 +1,5 @@
 """A stream window's text encoder and flow (MLX, its matrix products on the BLAS) alone and beside a vocoder run in
-the engine's lane, with the BLAS kept to one thread while the lane works (the default, ``overlap.HOLD_BLAS``) and
+the engine's lane, with the BLAS kept to one thread while the lane works (the default, the runtime's ``hold_blas``) and
 without.
 
 ``python tests/tools/beside_lane.py --threads 2 [--runs 8] [--rounds 2] [--models $REF_BIG]``
@@ -13,6 +13,7 @@ settings. Prints the medians per setting and round, and the lane's vocoder secon
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -29,7 +30,7 @@ import numpy as np  # noqa: E402
 from ref_big import model_dir_with_big, models_dir  # noqa: E402
 
 from dora_primespeech_mlx import _blas  # noqa: E402
-from dora_primespeech_mlx.engine import GPTSoVITSEngine, overlap, streaming  # noqa: E402
+from dora_primespeech_mlx.engine import GPTSoVITSEngine, core, streaming  # noqa: E402
 from dora_primespeech_mlx.engine.stats import Timer  # noqa: E402
 
 md = model_dir_with_big(models_dir(A.models), "besidelane-")
@@ -59,7 +60,7 @@ z = np.concatenate([z, z], axis=2)
 print(f"BLAS {_blas.thread_settings()}; lane vocoder latent {z.shape[2]} frames")
 for rnd in range(A.rounds):
     for hold in (False, True):
-        overlap.HOLD_BLAS = hold
+        lane.on_busy = functools.partial(core._one_thread_beside_lane, hold)  # as the runtime's hold_blas does
         alone, beside, vocoder = [], [], []
         for _ in range(A.runs):
             alone.append(latent()[0])
@@ -70,4 +71,3 @@ for rnd in range(A.rounds):
         print(f"round {rnd + 1} BLAS {'held to one thread' if hold else 'keeps its threads':20s}: window latent alone "
               f"{statistics.median(alone) * 1e3:.0f} ms, beside the lane {statistics.median(beside) * 1e3:.0f} ms "
               f"(max {max(beside) * 1e3:.0f}); the lane's vocoder {statistics.median(vocoder):.2f} s")
-overlap.HOLD_BLAS = True

@@ -1,4 +1,4 @@
-"""Regenerate ``dora_primespeech_mlx.models.sv_audio.MKL_LN_ULP_OFFSETS``.
+"""Regenerate ``dora_primespeech_mlx.models.sv.fbank.MKL_LN_ULP_OFFSETS``.
 
 The original's Kaldi fbank (``eres2net/kaldi.py``, float32 tensors on CPU) computes the mel value of every
 FFT bin with torch's float32 ``log``, which on x86 CPUs is Intel MKL's ``vsLn`` in high-accuracy mode

@@ -34,6 +34,7 @@ as early as that sentence alone allows: PRIMESPEECH_STREAM_START; these five are
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -52,7 +53,7 @@ os.environ["PRIMESPEECH_THREADS"] = str(A.threads)
 
 from ref_big import model_dir_with_big, models_dir  # noqa: E402
 
-from dora_primespeech_mlx.engine import GPTSoVITSEngine, overlap, pacing  # noqa: E402
+from dora_primespeech_mlx.engine import GPTSoVITSEngine, core, pacing  # noqa: E402
 
 MODELS = models_dir(A.models)
 md = model_dir_with_big(MODELS, "keepsup-")
@@ -69,19 +70,18 @@ def parse_variant(spec: str):
 
 def apply_variant(opts: dict) -> dict:
     """Set the engine-level switches of a variant; returns its request settings."""
-    import dataclasses
-
-    from dora_primespeech_mlx.models.hifigan import Generator
+    from dora_primespeech_mlx.models.sovits.hifigan import Generator
 
     opts = dict(opts)
-    eng.settings = dataclasses.replace(eng.settings, overlap=opts.pop("overlap", base_overlap))
+    eng.runtime = eng.runtime.replace(overlap=opts.pop("overlap", base_overlap),
+                                      follow_busy_lane=opts.pop("follow", "1") != "0")
     parts = opts.pop("parts", None)
     if parts is not None:  # the ONNX Runtime vocoder whole (intra-op threads) or cut per thread
         backend = eng.store.models(eng.voice).sovits.vocoder_backend
         backend.generator, backend.split = vocoders[parts]
-    eng._lane.on_busy = base_busy if opts.pop("gpt_yield", "1") != "0" else None
-    overlap.HOLD_BLAS = opts.pop("blas_hold", "1") != "0"
-    overlap.FOLLOW_BUSY_LANE = opts.pop("follow", "1") != "0"
+    hold = opts.pop("blas_hold", "1") != "0"  # the runtime's hold_blas
+    yields = opts.pop("gpt_yield", "1") != "0"
+    eng._lane.on_busy = functools.partial(core._one_thread_beside_lane, hold) if yields else None
     rates = eng.rates  # the pacer's inputs: instance attributes shadow the methods for this variant only
     rates.__dict__.pop("expected_tokens", None)
     if opts.pop("length", "1") == "0":
@@ -121,20 +121,19 @@ def one_run(extra=None):
 
 
 if A.variant:
-    from dora_primespeech_mlx.models.hifigan import Generator
+    from dora_primespeech_mlx.models.sovits.hifigan import Generator
 
-    base_overlap, base_reach, base_busy = eng.settings.overlap, Generator.receptive_frames, eng._lane.on_busy
+    base_overlap, base_reach = eng.runtime.overlap, Generator.receptive_frames
     base_slowdown = type(eng.rates).slowdown
     variants = [parse_variant(v) for v in A.variant]
     vocoders = {}
     if any("parts" in opts for _, opts in variants):
-        from dora_primespeech_mlx.models import vocoder
+        from dora_primespeech_mlx.models.sovits import vocoder
 
         sovits = eng.store.models(eng.voice).sovits
         cache = sovits.vocoder_backend.generator.path.parent
-        for value in {opts["parts"] for _, opts in variants if "parts" in opts}:  # as the engine attaches them
-            backend = vocoder.attach(sovits, cache, mode="onnx", threads=A.threads, release_mlx=False,
-                                     parts=value).vocoder_backend
+        for value in {opts["parts"] for _, opts in variants if "parts" in opts}:  # as the engine builds them
+            backend = vocoder.build(sovits, cache, mode="onnx", threads=A.threads, release_mlx=False, parts=value)
             vocoders[value] = (backend.generator, backend.split)
     results = {name: [] for name, _ in variants}
     for _name, opts in variants:  # warm-up of each

@@ -38,7 +38,7 @@ from dora_primespeech_mlx.bench.measure import _preload_blas  # noqa: E402
 _preload_blas()
 from dora_primespeech_mlx.bench.weights import default_models_dir, ensure_models  # noqa: E402
 from dora_primespeech_mlx.convert import load  # noqa: E402
-from dora_primespeech_mlx.models import vocoder_onnx, vocoder_split  # noqa: E402
+from dora_primespeech_mlx.models.sovits import vocoder_onnx, vocoder_split  # noqa: E402
 
 root = ensure_models(default_models_dir())
 sovits = load.load_sovits(root / "sovits")

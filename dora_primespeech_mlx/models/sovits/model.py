@@ -21,7 +21,7 @@ windows of tokens onto one fixed output grid instead of each window's own speed 
     x, m_p, logs_p, y_mask = model.project(y, 1.0)
 
 v2Pro / v2ProPlus (one code path; only their configs differ) also condition on a speaker-verification
-embedding of each reference (``models/sv.py``, (1, D_sv)): ``ref_embedding(spec, sv_emb=e)`` gives
+embedding of each reference (``models/sv/model.py``, (1, D_sv)): ``ref_embedding(spec, sv_emb=e)`` gives
 ``ge = prelu(ref_enc(spec) + sv_emb_linear(e))`` (gin wide; several references are averaged after the
 PReLU), and the TextEncoder's MRTE gets ``ge_to512(ge)`` instead of ``ge``. That projection happens
 inside ``encode_features`` / ``decode``, so callers pass the same gin-wide ``ge`` to every stage, as for v2.
@@ -36,10 +36,10 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .common import fold_weight_norm, to_float32
-from .conv import Conv1d, conv1d
+from ..shared.common import fold_weight_norm, to_float32
+from .conv import Conv1d, conv1d, set_impl
 from .hifigan import Generator
-from .sovits_layers import MRTE, Encoder, MelStyleEncoder, ResidualCouplingBlock
+from .layers import MRTE, Encoder, MelStyleEncoder, ResidualCouplingBlock
 
 SSL_DIM = 768
 V2_REF_BINS = 704
@@ -267,7 +267,7 @@ class Quantizer(nn.Module):
 
 
 class SoVITSModel(nn.Module):
-    vocoder_backend = None  # set by models.vocoder.attach: runs the generator outside MLX (or None)
+    vocoder_backend = None  # runs the generator outside MLX (vocoder.build; given by use_vocoder), or None: MLX
 
     def __init__(self, args: SoVITSArgs):
         super().__init__()
@@ -339,8 +339,11 @@ class SoVITSModel(nn.Module):
             out[new] = np.ascontiguousarray(value)
         return out
 
-    def prepare(self) -> SoVITSModel:
-        """Build derived weights (the GEMM layout of the transposed convs) once, ahead of the first call."""
+    def prepare(self, conv_impl: str = "auto") -> SoVITSModel:
+        """Ready for inference (the loader calls this with the runtime's ``conv_impl``): every convolution takes
+        that form (``conv.set_impl``), and derived weights (the GEMM layout of the transposed convs) are built
+        once, ahead of the first call."""
+        self.conv_impl = set_impl(self, conv_impl)
         self.dec.prepare()
         return self
 
@@ -369,7 +372,7 @@ class SoVITSModel(nn.Module):
         """
         x = _bct(_as_mx(ssl, mx.float32))
         stride = self.ssl_proj.stride
-        proj = conv1d(x, self.ssl_proj.weight, self.ssl_proj.bias, stride=stride)
+        proj = conv1d(x, self.ssl_proj.weight, self.ssl_proj.bias, stride=stride, impl=self.ssl_proj.impl)
         codes = self.quantizer.encode(proj)
         codes_b1t = codes[:, None, :]
         if not return_intermediates:
@@ -384,7 +387,7 @@ class SoVITSModel(nn.Module):
         the mean of their embeddings.
 
         v2Pro / v2ProPlus need ``sv_emb``: the reference's speaker-verification embedding (B, D_sv)
-        (``models.sv.speaker_embedding``), or a list of them, one per spectrogram; then
+        (``models.sv.model.speaker_embedding``), or a list of them, one per spectrogram; then
         ``ge = prelu(style + sv_emb_linear(sv_emb))``, averaged over references after the PReLU."""
         if self.needs_sv and sv_emb is None:
             raise ValueError(
@@ -500,12 +503,17 @@ class SoVITSModel(nn.Module):
         z = self.flow(_bct(_as_mx(z_p, mx.float32)), _bct(_as_mx(ge, mx.float32)), reverse=True)
         return _bct(z) * _as_mx(y_mask, mx.float32) if y_mask is not None else _bct(z)
 
+    def use_vocoder(self, backend) -> SoVITSModel:
+        """Run the generator on ``backend`` from now on (a ``vocoder.VocoderBackend``; None: MLX). Returns self."""
+        self.vocoder_backend = backend
+        return self
+
     def vocode(self, z, ge, y_mask=None) -> mx.array:
         """Generator: z (B, inter, T) -> audio (B, 1, T * samples_per_frame) in [-1, 1]."""
         z = _as_mx(z, mx.float32)
         if y_mask is not None:
             z = z * _as_mx(y_mask, mx.float32)
-        backend = self.vocoder_backend  # ONNX Runtime on CPU-only machines (vocoder.attach), else None
+        backend = self.vocoder_backend  # ONNX Runtime on CPU-only machines (vocoder.build), else None
         if backend is not None:
             audio = backend.run(z, _as_mx(ge, mx.float32))
             if audio is not None:

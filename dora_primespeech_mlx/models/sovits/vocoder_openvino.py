@@ -4,7 +4,7 @@ The graph is the one :mod:`.vocoder_onnx` builds and caches (the 2-D layout, Ope
 on the 2-core AVX-512 Xeon VM of docs/performance.md); OpenVINO compiles it with float32 inference precision. Its
 default precision on CPUs with AMX or AVX-512 BF16 is bfloat16, which would change the audio, so the hint is always
 set. ``openvino`` is an optional extra (``pip install "dora-primespeech-mlx[openvino]"``, ~180 MB installed);
-without it, or on any failure, :func:`.vocoder.attach` falls back to ONNX Runtime."""
+without it, or on any failure, :func:`.vocoder.build` falls back to ONNX Runtime."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ The functions here express those convolutions as one GEMM each:
 
 Which path runs is decided in one place, :func:`use_gemm`: ``"auto"`` (the default) takes the GEMM path
 when the default device is the CPU and the native MLX ops elsewhere (Metal/CUDA, where they are fast).
-The application chooses once with :func:`set_conv_impl` (``auto`` | ``gemm`` | ``native``).
+Each convolution module carries its form (``impl``: ``auto`` | ``gemm`` | ``native``); :func:`set_impl` gives
+every convolution of a model one form (the loader passes the runtime's ``conv_impl``).
 
 Layout: activations are (B, L, C) and weights are MLX's (C_out, K, C_in), for both directions.
 """
@@ -20,25 +21,31 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-_IMPLS = ("auto", "gemm", "native")
-_impl = "auto"
+IMPLS = ("auto", "gemm", "native")
 
 
-def set_conv_impl(name: str) -> str:
-    """Select the convolution implementation (``auto``, ``gemm`` or ``native``); returns the old one."""
-    global _impl
-    name = name.strip().lower()
-    if name not in _IMPLS:
-        raise ValueError(f"unknown conv implementation {name!r}: expected one of {', '.join(_IMPLS)}")
-    old, _impl = _impl, name
-    return old
+def check_impl(name: str) -> str:
+    """``name`` (``auto``, ``gemm`` or ``native``) normalised; ValueError otherwise."""
+    impl = name.strip().lower()
+    if impl not in IMPLS:
+        raise ValueError(f"unknown conv implementation {name!r}: expected one of {', '.join(IMPLS)}")
+    return impl
 
 
-def use_gemm() -> bool:
+def set_impl(model: nn.Module, name: str) -> str:
+    """Give every convolution of ``model`` the form ``name`` (``auto``, ``gemm`` or ``native``); returns it."""
+    impl = check_impl(name)
+    for _, module in model.named_modules():
+        if isinstance(module, (Conv1d, ConvTranspose1d)):
+            module.impl = impl
+    return impl
+
+
+def use_gemm(impl: str = "auto") -> bool:
     """True when the GEMM formulations should be used (always for ``gemm``, on the CPU for ``auto``)."""
-    if _impl == "auto":
+    if impl == "auto":
         return mx.default_device().type == mx.cpu
-    return _impl == "gemm"
+    return impl == "gemm"
 
 
 def _pads(padding: int | tuple[int, int]) -> tuple[int, int]:
@@ -112,12 +119,13 @@ def conv1d(
     stride: int = 1,
     padding: int | tuple[int, int] = 0,
     dilation: int = 1,
+    impl: str = "auto",
 ) -> mx.array:
     """Dispatch: a plain matmul for 1x1 kernels, GEMM or native MLX otherwise (see :func:`use_gemm`)."""
     if weight.shape[1] == 1 and stride == 1 and _pads(padding) == (0, 0):
         y = x @ weight.reshape(weight.shape[0], -1).T
         return y + bias if bias is not None else y
-    fn = conv1d_gemm if use_gemm() else conv1d_native
+    fn = conv1d_gemm if use_gemm(impl) else conv1d_native
     return fn(x, weight, bias, stride=stride, padding=padding, dilation=dilation)
 
 
@@ -203,13 +211,14 @@ class Conv1d(nn.Module):
         self.stride = stride
         self.padding = _pads(padding)
         self.dilation = dilation
+        self.impl = "auto"  # auto | gemm | native (set_impl)
         self.weight = mx.zeros((out_channels, kernel_size, in_channels))
         if bias:
             self.bias = mx.zeros((out_channels,))
 
     def __call__(self, x: mx.array) -> mx.array:
         bias = self.bias if "bias" in self else None
-        return conv1d(x, self.weight, bias, self.stride, self.padding, self.dilation)
+        return conv1d(x, self.weight, bias, self.stride, self.padding, self.dilation, self.impl)
 
 
 class ConvTranspose1d(nn.Module):
@@ -225,6 +234,7 @@ class ConvTranspose1d(nn.Module):
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding
+        self.impl = "auto"  # auto | gemm | native (set_impl)
         self.weight = mx.zeros((out_channels, kernel_size, in_channels))
         self.bias = mx.zeros((out_channels,))
         self._cache = _WeightCache()
@@ -238,10 +248,10 @@ class ConvTranspose1d(nn.Module):
         return cache.value
 
     def prepare(self) -> None:
-        if use_gemm():
+        if use_gemm(self.impl):
             self.gemm_weight()
 
     def __call__(self, x: mx.array) -> mx.array:
-        if use_gemm():
+        if use_gemm(self.impl):
             return conv_transpose1d_gemm(x, self.gemm_weight(), self.bias, self.kernel_size, self.stride, self.padding)
         return conv_transpose1d_native(x, self.weight, self.bias, self.stride, self.padding)

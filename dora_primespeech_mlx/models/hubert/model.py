@@ -49,8 +49,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .activations import gelu
-from .common import fold_weight_norm, to_float32
+from ..shared.activations import gelu
+from ..shared.common import fold_weight_norm, to_float32
 
 # GPT-SoVITS appends int(32000 * 0.3) zeros to the 16 kHz reference (0.6 s, gpt-sovits-v2.md 4.1).
 PROMPT_TAIL_SAMPLES = 9600
@@ -292,10 +292,10 @@ class HubertModel(nn.Module):
 
     def prepare(self, half: bool = True) -> HubertModel:
         """Ready for inference (the loader calls this): with ``half`` the Linear weights are kept in
-        float16 storage, float32 compute (``models/storage.py``). CNHubert runs once per voice, so the
+        float16 storage, float32 compute (``models/shared/storage.py``). CNHubert runs once per voice, so the
         per-call upcast does not matter and 180 MB are saved."""
         if half:
-            from .storage import half_storage
+            from ..shared.storage import half_storage
 
             half_storage(self)
         return self

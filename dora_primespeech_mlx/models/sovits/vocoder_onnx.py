@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 
 BUILDER_VERSION = 2  # bump when the graph changes: the cache name changes with it
 OPSET = 17
-ARENA = False  # ONNX Runtime's CPU memory arena (OnnxGenerator's default; the bench flips it to measure it)
-SPIN = False  # intra-op threads spin between convolutions (OnnxGenerator's default; the sweep tool flips it)
 LRELU_SLOPE = 0.1
 POST_SLOPE = 0.01
 
@@ -223,7 +221,7 @@ def resolve_threads(threads: int | None = None) -> int:
     (``PRIMESPEECH_THREADS``, default 1 on machines with <= 2 CPUs), else 0 (ONNX Runtime's default)."""
     if threads is not None:
         return max(1, int(threads))
-    from .. import _blas
+    from ... import _blas
 
     n = _blas.thread_settings().get("blas_threads")
     return n if isinstance(n, int) and n > 0 else 0
@@ -252,7 +250,7 @@ def generator_inputs(z, ge) -> dict[str, np.ndarray]:
 class OnnxGenerator:
     """The generator as an ONNX Runtime session. ``__call__(z, ge)`` with numpy float32 arrays."""
 
-    def __init__(self, model: str | os.PathLike | bytes, threads: int | None = None, arena: bool | None = None,
+    def __init__(self, model: str | os.PathLike | bytes, threads: int | None = None, arena: bool = False,
                  spin: bool | None = None):
         import onnxruntime as ort
 
@@ -265,12 +263,12 @@ class OnnxGenerator:
         opts.log_severity_level = 3
         # Spinning worker threads collapse when a neighbour process takes a core (measured, 2 threads at
         # loadavg 4.6: 2.63 s min spinning vs 1.94 s not, per 4 s of audio); they only wait when idle.
-        self.spin = SPIN if spin is None else bool(spin)
+        self.spin = bool(spin)  # None: off
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spin else "0")
         # No CPU memory arena: the arena keeps every activation buffer of the largest decode so far (RSS +~100 MB
         # with the v2 generator after 4 s of audio); plain allocations go back to the heap/OS. Measured in one
         # run, alternating: 0-1.4 % slower per decode (README, "Memory").
-        self.arena = ARENA if arena is None else bool(arena)
+        self.arena = bool(arena)
         opts.enable_cpu_mem_arena = self.arena
         source = model if isinstance(model, bytes) else str(model)
         self.session = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
@@ -295,18 +293,18 @@ def cache_file(cache_dir: Path, digest: str) -> Path:
 
 def load_or_build(
     dec, cache_dir: str | os.PathLike | None, threads: int | None = None, layout: str | None = None,
-    spin: bool | None = None, factory=None,
+    spin: bool | None = None, factory=None, arena: bool = False,
 ):
     """The generator ``dec`` on ONNX Runtime (an :class:`OnnxGenerator`): from ``cache_dir`` when its graph is
     already there, else built, written there atomically and loaded. With ``cache_dir`` None (or not writable) the
-    graph is built in memory. ``layout`` None: the one for the thread count (:func:`layout_for`). ``spin``: see
-    :class:`OnnxGenerator`. ``factory(model)``: another runtime's generator from the graph (a path or
+    graph is built in memory. ``layout`` None: the one for the thread count (:func:`layout_for`). ``spin``,
+    ``arena``: see :class:`OnnxGenerator`. ``factory(model)``: another runtime's generator from the graph (a path or
     bytes) instead (:func:`.vocoder_openvino.load_or_build`)."""
     if layout is None:
         layout = layout_for(resolve_threads(threads))
     if factory is None:
         def factory(model):
-            return OnnxGenerator(model, threads, spin=spin)
+            return OnnxGenerator(model, threads, arena=arena, spin=spin)
     weights = generator_weights(dec)
     digest = weights_digest(weights, layout)
     gen = _load_or_build(dec, weights, digest, cache_dir, layout, factory)

@@ -9,8 +9,9 @@
   not installed or fails to load, ONNX Runtime;
 - ``mlx``: always MLX.
 
-:func:`attach` gives a loaded :class:`~.sovits.SoVITSModel` its backend; ``SoVITSModel.vocode`` (hence
-``decode`` and everything the engine calls) then runs the generator there. Any failure — ``onnxruntime``
+:func:`build` makes the backend for a loaded :class:`~.model.SoVITSModel`, which its owner hands to the model
+(``SoVITSModel.use_vocoder``); ``SoVITSModel.vocode`` (hence ``decode`` and everything the engine calls) then runs
+the generator there. Any failure — ``onnxruntime``
 or ``onnx`` missing, a graph that does not build or load, an error while running — logs **one** warning
 and falls back to MLX for good; :func:`status` (the engine's ``stats()["backends"]["sovits"]``) says
 which backend runs and why.
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 
 ENV = "PRIMESPEECH_VOCODER"
 MODES = ("auto", "onnx", "openvino", "mlx")
-RELEASE_MLX = True  # attach's default: drop the MLX generator weights while ONNX Runtime serves (the bench flips it)
 
 
 def _on_cpu() -> bool:
@@ -45,7 +45,7 @@ def _on_cpu() -> bool:
 
 
 class VocoderBackend:
-    """The generator backend attached to one SoVITS model (see the module docstring)."""
+    """The generator backend of one SoVITS model (see the module docstring)."""
 
     def __init__(self, mode: str, generator=None, reason: str = "", error: str | None = None, split=None):
         self.mode = mode
@@ -188,20 +188,22 @@ class MLXWeights:
                 "file": str(self.weights_file)}
 
 
-def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None,
-           release_mlx: bool | None = None, parts: str | int = "1", spin: bool | None = None):
-    """Give ``sovits`` its generator backend (see the module docstring); returns ``sovits``.
+def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None,
+          release_mlx: bool = True, parts: str | int = "1", spin: bool | None = None,
+          arena: bool = False) -> VocoderBackend:
+    """The generator backend for ``sovits`` (see the module docstring), for ``sovits.use_vocoder``.
     ``cache_dir``: where the ONNX graph is cached (None: built in memory). ``release_mlx``: drop the MLX
-    generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``);
-    None: ``RELEASE_MLX``. ``parts``: ONNX Runtime runs the generator over this many time stretches at once, one
+    generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``).
+    ``parts``: ONNX Runtime runs the generator over this many time stretches at once, one
     single-threaded run per core (``models/vocoder_split``; latents too short for that run whole with ``threads``
     intra-op threads; ``auto``: :func:`auto_parts`; ``1``: always whole). ``spin``: the intra-op threads spin
-    between convolutions (None: ``vocoder_onnx.SPIN``)."""
+    between convolutions (None: off); ``arena``: ONNX Runtime's CPU memory arena (off: buffers go back to the heap).
+    :func:`from_runtime` passes an engine runtime's choices."""
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
     previous = getattr(sovits, "vocoder_backend", None)
     if previous is not None and previous.mlx_weights is not None and previous.mlx_weights.dropped:
-        previous.mlx_weights.restore()  # attached again: the graph is built from the MLX weights
+        previous.mlx_weights.restore()  # built again: the graph is built from the MLX weights
     if mode == "mlx":
         backend = VocoderBackend(mode, reason=f"{ENV}=mlx")
     elif mode == "auto" and not _on_cpu():
@@ -213,22 +215,29 @@ def attach(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto
             from . import vocoder_onnx
 
             n = auto_parts(vocoder_onnx.resolve_threads(threads)) if str(parts) == "auto" else int(parts)
-            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads, spin=spin)
+            generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads, spin=spin, arena=arena)
             reason = {"auto": "CPU", "onnx": f"{ENV}=onnx"}.get(mode, "OpenVINO unavailable: ONNX Runtime instead")
             backend = VocoderBackend(mode, generator, reason=reason)
             if n > 1:  # the parts on the one-thread graph (2-D: NCHWc kernels), short latents whole on `generator`
                 from .vocoder_split import SplitRunner
 
-                single = generator if generator.threads == 1 else vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1)
+                single = generator if generator.threads == 1 else vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1,
+                                                                                            arena=arena)
                 backend.split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame,
                                             whole=generator)
         except Exception as exc:  # ImportError, a build or load error: MLX it is
             backend = VocoderBackend(mode, reason="fallback")
             backend.fail(f"ONNX Runtime backend unavailable: {type(exc).__name__}: {exc}")
-    if backend.generator is not None and (RELEASE_MLX if release_mlx is None else release_mlx):
+    if backend.generator is not None and release_mlx:
         _release_mlx(sovits, backend)
-    sovits.vocoder_backend = backend
-    return sovits
+    return backend
+
+
+def from_runtime(sovits, runtime, cache_dir: str | os.PathLike | None = None) -> VocoderBackend:
+    """:func:`build` with a :class:`~dora_primespeech_mlx.runtime.Runtime`'s vocoder choices (``vocoder``,
+    ``vocoder_parts``, ``vocoder_spin``, ``vocoder_arena``, ``release_mlx``)."""
+    return build(sovits, cache_dir, mode=runtime.vocoder, parts=runtime.vocoder_parts, spin=runtime.vocoder_spin,
+                 arena=runtime.vocoder_arena, release_mlx=runtime.release_mlx)
 
 
 def _openvino(sovits, cache_dir, threads: int | None) -> VocoderBackend | None:
@@ -258,7 +267,7 @@ def _release_mlx(sovits, backend: VocoderBackend) -> None:
     weights_file = getattr(sovits, "weights_file", None)
     if weights_file is None or not Path(weights_file).is_file() or not backend.wants_onnx():
         return
-    from .storage import trim_heap
+    from ..shared.storage import trim_heap
 
     gen = backend.generator
     backend.mlx_weights = MLXWeights(sovits, weights_file, gen.digest, gen.layout)
@@ -267,6 +276,6 @@ def _release_mlx(sovits, backend: VocoderBackend) -> None:
 
 
 def status(sovits) -> dict[str, Any]:
-    """What runs the generator of ``sovits`` (``{"backend": "mlx"}`` when none was attached)."""
+    """What runs the generator of ``sovits`` (``{"backend": "mlx"}`` when it was given none)."""
     backend = getattr(sovits, "vocoder_backend", None)
-    return backend.status() if backend is not None else {"backend": "mlx", "mode": "not attached"}
+    return backend.status() if backend is not None else {"backend": "mlx", "mode": "none given"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
-from .t2s_generate import Generation, step_together
+from .generate import Generation, step_together
 
 
 class Row:

@@ -32,8 +32,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .common import strip_prefix, to_float32
-from .t2s_cache import CACHE_STEP, KVCache
+from ..shared.common import strip_prefix, to_float32
+from .kv_cache import CACHE_STEP, KVCache
 
 BERT_DIM = 1024  # bert_proj is Linear(1024, D) in the original, whatever BERT the config names
 DecodeFn = Callable[..., tuple[mx.array, list[mx.array], list[mx.array]]]  # T2SModel.decode's form

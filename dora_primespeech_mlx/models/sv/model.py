@@ -19,7 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .sv_audio import SV_SAMPLE_RATE, kaldi_fbank, resample_sinc
+from .fbank import SV_SAMPLE_RATE, kaldi_fbank, resample_sinc
 
 BN_EPS = 1e-5
 HARDTANH_MAX = 20.0  # the blocks' "ReLU" is Hardtanh(0, 20)

@@ -5,7 +5,7 @@ place that picks among them (:func:`make_decoder`, called once when the model is
 - ``"compile"``: the same, with the step under ``mx.compile`` (one trace per KV bucket; the weights
   are passed as state, so new weights need no re-trace). For GPUs, where launching the ~300 small
   kernels of an eager step costs more than the math;
-- ``"numpy"``: :class:`.t2s_numpy.NumpyDecoder`, gemv instead of MLX's M=1 sgemm: about twice as fast
+- ``"numpy"``: :class:`.numpy_decoder.NumpyDecoder`, gemv instead of MLX's M=1 sgemm: about twice as fast
   on the CPU (performance-notes.md section 8).
 
 ``"auto"`` is numpy when MLX computes on the CPU, compiled MLX otherwise (Metal/CUDA).
@@ -16,9 +16,10 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from .t2s import DecodeFn, Decoder, T2SModel
-from .t2s_cache import CACHE_STEP, KVCache
-from .t2s_numpy import NumpyDecoder
+from ...runtime import DEFAULT, Runtime
+from .kv_cache import CACHE_STEP, KVCache
+from .model import DecodeFn, Decoder, T2SModel
+from .numpy_decoder import NumpyDecoder
 
 DECODERS = ("auto", "mlx", "compile", "numpy")
 
@@ -38,14 +39,13 @@ def decoder_kind(decode: str = "auto", compile_step: bool | None = None) -> str:
     return choice
 
 
-def make_decoder(
-    model: T2SModel, decode: str = "auto", compile_step: bool | None = None, cache_step: int = CACHE_STEP
-) -> Decoder:
-    """The decoder of ``model`` (see :func:`decoder_kind`); MLX decoders grow their KV cache
-    ``cache_step`` rows at a time."""
-    kind = decoder_kind(decode, compile_step)
+def make_decoder(model: T2SModel, runtime: Runtime = DEFAULT, cache_step: int = CACHE_STEP) -> Decoder:
+    """The decoder of ``model`` for the runtime's ``t2s_decode`` / ``t2s_compile`` (see :func:`decoder_kind`; the
+    numpy one with the runtime's kernel choices); MLX decoders grow their KV cache ``cache_step`` rows at a
+    time."""
+    kind = decoder_kind(runtime.t2s_decode, runtime.t2s_compile)
     if kind == "numpy":
-        return NumpyDecoder(model)
+        return NumpyDecoder(model, runtime=runtime)
     if kind == "compile":
         return CompiledDecoder(model, cache_step)
     return MLXDecoder(model, cache_step)

@@ -18,8 +18,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from .cpu_paths import path as stage_path
-from .half_matrix import HalfMatrix
+from ..kernels.half_matrix import HalfMatrix
 
 
 def _np(a: mx.array) -> np.ndarray:
@@ -56,9 +55,11 @@ class _Layer:
 
 class NumpyBert:
     """``BertModel.__call__`` in numpy with the float16-weight kernels ``fn`` (``half_gemv.library()``); every
-    Linear weight of the model must be float16 (``storage.half_storage(model, min_elements=0)``)."""
+    Linear weight of the model must be float16 (``storage.half_storage(model, min_elements=0)``). ``gemm``: the
+    products' path (``float16`` kernel GEMM or ``float32`` BLAS on the upcast weight; ``cpu_paths.path``)."""
 
-    def __init__(self, model, fn):
+    def __init__(self, model, fn, gemm: str = "float16"):
+        self.gemm = gemm
         args = model.args
         self.eps = float(args.layer_norm_eps)
         self.heads = int(args.num_attention_heads)
@@ -84,7 +85,7 @@ class NumpyBert:
         keep = None if attention_mask is None else (np.asarray(attention_mask) != 0)[:, None, None, :]
         scale = np.float32(hd**-0.5)
         hidden = [x.reshape(B, L, D)]
-        p = stage_path("bert")[0]  # float16 GEMM or BLAS on the upcast weight, per CPU (models/cpu_paths.py)
+        p = self.gemm  # float16 GEMM or BLAS on the upcast weight, per CPU (models/kernels/cpu_paths.py)
         for layer in self.layers:
             q = layer.q.matmul_t(x, layer.qb, path=p).reshape(B, L, H, hd).transpose(0, 2, 1, 3)
             k = layer.k.matmul_t(x, layer.kb, path=p).reshape(B, L, H, hd).transpose(0, 2, 3, 1)

@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .t2s import BERT_DIM, Decoder, T2SModel
+from .model import BERT_DIM, Decoder, T2SModel
 
 NoiseSource = Callable[[int, int], np.ndarray]
 
@@ -256,7 +256,7 @@ class Generation:
 def step_together(gens: list[Generation]) -> None:
     """Advance every generation by one step; numpy sessions of one model share one batched step
     (:func:`~.t2s_numpy.step_batch`: each weight read once for all rows, every row's logits as alone)."""
-    from .t2s_numpy import NumpyDecodeState, step_batch
+    from .numpy_decoder import NumpyDecodeState, step_batch
 
     if len(gens) > 1 and all(isinstance(g.session, NumpyDecodeState) for g in gens):
         inputs = [g.step_input() for g in gens]

@@ -12,14 +12,21 @@ of a build disagree, the table takes the path that loses least on the other (the
 the float16 GEMM 12-15 % faster on the 2-core Xeon VM; on a 16-vCPU Xeon BLAS was 25 % faster than the GEMM's
 dot tiles, which its broadcast tiles take 0.72 of the time of, there not measured);
 a fixed table, not a calibration at load, because a timing taken at load on a busy machine picks at random.
-``PRIMESPEECH_GPT_PREFILL`` / ``PRIMESPEECH_BERT_GEMM`` (or :func:`configure`) force a path.
-:func:`chosen` reports every stage's path and reason (``primespeech-mlx bench`` prints it).
+The runtime's ``gpt_prefill`` / ``bert_gemm`` (``PRIMESPEECH_GPT_PREFILL`` / ``PRIMESPEECH_BERT_GEMM``) force a
+path; :func:`path` takes the runtime. :func:`chosen` reports every stage's path and reason (``primespeech-mlx
+bench`` prints it).
 """
 
 from __future__ import annotations
 
-from .. import _blas, native
+from typing import TYPE_CHECKING
+
+from ... import _blas
+from ...runtime import DEFAULT
 from . import half_gemv
+
+if TYPE_CHECKING:
+    from ...runtime import Runtime
 
 STAGES = ("gpt_prefill", "bert")
 SETTINGS = {"gpt_prefill": "PRIMESPEECH_GPT_PREFILL", "bert": "PRIMESPEECH_BERT_GEMM"}
@@ -49,29 +56,18 @@ DEFAULTS: dict[tuple[str, str, bool], tuple[str, str]] = {
     ("generic", "bert", True): ("float32", "generic: the portable GEMM is untuned; BLAS on upcast weights"),
 }
 
-_FORCED: dict[str, str] = {}
+FIELDS = {"gpt_prefill": "gpt_prefill", "bert": "bert_gemm"}  # stage -> the runtime's field forcing its path
 
 
-def configure(stage: str, path: str | None) -> None:
-    """Force ``stage``'s path (``float16``, ``float32``; ``auto`` or None: the default for the build)."""
+def path(stage: str, runtime: Runtime = DEFAULT) -> tuple[str, str]:
+    """(path, why) of a stage whose weights are float16 and run through the kernels: ``float16`` or ``float32``
+    (forced by the runtime's ``gpt_prefill`` / ``bert_gemm``, else the default for its kernel build)."""
     if stage not in STAGES:
         raise ValueError(f"stage {stage!r}: expected one of {', '.join(STAGES)}")
-    if path in (None, "auto"):
-        _FORCED.pop(stage, None)
-    elif path in PATHS:
-        _FORCED[stage] = path
-    else:
-        raise ValueError(f"{stage} path {path!r}: expected auto, float16 or float32")
-
-
-def path(stage: str) -> tuple[str, str]:
-    """(path, why) of a stage whose weights are float16 and run through the kernels: ``float16`` or ``float32``."""
-    if stage in _FORCED:
-        return _FORCED[stage], f"{SETTINGS[stage]}={_FORCED[stage]}"
-    asked = native.requested_path(stage)
+    asked = getattr(runtime, FIELDS[stage])
     if asked != "auto":
         return asked, f"{SETTINGS[stage]}={asked}"
-    isa = half_gemv.isa()
+    isa = half_gemv.isa(runtime.isa)
     return DEFAULTS.get((isa, stage, several_blas_threads()), ("float32", f"{isa}: no float16 kernels"))
 
 
@@ -82,29 +78,30 @@ def several_blas_threads() -> bool:
     return not (isinstance(n, int) and n <= 1)
 
 
-def chosen(gpt_half: bool | None = None, bert_half: bool | None = None) -> dict[str, tuple[str, str]]:
-    """Every CPU stage's path and why: ``gpt_decode``, ``gpt_prefill``, ``bert`` -> (path, reason). ``gpt_half`` /
-    ``bert_half``: whether the loaded models hold float16 weights (None: as far as the kernels and settings
-    allow). On a GPU every stage is MLX's (float32 compute) and the kernels are not used."""
+def chosen(runtime: Runtime = DEFAULT, gpt_half: bool | None = None,
+           bert_half: bool | None = None) -> dict[str, tuple[str, str]]:
+    """Every CPU stage's path and why under ``runtime``: ``gpt_decode``, ``gpt_prefill``, ``bert`` -> (path,
+    reason). ``gpt_half`` / ``bert_half``: whether the loaded models hold float16 weights (None: as far as the
+    kernels and the runtime allow). On a GPU every stage is MLX's (float32 compute) and the kernels are not used."""
     import mlx.core as mx
 
     if mx.default_device().type != mx.cpu:
         why = f"MLX on {mx.default_device()}: the CPU kernels are not used"
         return {stage: ("mlx", why) for stage in ("gpt_decode", "gpt_prefill", "bert")}
-    status = half_gemv.library_status()
+    status = half_gemv.library_status(runtime.isa)
     build = f"{status['isa']} build ({status['isa_reason']})"
     out: dict[str, tuple[str, str]] = {}
-    kernel = half_gemv.kernel()
+    kernel = half_gemv.kernel(runtime.isa, runtime.gpt_half)
     if kernel is None or gpt_half is False:
-        why = half_gemv.status()["why_not"] or "the GPT's weights are not float16 values"
+        why = half_gemv.status(runtime.isa, runtime.gpt_half)["why_not"] or "the GPT's weights are not float16 values"
         out["gpt_decode"] = ("float32", why)
         out["gpt_prefill"] = ("float32", why)
     else:
         out["gpt_decode"] = ("float16", f"{build}: one-row products are memory-bound, float16 halves the bytes "
                                          "(AVX2 EPYC: 14.0 vs 23.8 ms/step)")
-        out["gpt_prefill"] = path("gpt_prefill")
+        out["gpt_prefill"] = path("gpt_prefill", runtime)
     if status["kernel"] and bert_half is not False:
-        p, why = path("bert")
+        p, why = path("bert", runtime)
         out["bert"] = (f"{p} (float16 weights, numpy)", why)
     else:
         out["bert"] = ("float32 (MLX)", status["why_not"] or "PRIMESPEECH_BERT_HALF=0 or weights not float16 values")

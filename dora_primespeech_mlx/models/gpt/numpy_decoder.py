@@ -13,13 +13,15 @@ the 24-layer prefix of the benchmark sentence takes about 0.45 s instead of 0.73
 
 The math is :meth:`T2SModel.decode` (float32): embedding + alpha * pe, post-norm blocks with packed
 qkv, attention over the cache rows 0..slot, ReLU FFN, bias-free head. It is one of the :class:`~.t2s.Decoder`
-implementations ``t2s_decode.make_decoder`` chooses from when the model is loaded.
+implementations ``decode.make_decoder`` chooses from when the model is loaded.
 
-float16 weights (:func:`half_weights`, ``PRIMESPEECH_GPT_HALF``): where the ``half_gemv`` kernel builds and
+float16 weights (:func:`half_weights`, the runtime's ``gpt_half`` and ``isa``): where the ``half_gemv`` kernel builds
+and
 the GPT's Linear weights are float16 values (as in the released checkpoints), they are stored as float16
 and the step reads them through that kernel (float32 accumulation): the same weights, half the bytes per
 token, ~2x faster steps and ~140 MB less memory for v2. Then the step runs every block in one kernel call
-(``decode_layers``, :data:`FUSED_STEP`) on the kernels' threads (``half_gemv.threads``); the prefill's products
+(``decode_layers``; the runtime's ``fused_step``) on the kernels' threads (``half_gemv.threads``); the prefill's
+products
 take the path ``cpu_paths`` chooses for this CPU (the kernel's float16 GEMM, or BLAS on each weight upcast into
 a scratch buffer, the float32 model's products).
 """
@@ -29,7 +31,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from .t2s import T2SModel
+from ...runtime import DEFAULT, Runtime
+from .model import T2SModel
 
 
 def _view(a: mx.array) -> np.ndarray:
@@ -60,7 +63,7 @@ def _add_norm(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray, fn, ep
     when ``fn`` is there (rows on its threads), else :func:`_layer_norm_rows` in numpy."""
     if fn is None:
         return _layer_norm_rows(x + y, w, b, eps)
-    from .half_gemv import threads
+    from ..kernels.half_gemv import threads
 
     x = np.ascontiguousarray(x, dtype=np.float32)
     y = np.ascontiguousarray(y, dtype=np.float32)
@@ -73,28 +76,28 @@ def _matrix(a: mx.array, fn):
     """A weight matrix for the step: a float16 one as a :class:`~.half_gemv.HalfMatrix` (zero-copy view,
     float16 reads with float32 accumulation) when the kernel ``fn`` is there, else a float32 view."""
     if fn is not None and a.dtype == mx.float16:
-        from .half_matrix import HalfMatrix
+        from ..kernels.half_matrix import HalfMatrix
 
         mx.eval(a)
         return HalfMatrix(np.array(a, copy=False), fn)
     return _view(a)
 
 
-def half_weights(model: T2SModel) -> bool:
+def half_weights(model: T2SModel, runtime: Runtime = DEFAULT) -> bool:
     """Keep the GPT's Linear weights (blocks and head) in float16 for the numpy decode step
-    (``models/half_gemv.py``): done in place when the kernel is available and every such weight is exactly
-    a float16 value (the released checkpoints are float16, so nothing changes), or always with
-    ``PRIMESPEECH_GPT_HALF=1``. Returns whether the model's weights are float16 now."""
-    from . import half_gemv
-    from .storage import half_storage
+    (``models/kernels/half_gemv.py``): done in place when the kernel is available and every such weight is exactly
+    a float16 value (the released checkpoints are float16, so nothing changes), or always with the runtime's
+    ``gpt_half`` ``1``. Returns whether the model's weights are float16 now."""
+    from ..kernels import half_gemv
+    from ..shared.storage import half_storage
 
-    if half_gemv.kernel() is None:
+    if half_gemv.kernel(runtime.isa, runtime.gpt_half) is None:
         return False
     linears = [b.attn.qkv for b in model.layers] + [b.attn.out for b in model.layers]
     linears += [b.mlp.fc1 for b in model.layers] + [b.mlp.fc2 for b in model.layers] + [model.predict]
     if all(m.weight.dtype == mx.float16 for m in linears):
         return True
-    if half_gemv.mode() == "auto":
+    if half_gemv.mode(runtime.gpt_half) == "auto":
         for m in linears:
             w = m.weight
             if w.dtype == mx.float32 and not mx.array_equal(w.astype(mx.float16).astype(mx.float32), w).item():
@@ -124,16 +127,19 @@ class _Weights:
     """Zero-copy numpy views of one model's decode weights (float16 ones through ``half_gemv``).
 
     ``half``: None lets :func:`half_weights` decide; False keeps float32 (copies of float16 weights, e.g.
-    to compare)."""
+    to compare). ``runtime``: the kernels' build, the GPT's float16 mode, the prefill's path, the fused step."""
 
-    def __init__(self, model: T2SModel, half: bool | None = None):
-        from . import half_gemv
+    def __init__(self, model: T2SModel, half: bool | None = None, runtime: Runtime = DEFAULT):
+        from ..kernels import half_gemv
+        from ..kernels.cpu_paths import path as stage_path
 
         a = model.args
         self.num_heads, self.head_dim, self.dim = a.num_heads, a.head_dim, a.hidden_dim
         self.scale = np.float32(1.0 / np.sqrt(a.head_dim))
-        self.half = half_weights(model) if half is None or half else False
-        fn = half_gemv.kernel() if self.half else None
+        self.half = half_weights(model, runtime) if half is None or half else False
+        fn = half_gemv.kernel(runtime.isa, runtime.gpt_half) if self.half else None
+        self.fused = runtime.fused_step  # float16 weights: blocks / prefill attention in one kernel call each
+        self.prefill_gemm = stage_path("gpt_prefill", runtime)[0] if self.half else "float16"
         self.layers = [_Layer(b, fn) for b in model.layers]
         self.embedding = _view(model.audio_embedding.weight)
         self.alpha = np.float32(_view(model.audio_position.alpha)[0])
@@ -145,7 +151,7 @@ def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False, path: str = "fl
     """``x @ w.T + b`` (then ReLU) for the prefill's rows: a float16 weight on ``path`` (``float16``: the kernel's
     small-M GEMM, no float32 copy of the weight; ``float32``: upcast into a scratch buffer, BLAS; see
     ``cpu_paths``), a float32 one through BLAS."""
-    from .half_matrix import HalfMatrix
+    from ..kernels.half_matrix import HalfMatrix
 
     if isinstance(w, HalfMatrix):
         return w.matmul_t(x, b, "relu" if relu else None, path=path)
@@ -158,7 +164,7 @@ def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False, path: str = "fl
 def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
     """The decode step's ``fc2 @ relu(fc1 @ x + b1)`` (without fc2's bias, added by the caller as before): with float16
     weights one kernel call for both products (one parallel region), each value as the separate calls give it."""
-    from .half_matrix import HalfMatrix
+    from ..kernels.half_matrix import HalfMatrix
 
     w1, w2 = layer.fc1_w, layer.fc2_w
     if isinstance(w1, HalfMatrix) and isinstance(w2, HalfMatrix):
@@ -175,7 +181,7 @@ def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 def _kernels(dec: _Weights):
     """The float16 kernel library when every block weight is a ``HalfMatrix``, else None."""
-    from .half_matrix import HalfMatrix
+    from ..kernels.half_matrix import HalfMatrix
 
     if dec.layers and all(isinstance(m, HalfMatrix) for layer in dec.layers
                           for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
@@ -183,15 +189,12 @@ def _kernels(dec: _Weights):
     return None
 
 
-FUSED_STEP = True  # float16 weights: the step's blocks and the prefill's attention in the kernel library (False: numpy)
-
-
 def _fused_pointers(dec: _Weights, keys: list[np.ndarray], values: list[np.ndarray]):
     """The per-layer pointers ``half_gemv``'s ``decode_layers`` reads (weights, biases, norms, this state's KV
     cache), or None when the weights are not all float16 ``HalfMatrix`` objects."""
     import ctypes
 
-    from .half_matrix import HalfMatrix
+    from ..kernels.half_matrix import HalfMatrix
 
     if not dec.layers or not all(isinstance(m, HalfMatrix) for layer in dec.layers
                                  for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
@@ -213,8 +216,8 @@ class NumpyDecoder:
     kind = "numpy"
     backend = "numpy"
 
-    def __init__(self, model: T2SModel, half: bool | None = None):
-        self.model = model
+    def __init__(self, model: T2SModel, half: bool | None = None, runtime: Runtime = DEFAULT):
+        self.model, self.runtime = model, runtime
         self.half_setting = half  # None: automatic (see half_weights); False: float32
         self._weights: _Weights | None = None
 
@@ -222,7 +225,7 @@ class NumpyDecoder:
         """The numpy views, (re)built when missing or when the model's weights were replaced."""
         w = self._weights
         if w is None or w.source is not self.model.predict.weight:
-            w = self._weights = _Weights(self.model, self.half_setting)
+            w = self._weights = _Weights(self.model, self.half_setting, self.runtime)
         return w
 
     @property
@@ -249,15 +252,13 @@ class NumpyDecoder:
         mask = np.where(blocked, np.float32(-np.inf), np.float32(0.0))  # added: the same scores as assigning -inf
         state = NumpyDecodeState(w, model, T + max_new)
         H, hd, D = w.num_heads, w.head_dim, w.dim
-        fn = _kernels(w) if FUSED_STEP else None  # float16 weights: the attention in the kernel library too
+        fn = _kernels(w) if w.fused else None  # float16 weights: the attention in the kernel library too
         scratch = np.empty(H * (hd * T + T), dtype=np.float32) if fn is not None else None
-        from .cpu_paths import path as stage_path
-
-        gemm = stage_path("gpt_prefill")[0] if w.half else "float16"
+        gemm = w.prefill_gemm
         for layer, K, V in zip(w.layers, state.keys, state.values):
             qkv = _linear(x, layer.qkv_w, layer.qkv_b, path=gemm)
             if fn is not None:  # one head per chunk on the kernels' threads, BLAS's threads left alone
-                from .half_gemv import threads
+                from ..kernels.half_gemv import threads
 
                 o = np.empty((T, D), dtype=np.float32)
                 fn.prefill_attention(qkv.ctypes.data, K.ctypes.data, V.ctypes.data, o.ctypes.data, scratch.ctypes.data,
@@ -291,10 +292,10 @@ def step_batch(states: list[NumpyDecodeState], tokens: list[int], positions: lis
     if not states:
         return []
     d = states[0].dec
-    if (len(states) == 1 or len(states) > MAX_BATCH or not FUSED_STEP
+    if (len(states) == 1 or len(states) > MAX_BATCH or not d.fused
             or any(s.dec is not d or s._fused is None for s in states)):
         return [s.step(t, p) for s, t, p in zip(states, tokens, positions)]
-    from .half_gemv import threads
+    from ..kernels.half_gemv import threads
 
     xs = []
     for s, token, position in zip(states, tokens, positions):
@@ -354,8 +355,8 @@ class NumpyDecodeState:
         x = self._input(token, position)
         H, hd = d.num_heads, d.head_dim
         n = t + 1
-        if self._fused is not None and FUSED_STEP:  # every block in one kernel call (float16 weights)
-            from .half_gemv import threads
+        if self._fused is not None and d.fused:  # every block in one kernel call (float16 weights)
+            from ..kernels.half_gemv import threads
 
             fn = d.predict.fn
             fn.decode_layers(self._fused, len(d.layers), self.keys[0].shape[1], t, x.ctypes.data,

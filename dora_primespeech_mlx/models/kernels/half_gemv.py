@@ -7,8 +7,8 @@ float16 weights, convert them in registers and accumulate in float32 (the gemv o
 decode step's blocks in one call, a small-M GEMM for the prefill and RoBERTa, the prefill's attention; a small
 thread pool whose work splits never change a value). :class:`~.half_matrix.HalfMatrix` wraps one weight.
 
-Builds (``PRIMESPEECH_ISA``, or :func:`configure_isa`), compiled once by ``native.compile_shared`` into the
-package's cache:
+Builds (the runtime's ``isa``, ``PRIMESPEECH_ISA``), compiled once per process and build by
+``native.compile_shared`` into the package's cache:
 
 - ``avx512``: AVX-512F tiles (16 lanes) with AVX2/FMA/F16C; where the CPU has ``avx512f``;
 - ``avx2``: AVX2 + FMA + F16C (8 lanes); where the CPU has them (also on an AVX-512 CPU, to measure it);
@@ -19,8 +19,10 @@ package's cache:
 included: the portable build's speed there is unmeasured, so float32 stays the default). A build the CPU
 cannot run is refused (never an illegal instruction), and every build passes a self-check against numpy before
 use. :func:`library` returns None where no kernels are to be had (then callers keep float32);
-:func:`kernel` is the library for the GPT unless ``PRIMESPEECH_GPT_HALF=0``. Threads: :func:`threads` (the
-package's BLAS thread count, i.e. ``PRIMESPEECH_THREADS``; :func:`set_threads`).
+:func:`kernel` is the library for the GPT unless its mode (``PRIMESPEECH_GPT_HALF``) is ``0``. Every function
+takes the build asked for (``isa``) and the mode as arguments: a cache of the builds, no process-wide choice.
+Threads: :func:`threads` (the package's BLAS thread count, i.e. ``PRIMESPEECH_THREADS``; :func:`set_threads`
+holds them at one while the vocoder lane works).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import platform
 
 import numpy as np
 
-from .. import native
+from ... import native
 
 log = logging.getLogger(__name__)
 
@@ -45,43 +47,26 @@ FLAGS = {
     "generic": ["-O3", "-pthread"] + (["-Wno-psabi"] if _X86 else []),
 }
 NEEDS = {"avx512": ("avx512f", "avx2", "fma", "f16c"), "avx2": ("avx2", "fma", "f16c"), "generic": ()}
-_STATE: dict[str, object] = {}  # the built kernel ("fn") and why not ("why"), once per process and mode
-_LIB: dict[str, object] = {}  # the built library ("lib") and why not ("why"), once per process
+ASKED = ("auto", "avx512", "avx2", "generic", "none")  # the builds one may ask for
+_LIBS: dict[str, dict[str, object]] = {}  # build asked for -> the library ("lib"), why not ("why"), "isa", "reason"
 _THREADS: dict[str, int] = {}
+_WARNED: set[tuple[str, str]] = set()
 
 
-_CONFIGURED: dict[str, str] = {}
-
-
-def configure_isa(value: str | None) -> None:
-    """Choose the kernels' build for this process (``PRIMESPEECH_ISA``: auto, avx512, avx2, generic, none; None:
-    back to the setting). Applies to kernels built after the call (the ones in use stay)."""
-    if value is not None and value not in native.ISAS:
-        raise ValueError(f"isa {value!r}: expected one of {', '.join(native.ISAS)}")
-    if _CONFIGURED.get("isa") != value:
-        if value is None:
-            _CONFIGURED.pop("isa", None)
-        else:
-            _CONFIGURED["isa"] = value
-        _LIB.clear()
-        _STATE.clear()
-
-
-def configure(value: str) -> None:
-    """Set the process-wide choice (the engine passes its ``Settings.gpt_half``): ``auto``, ``1`` or ``0``."""
-    value = {"1": "on", "0": "off"}.get(str(value), str(value))
-    if value not in ("auto", "on", "off"):
+def mode(value: str) -> str:
+    """The GPT's float16 mode from ``PRIMESPEECH_GPT_HALF`` / the runtime's ``gpt_half``: ``auto`` (on where the
+    kernel builds and the weights are exactly float16), ``on`` (``1``: also rounds other weights; a warning when
+    the kernel cannot be had), ``off`` (``0``: never)."""
+    m = {"1": "on", "0": "off"}.get(str(value), str(value))
+    if m not in ("auto", "on", "off"):
         raise ValueError(f"gpt_half {value!r}: expected auto, 1 or 0")
-    if _CONFIGURED.get("mode") != value:
-        _CONFIGURED["mode"] = value
-        _STATE.clear()
+    return m
 
 
-def mode() -> str:
-    """``PRIMESPEECH_GPT_HALF`` (or :func:`configure`): ``auto`` (default: on where the kernel builds and the
-    weights are exactly float16), ``on`` (``1``: also rounds other weights; a warning when the kernel cannot
-    be had), ``off`` (``0``: never)."""
-    return _CONFIGURED.get("mode", "auto")
+def _asked(isa: str) -> str:
+    if isa not in ASKED:
+        raise ValueError(f"isa {isa!r}: expected one of {', '.join(ASKED)}")
+    return isa
 
 
 def set_threads(threads: int | None) -> None:
@@ -96,7 +81,7 @@ def threads() -> int:
     """The kernels' thread count now (see :func:`set_threads`)."""
     if "n" in _THREADS:
         return _THREADS["n"]
-    from .. import _blas
+    from ... import _blas
 
     n = _blas.thread_settings().get("blas_threads")
     return n if isinstance(n, int) and n > 0 else max(1, _blas.usable_cpus())
@@ -113,9 +98,9 @@ def cpu_flags() -> list[str] | str:
         return "cannot read /proc/cpuinfo"
 
 
-def choose_isa() -> tuple[str, str]:
-    """(the build to use: avx512, avx2, generic or none; why)."""
-    asked = _CONFIGURED.get("isa") or native.requested_isa()
+def choose_isa(asked: str = "auto") -> tuple[str, str]:
+    """(the build to use for ``asked``: avx512, avx2, generic or none; why)."""
+    asked = _asked(asked)
     flags = cpu_flags()
     if asked == "none":
         return "none", "PRIMESPEECH_ISA=none"
@@ -141,13 +126,14 @@ def _build(isa: str) -> str:
     return native.compile_shared("half_gemv", FLAGS[isa])
 
 
-def library():
-    """The compiled kernels (:class:`_Kernel`) whatever ``PRIMESPEECH_GPT_HALF`` says, or None where they cannot be
-    had (see :func:`library_status`). Built once per process, of the build :func:`choose_isa` names."""
-    if "lib" in _LIB:
-        return _LIB["lib"]
+def library(asked: str = "auto"):
+    """The compiled kernels (:class:`_Kernel`) of the build ``asked`` for (see :func:`choose_isa`), whatever the GPT's
+    mode says, or None where they cannot be had (see :func:`library_status`). Built once per process and build."""
+    entry = _LIBS.get(_asked(asked))
+    if entry is not None:
+        return entry["lib"]
     lib, why = None, None
-    isa, reason = choose_isa()
+    isa, reason = choose_isa(asked)
     if isa == "none":
         why = reason
     else:
@@ -157,40 +143,41 @@ def library():
                 lib, why = None, f"the {isa} build failed its self-check"
         except (OSError, RuntimeError) as exc:
             lib, why = None, f"cannot build the {isa} kernels: {exc}"
-    if why and _CONFIGURED.get("isa", native.requested_isa()) not in ("auto", "none"):
+    if why and asked not in ("auto", "none"):
         log.warning("float16 kernels unavailable: %s", why)
-    _LIB.update(lib=lib, why=why, isa=isa if lib is not None else "none", reason=reason)
+    _LIBS[asked] = {"lib": lib, "why": why, "isa": isa if lib is not None else "none", "reason": reason}
     return lib
 
 
-def library_status() -> dict[str, object]:
-    lib = library()
-    return {"kernel": lib is not None, "why_not": _LIB.get("why"), "threads": threads(),
-            "isa": _LIB.get("isa"), "isa_reason": _LIB.get("reason"), "avx512": bool(lib and lib.isa == "avx512")}
+def library_status(asked: str = "auto") -> dict[str, object]:
+    lib = library(asked)
+    entry = _LIBS[asked]
+    return {"kernel": lib is not None, "why_not": entry["why"], "threads": threads(),
+            "isa": entry["isa"], "isa_reason": entry["reason"], "avx512": bool(lib and lib.isa == "avx512")}
 
 
-def isa() -> str:
-    """The build in use: avx512, avx2, generic, or none (no kernels)."""
-    library()
-    return str(_LIB.get("isa", "none"))
+def isa(asked: str = "auto") -> str:
+    """The build in use for ``asked``: avx512, avx2, generic, or none (no kernels)."""
+    library(asked)
+    return str(_LIBS[asked]["isa"])
 
 
-def kernel():
+def kernel(asked: str = "auto", gpt_half: str = "auto"):
     """The kernels for the GPT decode (:class:`_Kernel`), or None (see :func:`status` for why): the
-    :func:`library` unless ``PRIMESPEECH_GPT_HALF=0``."""
-    if "fn" in _STATE:
-        return _STATE["fn"]
-    fn, why = None, None
-    m = mode()
-    if m == "off":
-        why = f"{ENV}=0 (off)"
-    else:
-        fn = library()
-        why = _LIB.get("why")
-        if why and m == "on":  # asked for explicitly
-            log.warning("%s=1 but float16 GPT decode weights are unavailable: %s", ENV, why)
-    _STATE.update(fn=fn, why=why)
+    :func:`library` of ``asked`` unless ``gpt_half`` (``PRIMESPEECH_GPT_HALF``) is ``0``."""
+    fn, why = _kernel(asked, mode(gpt_half))
     return fn
+
+
+def _kernel(asked: str, m: str):
+    if m == "off":
+        return None, f"{ENV}=0 (off)"
+    fn = library(asked)
+    why = _LIBS[asked]["why"]
+    if why and m == "on" and (asked, m) not in _WARNED:  # asked for explicitly: say it once
+        _WARNED.add((asked, m))
+        log.warning("%s=1 but float16 GPT decode weights are unavailable: %s", ENV, why)
+    return fn, why
 
 
 def _fn(lib, name: str, *argtypes):
@@ -260,10 +247,10 @@ def _self_check(fn) -> bool:
                                                                                atol=1e-4))
 
 
-def status() -> dict[str, object]:
-    kernel()
-    return {"mode": mode(), "kernel": _STATE.get("fn") is not None, "why_not": _STATE.get("why"),
-            "threads": threads()}
+def status(asked: str = "auto", gpt_half: str = "auto") -> dict[str, object]:
+    m = mode(gpt_half)
+    fn, why = _kernel(asked, m)
+    return {"mode": m, "kernel": fn is not None, "why_not": why, "threads": threads()}
 
 
 def to_float16_exact(a: np.ndarray, fn) -> np.ndarray | None:

@@ -47,8 +47,9 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .activations import gelu
-from .common import to_float32
+from ...runtime import DEFAULT, Runtime
+from ..shared.activations import gelu
+from ..shared.common import to_float32
 
 
 @dataclass
@@ -180,7 +181,7 @@ class BertModel(nn.Module):
                 f"{self.args.max_position_embeddings}; cut the text into shorter pieces"
             )
         fast = self.fast_path()
-        if fast is not None:  # float16 weights on the CPU: numpy + the float16 GEMM kernel (models/bert_numpy.py)
+        if fast is not None:  # float16 weights on the CPU: numpy + the float16 GEMM kernel (bert/numpy_encoder.py)
             out = fast(np.array(input_ids), None if attention_mask is None else np.array(attention_mask),
                        output_hidden_states)
             return [mx.array(h) for h in out] if output_hidden_states else mx.array(out)
@@ -195,28 +196,30 @@ class BertModel(nn.Module):
                 hidden.append(x)
         return hidden if output_hidden_states else x
 
-    def prepare(self, half: bool | None = None) -> BertModel:
-        """Ready for inference (the loader calls this; ``half`` is ``Settings.bert_half``, ``PRIMESPEECH_BERT_HALF``).
+    def prepare(self, runtime: Runtime = DEFAULT) -> BertModel:
+        """Ready for inference (the loader calls this): ``half`` is the runtime's ``bert_half``
+        (``PRIMESPEECH_BERT_HALF``); its ``isa`` / ``bert_gemm`` pick the kernels' build and products' path.
 
         ``half`` True: the Linear weights and the word embedding are kept in float16 (the released checkpoint
         is float16, so nothing is lost): 1.19 GB -> 0.65 GB resident. Where MLX runs on the CPU and the
         float16-weight kernels build (``half_gemv.library()``: x86-64 with AVX2/FMA/F16C and a C compiler), the
-        model then runs in numpy through those kernels (``models/bert_numpy.py``), faster than float32 MLX;
+        model then runs in numpy through those kernels (``models/bert/numpy_encoder.py``), faster than float32 MLX;
         elsewhere (GPUs, other CPUs) MLX computes in float32 from float16 storage (the per-call upcast is slow
         on a CPU: 23 tokens, 400 -> 760 ms). ``None`` (auto, the default): float16 where that fast path is
         available and every Linear weight is a float16 value, else float32. ``False``: float32 MLX."""
-        self._fast = None
+        self._fast, self.runtime = None, runtime
+        half = runtime.bert_half
         fn = self._fast_kernels()
         if half is None:
             half = fn is not None and self._float16_if_exact(fn)
         if half:
-            from .storage import half_storage
+            from ..shared.storage import half_storage
 
             half_storage(self, embeddings=("embeddings.word_embeddings",), min_elements=0 if fn else None)
             if fn is not None:
-                from .bert_numpy import NumpyBert
+                from .numpy_encoder import NumpyBert
 
-                self._fast = NumpyBert(self, fn)
+                self._fast = NumpyBert(self, fn, self._gemm())
             if hasattr(mx, "clear_cache"):
                 mx.clear_cache()  # hand the float32 buffers back
         return self
@@ -232,9 +235,10 @@ class BertModel(nn.Module):
             if not all(m.weight.dtype == mx.float16 for m in self._linears()):
                 self._fast = None
                 return None
-            from .bert_numpy import NumpyBert
+            from .numpy_encoder import NumpyBert
 
-            fast = self._fast = NumpyBert(self, fast.layers[0].q.fn if fast.layers else self._fast_kernels())
+            fast = self._fast = NumpyBert(self, fast.layers[0].q.fn if fast.layers else self._fast_kernels(),
+                                          self._gemm())
         return fast
 
     def _linears(self) -> list[nn.Linear]:
@@ -243,7 +247,7 @@ class BertModel(nn.Module):
     def _float16_if_exact(self, fn) -> bool:
         """Store every Linear weight and the word embedding as float16 when all of them are float16 values
         (each checked while it is converted, one pass with the kernel); else leave (or put back) float32."""
-        from .half_gemv import to_float16_exact
+        from ..kernels.half_gemv import to_float16_exact
 
         done = []
         for m in self._linears() + [self.embeddings.word_embeddings]:
@@ -263,14 +267,19 @@ class BertModel(nn.Module):
             done.append(m)
         return True
 
-    @staticmethod
-    def _fast_kernels():
-        """The float16-weight kernels when MLX computes on the CPU here, else None."""
+    def _fast_kernels(self):
+        """The float16-weight kernels (the runtime's build) when MLX computes on the CPU here, else None."""
         if mx.default_device().type != mx.cpu:
             return None
-        from . import half_gemv
+        from ..kernels import half_gemv
 
-        return half_gemv.library()
+        return half_gemv.library(getattr(self, "runtime", DEFAULT).isa)
+
+    def _gemm(self) -> str:
+        """The products' path of the numpy forward (``cpu_paths``: float16 kernel GEMM or BLAS on upcast weights)."""
+        from ..kernels.cpu_paths import path
+
+        return path("bert", getattr(self, "runtime", DEFAULT))[0]
 
     @staticmethod
     def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

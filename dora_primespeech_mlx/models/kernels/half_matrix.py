@@ -3,7 +3,7 @@
 ``W @ x`` (a vector: the kernels' gemv) and ``act(x @ W.T + b)`` (rows: :meth:`HalfMatrix.matmul_t`) on two
 paths: ``float16``, the kernels' small-M GEMM reading the float16 weight; ``float32``, the weight upcast into a
 reused scratch buffer and multiplied by BLAS ``sgemm`` (the float32 model's product, for CPUs where the float16
-GEMM is the slower one; ``models/cpu_paths.py`` chooses per stage). Both accumulate in float32; the weight is
+GEMM is the slower one; ``models/kernels/cpu_paths.py`` chooses per stage). Both accumulate in float32; the weight is
 stored once, in float16.
 """
 

@@ -1,0 +1,1 @@
+"""CNHubert, the reference clip's content encoder (``model``)."""

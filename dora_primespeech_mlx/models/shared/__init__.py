@@ -1,0 +1,2 @@
+"""Pieces every network uses: weight helpers (``common``), activations, and float16 weight storage
+(``storage``)."""
