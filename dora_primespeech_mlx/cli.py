@@ -54,14 +54,22 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     )
 
 
-def _model_dir(args) -> Path | None:
-    return Path(args.model_dir).expanduser() if getattr(args, "model_dir", None) else None
+def resolve_places(args) -> None:
+    """Where the commands find models and voices, read here once for every command (the one place of the CLI
+    that reads these settings; what runs below takes them as arguments): ``args.model_dir`` becomes ``--model-dir``
+    or ``PRIMESPEECH_MODEL_DIR`` (else its default), ``args.catalog`` the voice lookups' keywords
+    (``PRIMESPEECH_VOICES_DIR``, ``PRIMESPEECH_VOICE_UNKNOWN_KEYS``)."""
+    from . import settings
+
+    given = getattr(args, "model_dir", None)
+    args.model_dir = Path(given).expanduser() if given else settings.read("model_dir")
+    args.catalog = {"voices_dir": settings.read("voices_dir"), "unknown_keys": settings.read("voice_unknown_keys")}
 
 
 def cmd_voices(args) -> int:
     from .assets.catalog import list_voices
 
-    voices = list_voices(_model_dir(args))
+    voices = list_voices(args.model_dir, **args.catalog)
     if args.json:
         print(json.dumps([v.__dict__ for v in voices], ensure_ascii=False, indent=2))
         return 0
@@ -80,7 +88,7 @@ def cmd_download(args) -> int:
     from .assets.download import download_encoders, download_sv, download_voice
     from .engine.encoders import prepare_coreml
 
-    root = _model_dir(args)
+    root = args.model_dir
     names = args.voices
     if names == ["encoders"]:
         download_encoders(root)
@@ -152,18 +160,20 @@ def _synthesis_overrides(args) -> dict:
 
 
 def cmd_say(args) -> int:
+    from . import settings
     from .cli_checks import check_say
 
     text = args.text if args.text != "-" else sys.stdin.read()
     overrides = _synthesis_overrides(args)
     # before anything heavy is imported or loaded
-    spec = check_say(text, overrides, Path(args.output), args.voice, _model_dir(args))
+    spec = check_say(text, overrides, Path(args.output), args.voice, args.model_dir, args.catalog,
+                     llm_text=settings.read("llm_text"))
 
     import numpy as np
 
     from .engine import GPTSoVITSEngine
 
-    engine = GPTSoVITSEngine(model_dir=_model_dir(args), progress=lambda m: print(m, file=sys.stderr))
+    engine = GPTSoVITSEngine(model_dir=args.model_dir, progress=lambda m: print(m, file=sys.stderr))
     engine.load_voice(spec)
     t0 = time.perf_counter()
     if args.stream:
@@ -309,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         args = build_parser().parse_args(argv)
+        resolve_places(args)
         return args.func(args)
     except KeyboardInterrupt:
         print("primespeech-mlx: interrupted", file=sys.stderr)

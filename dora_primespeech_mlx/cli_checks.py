@@ -18,14 +18,13 @@ OPTIONS = {"top_k": "--top-k", "top_p": "--top-p", "temperature": "--temperature
            "text_split_method": "--split", "fragment_interval": "--fragment-interval", "text_lang": "--lang"}
 
 
-def check_text(text: str, lang: str | None) -> None:
-    """NothingToSpeakError when the text has no letter or digit, after the LLM text stage when that is on
-    (``PRIMESPEECH_LLM_TEXT``: reasoning, tool calls and code are not spoken)."""
-    from . import settings
+def check_text(text: str, lang: str | None, llm_text: bool) -> None:
+    """NothingToSpeakError when the text has no letter or digit, after the LLM text stage when ``llm_text`` is on
+    (``PRIMESPEECH_LLM_TEXT``, read by the CLI: reasoning, tool calls and code are not spoken)."""
     from .text.llm import clean
     from .text.speakable import has_speakable
 
-    spoken = clean(text, lang) if settings.read("llm_text") else text
+    spoken = clean(text, lang) if llm_text else text
     if not has_speakable(spoken):
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r} (no letters or digits)")
 
@@ -70,11 +69,13 @@ def check_output(path: Path) -> None:
         raise ConfigError(f"--output {path}: cannot write in the folder {folder} ({exc.strerror or exc})") from None
 
 
-def check_say(text: str, overrides: dict, output: Path, voice: str, model_dir: Path | None):
-    """Every check of ``say`` in the order a user reads the command; returns the resolved, installed voice."""
+def check_say(text: str, overrides: dict, output: Path, voice: str, model_dir: Path, catalog: dict, *,
+              llm_text: bool):
+    """Every check of ``say`` in the order a user reads the command; returns the resolved, installed voice
+    (``model_dir`` and ``catalog``, the keywords of the voice lookups, are the CLI's: :func:`..cli.resolve_places`)."""
     from .assets.catalog import resolve_voice
 
     check_options(overrides)  # a bad --lang first: the text check uses it
-    check_text(text, overrides.get("text_lang"))
+    check_text(text, overrides.get("text_lang"), llm_text)
     check_output(output)
-    return resolve_voice(voice, model_dir)
+    return resolve_voice(voice, model_dir, **catalog)

@@ -56,13 +56,14 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
     """A factory that builds the engine, loads the start voice and warms up, reporting progress."""
 
     def build(progress: Callable[[str], None]):
-        from dora_primespeech_mlx.assets.catalog import resolve_voice
+        from dora_primespeech_mlx.assets.catalog import catalog_options, resolve_voice
         from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig
 
+        where = catalog_options(settings)  # PRIMESPEECH_VOICES_DIR, PRIMESPEECH_VOICE_UNKNOWN_KEYS
         try:
-            spec = resolve_voice(settings.voice, settings.model_dir)
+            spec = resolve_voice(settings.voice, settings.model_dir, **where)
         except VoiceNotInstalledError:
-            spec = resolve_voice(settings.voice, settings.model_dir, require_installed=False)
+            spec = resolve_voice(settings.voice, settings.model_dir, require_installed=False, **where)
             if not (settings.auto_download and spec.source == "preset"):
                 raise
             from dora_primespeech_mlx.assets.download import download_voice
@@ -71,7 +72,7 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
             progress(f"voice {spec.name} is not installed: downloading it into {settings.model_dir} "
                      "(PRIMESPEECH_AUTO_DOWNLOAD=false turns this off) ...")
             download_voice(spec.name, settings.model_dir, after_convert=prepare_coreml)
-            spec = resolve_voice(settings.voice, settings.model_dir)
+            spec = resolve_voice(settings.voice, settings.model_dir, **where)
         start = {k: v for k, v in (("language", settings.text_lang), ("prompt_lang", settings.prompt_lang),
                                    ("prompt_text", settings.prompt_text)) if v is not None}
         if start:

@@ -16,12 +16,14 @@ from dora_primespeech_mlx.assets.catalog import (
     MAX_PROMPT_CHARS,
     all_voices,
     broken_voices,
+    catalog_options,
     custom_voice,
     list_voices,
     preset_names,
     resolve_voice,
 )
 from dora_primespeech_mlx.errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
+from dora_primespeech_mlx.settings import Settings
 from tests.conftest import require_fixture
 
 
@@ -94,10 +96,22 @@ def test_invalid_user_voice(tmp_path, bad, match):
         resolve_voice("Alice", tmp_path)
 
 
-def test_voices_dir_env(tmp_path, monkeypatch):
+def test_voices_dir_is_passed_not_read_from_the_environment(tmp_path, monkeypatch):
     path = _user_voice(tmp_path / "elsewhere")
     monkeypatch.setenv("PRIMESPEECH_VOICES_DIR", str(path.parent))
-    assert resolve_voice("Alice", tmp_path).source == "user"
+    with pytest.raises(VoiceNotFoundError):  # the catalog reads no setting: the entry points pass it
+        resolve_voice("Alice", tmp_path)
+    assert resolve_voice("Alice", tmp_path, voices_dir=path.parent).source == "user"
+    where = catalog_options(Settings.from_env({"PRIMESPEECH_VOICES_DIR": str(path.parent)}))
+    assert resolve_voice("Alice", tmp_path, **where).source == "user"
+    assert "Alice" in {v.name for v in list_voices(tmp_path, **where)}
+
+
+def test_the_model_directory_is_required():
+    with pytest.raises(TypeError):
+        resolve_voice("Doubao")  # no silent fallback to PRIMESPEECH_MODEL_DIR
+    with pytest.raises(TypeError):
+        list_voices()
 
 
 def test_custom_voice(tmp_path):
@@ -123,7 +137,7 @@ def _write_user_yaml(root, folder, text):
 @pytest.mark.parametrize("typo,near", [("promt_text", "prompt_text"), ("languge", "language"),
                                        ("speedfactor", "speed_factor")])
 def test_unknown_key_is_named_with_the_nearest_known_one(tmp_path, monkeypatch, typo, near):
-    monkeypatch.delenv("PRIMESPEECH_VOICE_UNKNOWN_KEYS", raising=False)
+    monkeypatch.setenv("PRIMESPEECH_VOICE_UNKNOWN_KEYS", "warn")  # not read here: the default is "error"
     path = _user_voice(tmp_path)
     data = yaml.safe_load(path.read_text())
     data[typo] = data.pop(near, "x")
@@ -139,9 +153,9 @@ def test_unknown_key_setting_warn_keeps_the_voice(tmp_path, monkeypatch, caplog)
     data = yaml.safe_load(path.read_text())
     data["promt_text"] = data.pop("prompt_text")
     path.write_text(yaml.safe_dump(data))
-    monkeypatch.setenv("PRIMESPEECH_VOICE_UNKNOWN_KEYS", "warn")
     with caplog.at_level("WARNING"):
-        spec = resolve_voice("Alice", tmp_path)
+        spec = resolve_voice("Alice", tmp_path, **catalog_options(Settings.from_env(
+            {"PRIMESPEECH_VOICE_UNKNOWN_KEYS": "warn"})))
     assert spec.prompt_text == "" and "did you mean 'prompt_text'" in caplog.text
 
 

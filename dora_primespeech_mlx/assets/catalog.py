@@ -31,8 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
-from ..paths import expand, model_dir, originals_dir, request_path, user_voices_dir
-from ..settings import read as read_setting
+from ..paths import expand, originals_dir, request_path, user_voices_dir
 from ..text.langsplit import SUPPORTED_OPTIONS
 from . import voicefile
 
@@ -156,10 +155,11 @@ _YAML_CACHE: dict[str, tuple[tuple[int, int], dict]] = {}  # path -> ((mtime_ns,
 _YAML_CACHE_MAX = 512
 
 
-def _read_yaml(path: Path, known: tuple[str, ...] = voicefile.VOICE_KEYS) -> dict:
+def _read_yaml(path: Path, known: tuple[str, ...] = voicefile.VOICE_KEYS, unknown_keys: str = "error") -> dict:
     """The mapping in a voice file, read like a config file (:mod:`.voicefile`: size, aliases, key count and
-    unknown keys checked); parsed once per (path, mtime, size), so listing the voices (the node's
-    ``list_voices``) costs a ``stat`` per file, not a YAML parse. Callers get their own copy."""
+    unknown keys checked: an error, or a warning with ``unknown_keys="warn"``); parsed once per (path, mtime,
+    size), so listing the voices (the node's ``list_voices``) costs a ``stat`` per file, not a YAML parse. Callers
+    get their own copy."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -173,7 +173,7 @@ def _read_yaml(path: Path, known: tuple[str, ...] = voicefile.VOICE_KEYS) -> dic
         if len(_YAML_CACHE) >= _YAML_CACHE_MAX:
             _YAML_CACHE.clear()
         _YAML_CACHE[str(path)] = (version, data)
-    voicefile.check_keys(path, data, known, read_setting("voice_unknown_keys"))
+    voicefile.check_keys(path, data, known, unknown_keys)
     return copy.deepcopy(data)
 
 
@@ -207,8 +207,8 @@ def _check_fields(path: Path, d: dict, required: tuple[str, ...]) -> None:
         raise ConfigError(f"{path}: speed_factor {speed} is outside 0.25..4")
 
 
-def _preset_from_yaml(path: Path, root: Path) -> VoiceSpec:
-    d = _read_yaml(path)
+def _preset_from_yaml(path: Path, root: Path, unknown_keys: str) -> VoiceSpec:
+    d = _read_yaml(path, unknown_keys=unknown_keys)
     _check_fields(path, d, ("name", "language", "gpt", "sovits", "reference", "repository"))
     base = originals_dir(root)
     enc = encoder_info()
@@ -235,16 +235,16 @@ def _described(d: dict) -> dict:
             "speed_factor": float(d.get("speed_factor", 1.0))}
 
 
-def _user_from_yaml(path: Path, root: Path) -> VoiceSpec:
+def _user_from_yaml(path: Path, root: Path, unknown_keys: str) -> VoiceSpec:
     """A user voice: own reference (+ optionally own weights; default: the Doubao weights)."""
-    d = _read_yaml(path)
+    d = _read_yaml(path, unknown_keys=unknown_keys)
     _check_fields(path, d, ("name", "language", "reference"))
 
     def resolve(value) -> Path:
         p = expand(str(value))
         return p if p.is_absolute() else (path.parent / p).resolve()
 
-    default = preset_voice(DEFAULT_VOICE, root)
+    default = preset_voice(DEFAULT_VOICE, root, unknown_keys=unknown_keys)
     return VoiceSpec(
         **_described(d),
         gpt=resolve(d["gpt"]) if d.get("gpt") else default.gpt,
@@ -274,16 +274,16 @@ def _guess_name(path: Path) -> str:
 _WARNED: set[str] = set()
 
 
-def _scan(root: Path) -> tuple[dict[str, VoiceSpec], list[BrokenVoice]]:
+def _scan(root: Path, voices_dir: Path | None, unknown_keys: str) -> tuple[dict[str, VoiceSpec], list[BrokenVoice]]:
     """Every voice file read once: the usable voices by name (a user voice of the same name overrides a preset)
     and the broken files with their reasons. One broken file never hides the others."""
     out: dict[str, VoiceSpec] = {}
     broken: list[BrokenVoice] = []
     files = [(p, "preset", _preset_from_yaml) for p in _preset_files()]
-    files += [(p, "user", _user_from_yaml) for p in _user_yaml_files(root)]
+    files += [(p, "user", _user_from_yaml) for p in _user_yaml_files(root, voices_dir)]
     for path, source, build in files:
         try:
-            spec = build(path, root)
+            spec = build(path, root, unknown_keys)
         except ConfigError as exc:
             broken.append(BrokenVoice(path, _guess_name(path), source, str(exc)))
             continue
@@ -308,35 +308,44 @@ def preset_names() -> list[str]:
     return names
 
 
-def preset_voice(name: str, root: Path | None = None) -> VoiceSpec:
-    root = root or model_dir()
+def preset_voice(name: str, root: Path, *, unknown_keys: str = "error") -> VoiceSpec:
+    """The preset called ``name`` (exactly), its files inside the model directory ``root``."""
     for p in _preset_files():
         try:
             found = _read_yaml(p).get("name") == name
         except ConfigError:
             continue
         if found:
-            return _preset_from_yaml(p, root)
+            return _preset_from_yaml(p, root, unknown_keys)
     raise VoiceNotFoundError(f"unknown preset voice {name!r}; preset voices: {', '.join(sorted(preset_names()))}")
 
 
-def _user_yaml_files(root: Path) -> list[Path]:
+def _user_yaml_files(root: Path, voices_dir: Path | None) -> list[Path]:
+    """``<root>/voices/<Name>/voice.yaml``, then every ``*.yaml`` in ``voices_dir`` (``PRIMESPEECH_VOICES_DIR``)."""
     files = sorted(user_voices_dir(root).glob("*/voice.yaml"))
-    extra = read_setting("voices_dir")
-    if extra:
-        files += sorted(Path(extra).glob("*.yaml"))
+    if voices_dir:
+        files += sorted(Path(voices_dir).glob("*.yaml"))
     return files
 
 
-def all_voices(root: Path | None = None) -> dict[str, VoiceSpec]:
+def all_voices(root: Path, *, voices_dir: Path | None = None, unknown_keys: str = "error") -> dict[str, VoiceSpec]:
     """Presets and user voices by name (a user voice of the same name overrides a preset); broken voice files
-    are left out (:func:`broken_voices` lists them)."""
-    return _scan(root or model_dir())[0]
+    are left out (:func:`broken_voices` lists them). ``root`` is the model directory, ``voices_dir`` the extra
+    folder of user voice files and ``unknown_keys`` (``error`` | ``warn``) what an unknown key in a voice file
+    is: the settings ``PRIMESPEECH_MODEL_DIR``, ``PRIMESPEECH_VOICES_DIR`` and ``PRIMESPEECH_VOICE_UNKNOWN_KEYS``,
+    which the entry points (CLI, node, engine) pass; the other lookups here take the same three."""
+    return _scan(root, voices_dir, unknown_keys)[0]
 
 
-def broken_voices(root: Path | None = None) -> list[BrokenVoice]:
+def broken_voices(root: Path, *, voices_dir: Path | None = None, unknown_keys: str = "error") -> list[BrokenVoice]:
     """The voice files that cannot be used, each with its reason."""
-    return _scan(root or model_dir())[1]
+    return _scan(root, voices_dir, unknown_keys)[1]
+
+
+def catalog_options(settings) -> dict:
+    """The keywords of the lookups here that come from the settings (``voices_dir``, ``unknown_keys``), for the
+    entry points that hold a :class:`~..settings.Settings`: ``resolve_voice(name, root, **catalog_options(s))``."""
+    return {"voices_dir": settings.voices_dir, "unknown_keys": settings.voice_unknown_keys}
 
 
 def _match(name: str, names) -> str | None:
@@ -352,11 +361,11 @@ def _match(name: str, names) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def resolve_voice(name: str, root: Path | None = None, require_installed: bool = True) -> VoiceSpec:
+def resolve_voice(name: str, root: Path, require_installed: bool = True, *, voices_dir: Path | None = None,
+                  unknown_keys: str = "error") -> VoiceSpec:
     """The voice called ``name``; :class:`VoiceNotFoundError` / :class:`VoiceNotInstalledError` otherwise, and
     the file's own :class:`ConfigError` when ``name`` is a broken voice file's."""
-    root = root or model_dir()
-    voices, broken = _scan(root)
+    voices, broken = _scan(root, voices_dir, unknown_keys)
     key = _match(str(name).strip(), voices)
     if key is None:
         by_name = {b.name: b for b in broken}
@@ -371,15 +380,16 @@ def resolve_voice(name: str, root: Path | None = None, require_installed: bool =
     return spec
 
 
-def ensure_installed(spec: VoiceSpec, root: Path | None = None) -> None:
+def ensure_installed(spec: VoiceSpec, root: Path) -> None:
+    """:class:`VoiceNotInstalledError` listing the files of ``spec`` that are missing (``root``: the model
+    directory, named in the message)."""
     missing = spec.missing_files()
     if missing:
         raise VoiceNotInstalledError(not_installed_message(spec, missing, root))
 
 
-def not_installed_message(spec: VoiceSpec, missing: list[Path], root: Path | None = None) -> str:
+def not_installed_message(spec: VoiceSpec, missing: list[Path], root: Path) -> str:
     """What every path that finds a voice incomplete says: the exact missing files and how to get them."""
-    root = root or model_dir()
     listing = "\n  ".join(str(p) for p in missing)
     if spec.source == "preset":
         how = (
@@ -393,9 +403,9 @@ def not_installed_message(spec: VoiceSpec, missing: list[Path], root: Path | Non
     return f"voice {spec.name!r} is not installed; missing:\n  {listing}\n{how}"
 
 
-def list_voices(root: Path | None = None) -> list[VoiceInfo]:
+def list_voices(root: Path, *, voices_dir: Path | None = None, unknown_keys: str = "error") -> list[VoiceInfo]:
     """Every voice, usable ones first, then the broken files (``error`` says why; not installed)."""
-    voices, broken = _scan(root or model_dir())
+    voices, broken = _scan(root, voices_dir, unknown_keys)
     return [
         VoiceInfo(v.name, v.language, v.installed, v.source, v.speed_factor, v.description)
         for v in voices.values()
@@ -406,12 +416,15 @@ def custom_voice(
     reference: str | os.PathLike,
     prompt_text: str,
     language: str,
+    *,
+    root: Path,
     gpt: str | os.PathLike | None = None,
     sovits: str | os.PathLike | None = None,
     base: VoiceSpec | str | None = None,
-    root: Path | None = None,
     name: str | None = None,
     roots: tuple[Path, ...] | None = None,
+    voices_dir: Path | None = None,
+    unknown_keys: str = "error",
 ) -> VoiceSpec:
     """A voice made on the fly: zero-shot cloning of ``reference`` with a base voice's weights
     (``VOICE:CUSTOM``), or with own weights (``VOICE:TRAINED``).
@@ -420,11 +433,11 @@ def custom_voice(
     node passes ``PRIMESPEECH_REQUEST_PATHS``' folders): else :class:`RequestPathError`, the same for a missing
     file and a refused one (:func:`..paths.request_path`)."""
     check_prompt_text(prompt_text if isinstance(prompt_text, str) else str(prompt_text), "prompt_text of the request")
-    root = root or model_dir()
     if isinstance(base, VoiceSpec):
         base_spec = base
     else:
-        base_spec = resolve_voice(base or DEFAULT_VOICE, root, require_installed=False)
+        base_spec = resolve_voice(base or DEFAULT_VOICE, root, require_installed=False, voices_dir=voices_dir,
+                                  unknown_keys=unknown_keys)
     # The old node's rule: a known language passes, anything else becomes auto.
     lang = language if language in SUPPORTED_LANGS else "auto"
     ref = request_path(reference, roots, "reference audio")

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from huggingface_hub import constants as hf_constants
 
 from ..errors import DownloadError
-from ..paths import model_dir, originals_dir
+from ..paths import originals_dir
 from .catalog import VoiceSpec, encoder_info, not_installed_message, preset_voice
 from .integrity import file_entry, mismatch, read_lock, write_lock
 
@@ -201,9 +201,8 @@ def _fetch(repo: str, filename: str, dest_root: Path, revision: str | None = Non
     return path
 
 
-def download_encoders(root: Path | None = None) -> tuple[Path, Path]:
-    """Download CNHubert and Chinese RoBERTa (once, shared by all voices)."""
-    root = root or model_dir()
+def download_encoders(root: Path) -> tuple[Path, Path]:
+    """Download CNHubert and Chinese RoBERTa (once, shared by all voices) into the model directory ``root``."""
     enc = encoder_info()
     dest = originals_dir(root)
     _check_offline("the shared encoders", dest, [f"{enc.hubert}/{f}" for f in enc.hubert_files]
@@ -215,20 +214,19 @@ def download_encoders(root: Path | None = None) -> tuple[Path, Path]:
     return dest / enc.hubert, dest / enc.bert
 
 
-def download_sv(root: Path | None = None) -> Path:
-    """Download the speaker-verification model (ERes2NetV2) that v2Pro / v2ProPlus voices need (once)."""
-    root = root or model_dir()
+def download_sv(root: Path) -> Path:
+    """Download the speaker-verification model (ERes2NetV2) that v2Pro / v2ProPlus voices need (once) into the
+    model directory ``root``."""
     enc = encoder_info()
     return _fetch(enc.repository, enc.sv, originals_dir(root))
 
 
-def download_voice(name: str, root: Path | None = None, convert: bool = True,
+def download_voice(name: str, root: Path, convert: bool = True,
                    after_convert: Callable[[VoiceSpec, Path], None] | None = None) -> VoiceSpec:
     """Download a preset voice and the shared encoders, then convert them to the MLX format once.
 
     ``after_convert(spec, root)`` runs once the conversion is done: the caller's preparation of what sits above
     this layer (the CLI and the node pass ``engine.encoders.prepare_coreml``: the CoreML encoders on macOS)."""
-    root = root or model_dir()
     spec = preset_voice(name, root)
     if not _hub_reachable():  # offline: the same exact-missing-files message as a start without downloads
         missing = spec.missing_files()

@@ -18,9 +18,10 @@ conversion's (a live one writes its files within seconds of creating it) and is 
 cache.
 
 Entries of per-request checkpoints (``VOICE:TRAINED`` files: any original outside ``<model_dir>/moyoyo`` and
-``<model_dir>/voices``) are bounded: at most :func:`max_entries` of them are kept (setting
-``PRIMESPEECH_CONVERTED_CACHE``), least recently used first out; an entry whose model is loaded in this process
-is never removed. The catalog's voices and the user voices in ``<model_dir>/voices`` are not counted.
+``<model_dir>/voices``) are bounded: at most ``keep`` of them are kept (:func:`prune`; the engine passes the
+setting ``PRIMESPEECH_CONVERTED_CACHE``, default :data:`MAX_ENTRIES`), least recently used first out; an entry
+whose model is loaded in this process is never removed. The catalog's voices and the user voices in
+``<model_dir>/voices`` are not counted.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..paths import mlx_cache_dir, originals_dir, user_voices_dir
-from ..settings import read
+from ..settings import Settings
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2
@@ -47,9 +48,7 @@ _held: dict[str, int] = {}  # entry folder -> models loaded from it that are ali
 _lock = threading.Lock()
 
 
-def max_entries() -> int:
-    """How many converted per-request checkpoints are kept (``PRIMESPEECH_CONVERTED_CACHE``)."""
-    return read("max_converted_models")
+MAX_ENTRIES: int = Settings.max_converted_models  # converted per-request checkpoints kept: the setting's default
 
 
 def _file_stamp(path: Path) -> list:
@@ -214,11 +213,10 @@ def _per_request(meta: dict | None, root: Path) -> bool:
     return True
 
 
-def prune(root: Path, keep: int | None = None, protect: Path | None = None) -> list[Path]:
-    """Remove the least recently used per-request entries beyond ``keep`` (default :func:`max_entries`),
+def prune(root: Path, keep: int, protect: Path | None = None) -> list[Path]:
+    """Remove the least recently used per-request entries beyond ``keep`` (``PRIMESPEECH_CONVERTED_CACHE``),
     never ``protect`` nor an entry held by a live model; also crashed conversions' temporary folders.
     Returns the entries removed."""
-    keep = max_entries() if keep is None else keep
     base = mlx_cache_dir(root)
     sweep_temporary(base)
     try:

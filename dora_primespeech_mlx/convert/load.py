@@ -274,10 +274,11 @@ def _cache_path(src: Path, kind: str, root: Path) -> Path:
 
 
 def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, root: Path | None = None,
-         runtime: Runtime = DEFAULT):
+         runtime: Runtime = DEFAULT, keep_converted: int = entries.MAX_ENTRIES):
     """Load a model of ``kind`` from an original or converted path under ``runtime`` (see the module docstring):
     an original file is converted once into the model directory ``root``'s cache (``cache=False`` or no ``root``:
-    converted in memory)."""
+    converted in memory), which then keeps at most ``keep_converted`` per-request checkpoints
+    (``PRIMESPEECH_CONVERTED_CACHE``, passed by the engine; :func:`.cache.prune`)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(path, "not found")
@@ -316,7 +317,7 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
     if entry:
         entries.hold(converted, model)
         if fresh:
-            entries.prune(root, protect=converted)
+            entries.prune(root, keep_converted, protect=converted)
     return model
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 def _targets(args) -> list[tuple[str, Path]]:
     from ..assets.catalog import encoder_info, resolve_voice
     from ..convert.load import detect_kind
-    from ..paths import model_dir, originals_dir
+    from ..paths import originals_dir
 
-    root = Path(args.model_dir).expanduser() if getattr(args, "model_dir", None) else model_dir()
+    root = Path(args.model_dir)  # --model-dir or PRIMESPEECH_MODEL_DIR, resolved by the CLI (cli.resolve_places)
     out: list[tuple[str, Path]] = []
     if not args.targets:
         enc = encoder_info()
@@ -30,7 +30,7 @@ def _targets(args) -> list[tuple[str, Path]]:
                 raise ValueError(f"{path} holds a {kind} model; only the hubert and bert encoders are exported")
             out.append((kind, path))
         else:
-            spec = resolve_voice(target, root)
+            spec = resolve_voice(target, root, **args.catalog)
             out += [("hubert", spec.hubert), ("bert", spec.bert)]
     if args.kind:
         out = [(k, p) for k, p in out if k == args.kind]
@@ -49,7 +49,7 @@ def cmd_export_coreml(args) -> int:
 
     from .export import PACKAGE_META, export_encoder, package_path
 
-    root = Path(args.model_dir).expanduser() if getattr(args, "model_dir", None) else None
+    root = Path(args.model_dir)  # --model-dir or PRIMESPEECH_MODEL_DIR (cli.resolve_places)
     buckets = None
     if args.buckets:
         if not args.kind:

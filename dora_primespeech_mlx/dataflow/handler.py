@@ -536,7 +536,7 @@ class MessageHandler:
         return self.voice
 
     def _request_voice(self, req: TextRequest, st: Stamp | None = None):
-        from ..assets.catalog import custom_voice, resolve_voice
+        from ..assets.catalog import catalog_options, custom_voice, resolve_voice
 
         choice = req.voice
         if choice is None:
@@ -545,12 +545,13 @@ class MessageHandler:
         if choice.kind == "name":
             if choice.name == self.voice.name:
                 return self.voice
-            return resolve_voice(choice.name, root)
+            return resolve_voice(choice.name, root, **catalog_options(self.settings))
         # CUSTOM: zero-shot cloning with the current voice's weights (Doubao by default, as the old node);
         # TRAINED: own weights, the current voice's encoders.
         roots = request_roots(root, self.settings.voices_dir, self.settings.request_paths)
         return custom_voice(choice.reference, choice.prompt_text or "", choice.lang or "auto",
-                            gpt=choice.gpt, sovits=choice.sovits, base=self.voice, root=root, roots=roots)
+                            gpt=choice.gpt, sovits=choice.sovits, base=self.voice, root=root, roots=roots,
+                            **catalog_options(self.settings))
 
     # -- control --------------------------------------------------------------------------------------
     def _run_control(self, cmd, md: dict) -> None:
@@ -573,11 +574,11 @@ class MessageHandler:
             self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command=cmd.name)
 
     def _change_voice(self, name: str, md: dict, st: Stamp | None = None) -> None:
-        from ..assets.catalog import resolve_voice
+        from ..assets.catalog import catalog_options, resolve_voice
 
         old = self.voice
         try:
-            spec = resolve_voice(name, self.settings.model_dir)
+            spec = resolve_voice(name, self.settings.model_dir, **catalog_options(self.settings))
             self.log("INFO", f"loading voice {spec.name} ...")
             self.engine.load_voice(spec)
         except Exception as exc:  # any failure: the previous voice stays current

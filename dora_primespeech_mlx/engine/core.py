@@ -90,7 +90,8 @@ class GPTSoVITSEngine:
         self.progress = progress
         self.voice: VoiceSpec | None = None
         self._stats = EngineStats()
-        self.store = VoiceStore(self.runtime, self.model_dir, self.settings.max_cached_voices, self._stats, self._say)
+        self.store = VoiceStore(self.runtime, self.model_dir, self.settings.max_cached_voices, self._stats, self._say,
+                                self.settings.max_converted_models)
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
@@ -120,7 +121,7 @@ class GPTSoVITSEngine:
                 voices_mod.ensure_installed(voice, self.model_dir)  # missing files: VoiceNotInstalledError
             return voice
         if isinstance(voice, str):
-            return voices_mod.resolve_voice(voice, self.model_dir)
+            return voices_mod.resolve_voice(voice, self.model_dir, **voices_mod.catalog_options(self.settings))
         raise ConfigError(f"voice must be a name or a VoiceSpec, not {type(voice).__name__}")
 
     def load_voice(self, name_or_spec: str | VoiceSpec) -> VoiceSpec:
@@ -371,7 +372,8 @@ class GPTSoVITSEngine:
         return {"models": models, "references": dropped.get("reference", 0), "encoders": dropped.get("encoders", 0)}
 
     def list_voices(self) -> list[dict]:
-        return [dataclasses.asdict(v) for v in voices_mod.list_voices(self.model_dir)]
+        return [dataclasses.asdict(v) for v in voices_mod.list_voices(self.model_dir,
+                                                                      **voices_mod.catalog_options(self.settings))]
 
 
 def _listener(listener: Listener | None, key, upcoming, playing_until) -> Listener:

@@ -26,8 +26,9 @@ class VoiceStore:
     """A voice's models and reference features, cached per voice (see the module docstring)."""
 
     def __init__(self, runtime: Runtime, model_dir: Path, max_cached_voices: int, stats: EngineStats,
-                 say: Callable[[str], None]):
+                 say: Callable[[str], None], keep_converted: int):
         self.runtime, self.model_dir, self.stats, self.say = runtime, model_dir, stats, say
+        self.keep_converted = keep_converted  # per-request checkpoints kept converted (PRIMESPEECH_CONVERTED_CACHE)
         self.cache = VoiceCache(max_cached_voices, on_release=release_memory)
         self.references = ReferenceBuilder()
 
@@ -41,7 +42,7 @@ class VoiceStore:
         def create():
             self.say(f"loading {kind} model {path}")
             with stage("load"):
-                model = loader(Path(path), root=self.model_dir, runtime=rt)
+                model = loader(Path(path), root=self.model_dir, runtime=rt, keep_converted=self.keep_converted)
                 if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (sovits/vocoder.py)
                     from ..models.sovits import vocoder
 

@@ -137,35 +137,36 @@ def test_setting_default_and_range():
 
 
 def test_per_request_entries_are_bounded_lru(tmp_path, monkeypatch):
-    """With PRIMESPEECH_CONVERTED_CACHE=2, five per-request checkpoints leave the two most recently used (and the
-    one still loaded); the catalog's files under <model_dir>/moyoyo are not counted."""
-    monkeypatch.setenv("PRIMESPEECH_CONVERTED_CACHE", "2")
+    """Keeping 2 (``keep_converted``, the engine's PRIMESPEECH_CONVERTED_CACHE), five per-request checkpoints leave
+    the two most recently used (and the one still loaded); the catalog's files under <model_dir>/moyoyo are not
+    counted. The environment is not read here: the engine passes the setting."""
+    monkeypatch.setenv("PRIMESPEECH_CONVERTED_CACHE", "0")  # ignored: would remove every entry not held
     root = tmp_path / "root"
     src = _gpt().read_bytes()
     pinned = root / "moyoyo" / "GPT_weights" / "preset.ckpt"
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(src)
-    L.load(pinned, "gpt", root=root)
+    L.load(pinned, "gpt", root=root, keep_converted=2)
     files = []
     for i in range(5):
         f = tmp_path / "requests" / f"trained{i}.ckpt"
         f.parent.mkdir(exist_ok=True)
         f.write_bytes(src)
         files.append(f)
-    kept_alive = L.load(files[0], "gpt", root=root)  # loaded in this process all along
+    kept_alive = L.load(files[0], "gpt", root=root, keep_converted=2)  # loaded in this process all along
     for f in files[1:]:
-        m = L.load(f, "gpt", root=root)
+        m = L.load(f, "gpt", root=root, keep_converted=2)
         del m
         gc.collect()
         time.sleep(0.02)  # distinct use times
     names = {p.name.split("-")[1] for p in _entries(root)}
     assert names == {"preset", "trained0", "trained3", "trained4"}, names
-    L.load(files[3], "gpt", root=root)  # a use: trained3 is now the most recent
+    L.load(files[3], "gpt", root=root, keep_converted=2)  # a use: trained3 is now the most recent
     gc.collect()
     time.sleep(0.02)
     del kept_alive
     gc.collect()
-    L.load(files[1], "gpt", root=root)  # converted again; trained0 is no longer held, trained4 is the oldest
+    L.load(files[1], "gpt", root=root, keep_converted=2)  # converted again; trained0 no longer held, trained4 oldest
     gc.collect()
     names = {p.name.split("-")[1] for p in _entries(root)}
     assert names == {"preset", "trained1", "trained3"}, names
