@@ -1,8 +1,11 @@
 """Where the package keeps downloaded and converted files.
 
 This module is imported by every layer (text, models, engine), so it knows nothing but paths. The folders inside a
-model directory take that directory (``root``) from the caller; :func:`model_dir` and :func:`text_data_dir` read
-their settings for the text front end and the voice catalog, which have no engine to ask.
+model directory take that directory (``root``) from the caller (the CLI, the node and the engine read the model
+directory from the settings and pass it down). The one exception is the text front end's data
+(:func:`text_data_dir`, :func:`nltk_data_dir`): its dictionaries and NLTK's search path are loaded once per
+process by module-level functions that no engine calls with arguments, so these two read their settings
+(``PRIMESPEECH_TEXT_DATA``, ``PRIMESPEECH_MODEL_DIR``) when asked.
 """
 
 from __future__ import annotations
@@ -14,30 +17,23 @@ from pathlib import Path
 from .errors import RequestPathError
 from .settings import DEFAULT_MODEL_DIR, expand, read
 
-__all__ = ["DEFAULT_MODEL_DIR", "expand", "mlx_cache_dir", "model_dir", "nltk_data_dir", "originals_dir",
+__all__ = ["DEFAULT_MODEL_DIR", "expand", "mlx_cache_dir", "nltk_data_dir", "originals_dir",
            "request_path", "request_roots", "text_data_dir", "user_voices_dir"]
 
 
-def model_dir() -> Path:
-    """The model directory: ``$PRIMESPEECH_MODEL_DIR`` (or ``$GPTSVITS_MODEL_DIR``), else the default.
-
-    The directory is not created here; writers create what they need.
-    """
-    return read("model_dir")
-
-
 def text_data_dir() -> Path:
-    """Directory holding the original front end's dictionaries (cmudict.rep, ...).
+    """Directory holding the original front end's dictionaries (cmudict.rep, ...), for the whole process.
 
     ``$PRIMESPEECH_TEXT_DATA`` names an existing folder (tests, offline installs); otherwise
-    ``<model_dir>/text-data``, filled on first use.
+    ``<$PRIMESPEECH_MODEL_DIR>/text-data``, filled on first use.
     """
-    return read("text_data") or model_dir() / "text-data"
+    return read("text_data") or read("model_dir") / "text-data"
 
 
 def nltk_data_dir() -> Path:
-    """Where the package downloads NLTK data when none is found on NLTK's own search path."""
-    return model_dir() / "nltk_data"
+    """Where the package downloads NLTK data when none is found on NLTK's own search path
+    (``<$PRIMESPEECH_MODEL_DIR>/nltk_data``; NLTK's search path is process-wide)."""
+    return read("model_dir") / "nltk_data"
 
 
 def originals_dir(root: Path) -> Path:

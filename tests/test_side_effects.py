@@ -76,3 +76,66 @@ def test_environment_is_read_only_in_settings():
             if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "putenv", "unsetenv"):
                 offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert offenders == [], f"environment access outside settings.py: {offenders}"
+
+
+# Modules that read settings from the environment: the entry points, which pass the values down as arguments.
+# paths.py: the text front end's data folders only (its dictionaries and NLTK's path are process-wide, loaded by
+# module-level functions that no engine calls with arguments; see its docstring).
+READS_SETTINGS = {"settings.py", "cli.py", "node.py", "paths.py"}
+# Settings.from_env(): the entry points, the engine when made without settings (GPTSoVITSEngine(), the documented
+# Python API of docs/python-api.md) and the benchmark's entry.
+BUILDS_SETTINGS = {"settings.py", "cli.py", "node.py", "engine/core.py", "bench/measure.py"}
+
+
+def _settings_calls(tree: ast.AST) -> tuple[list[int], list[int]]:
+    """Lines calling settings.read (also imported as another name) and Settings.from_env in one module."""
+    read_names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("settings"):
+            read_names |= {a.asname or a.name for a in node.names if a.name == "read"}
+    reads, builds = [], []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in read_names:
+            reads.append(node.lineno)
+        elif isinstance(f, ast.Attribute) and f.attr == "read" and isinstance(f.value, ast.Name) \
+                and f.value.id == "settings":
+            reads.append(node.lineno)
+        elif isinstance(f, ast.Attribute) and f.attr == "from_env":
+            builds.append(node.lineno)
+    return reads, builds
+
+
+def test_settings_are_read_only_at_the_entry_points():
+    """``settings.read`` and ``Settings.from_env`` only where the issue allows them; everything below takes the
+    model directory and the settings' values as arguments."""
+    reads, builds = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        r, b = _settings_calls(ast.parse(path.read_text(encoding="utf-8")))
+        reads += [f"{rel}:{n}" for n in r if rel not in READS_SETTINGS]
+        builds += [f"{rel}:{n}" for n in b if rel not in BUILDS_SETTINGS]
+    assert reads == [], f"settings.read outside the entry points: {reads}"
+    assert builds == [], f"Settings.from_env outside the entry points: {builds}"
+
+
+def test_the_check_sees_a_settings_read():
+    """The scan above finds the forms a read takes (so an empty result means none)."""
+    code = "from ..settings import read as r\nfrom . import settings\nr('x')\nsettings.read('y')\nSettings.from_env()\n"
+    assert _settings_calls(ast.parse(code)) == ([3, 4], [5])
+
+
+def test_no_model_directory_falls_back_to_the_environment():
+    """The voice catalog and downloads take the model directory (``root``) as a required argument."""
+    defaulted = []
+    for path in sorted((PACKAGE / "assets").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                positional = a.posonlyargs + a.args
+                with_default = positional[len(positional) - len(a.defaults):] if a.defaults else []
+                with_default += [k for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+                defaulted += [f"{path.name}:{node.name}" for arg in with_default if arg.arg in ("root", "model_dir")]
+    assert defaulted == [], f"model directory with a default: {defaulted}"

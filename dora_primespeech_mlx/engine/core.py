@@ -83,7 +83,7 @@ class GPTSoVITSEngine:
         self.device = _pick_device(self.runtime.device)
         self.device_name = str(self.device if self.device is not None else mx.default_device())
         self.encoders = self.runtime.encoders  # CoreML on macOS ("auto"/"coreml"), MLX otherwise; see encoders.py
-        _text_options(self.settings)
+        _text_options(self.settings, self.model_dir)
         self.config = config if config is not None else SynthesisConfig()
         if not isinstance(self.config, SynthesisConfig):
             raise ConfigError(f"config must be a SynthesisConfig, not {type(self.config).__name__}")
@@ -400,11 +400,12 @@ def _one_thread_beside_lane(hold_blas: bool, busy: bool) -> None:
         _blas.hold_one_thread(busy)
 
 
-def _text_options(settings: Settings) -> None:
-    """The text front end's g2pW choice (``PRIMESPEECH_G2PW``; text/g2pw.py keeps it for the process)."""
+def _text_options(settings: Settings, model_dir: Path) -> None:
+    """The text front end's g2pW choice (``PRIMESPEECH_G2PW``, the export in ``<model_dir>/G2PWModel``;
+    text/g2pw.py keeps it for the process, as the Chinese front end's runtime is built once)."""
     from ..text import g2pw
 
-    g2pw.configure(settings.g2pw, settings.g2pw_vocab)
+    g2pw.configure(settings.g2pw, settings.g2pw_vocab, g2pw.g2pw_dir(model_dir))
 
 
 def _pick_device(device: str) -> mx.Device | None:

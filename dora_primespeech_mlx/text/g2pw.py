@@ -1,8 +1,9 @@
 """Optional g2pW polyphone prediction (upstream's ``G2PWPinyin``, ``is_g2pw = True`` branch).
 
 Off by default: the reference fixtures and this package's default use pypinyin. It is used only when
-the application switches it on (:func:`configure`, before the first Chinese sentence: the front end
-builds its runtime once), ``onnxruntime`` is installed and ``<model_dir>/G2PWModel`` holds the
+the application switches it on (:func:`configure` with the model folder, ``<model_dir>/G2PWModel``
+(:func:`g2pw_dir`), before the first Chinese sentence: the front end builds its runtime once; the engine
+does this from its settings), ``onnxruntime`` is installed and that folder holds the
 g2pW export (``g2pW.onnx``, ``POLYPHONIC_CHARS.txt``, ``MONOPHONIC_CHARS.txt``,
 ``bopomofo_to_pinyin_wo_tune_dict.json``, ``char_bopomofo_dict.json``, ``config.py``) plus a BERT
 ``vocab.txt`` (in that folder, or another one given to :func:`configure`). Upstream's word fixes
@@ -26,7 +27,6 @@ import numpy as np
 from pypinyin import Style, pinyin
 from pypinyin.contrib.tone_convert import to_finals_tone3, to_initials
 
-from ..paths import model_dir
 from .zh_normalization import to_simplified
 
 logger = logging.getLogger(__name__)
@@ -45,24 +45,29 @@ _NOT_MONOPHONIC = frozenset("似攢")
 _CONTEXT_CHARS = 16  # characters of context kept around the polyphones (upstream's default)
 
 
-def g2pw_dir() -> Path:
-    return model_dir() / "G2PWModel"
+def g2pw_dir(model_dir: Path) -> Path:
+    """Where the g2pW export lives inside a model directory."""
+    return Path(model_dir) / "G2PWModel"
 
 
 @dataclass(frozen=True)
 class G2PWOptions:
     enabled: bool = False  # use g2pW for polyphones (else pypinyin)
     vocab: str | None = None  # the BERT vocab.txt (default: the one in the G2PWModel folder)
+    folder: str | None = None  # the g2pW export (g2pw_dir of the model directory); None: none given
 
 
 _options = G2PWOptions()
 
 
-def configure(enabled: bool = False, vocab: str | os.PathLike | None = None) -> None:
-    """Switch g2pW on or off (default off) for the process and optionally name its ``vocab.txt``.
-    Takes effect when the Chinese front end builds its runtime (once, at the first Chinese sentence)."""
+def configure(enabled: bool = False, vocab: str | os.PathLike | None = None,
+              folder: str | os.PathLike | None = None) -> None:
+    """Switch g2pW on or off (default off) for the process, with the folder of its export (:func:`g2pw_dir`)
+    and optionally its ``vocab.txt``. Takes effect when the Chinese front end builds its runtime (once, at the
+    first Chinese sentence): the choice is process-wide because that runtime is."""
     global _options
-    _options = G2PWOptions(bool(enabled), None if vocab is None else os.fspath(vocab))
+    _options = G2PWOptions(bool(enabled), None if vocab is None else os.fspath(vocab),
+                           None if folder is None else os.fspath(folder))
 
 
 def load_predictor(options: G2PWOptions | None = None) -> G2PWPredictor | None:
@@ -72,7 +77,10 @@ def load_predictor(options: G2PWOptions | None = None) -> G2PWPredictor | None:
     if not options.enabled:
         logger.info("g2pW is not in use (switched off): Chinese pinyin comes from pypinyin")
         return None
-    folder = g2pw_dir()
+    if options.folder is None:
+        logger.warning("g2pW is switched on but no g2pW model folder was given; using pypinyin")
+        return None
+    folder = Path(options.folder)
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     if missing:
         logger.warning("g2pW is switched on but %s lacks %s; using pypinyin", folder, ", ".join(missing))

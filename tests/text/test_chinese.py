@@ -189,12 +189,14 @@ def test_g2pw_is_off_by_default(monkeypatch, caplog):
 def test_g2pw_without_model_falls_back(monkeypatch, tmp_path, caplog):
     from dora_primespeech_mlx.text import g2pw
 
-    monkeypatch.setenv("PRIMESPEECH_MODEL_DIR", str(tmp_path))
-    assert g2pw.load_predictor(g2pw.G2PWOptions(enabled=True)) is None
+    folder = g2pw.g2pw_dir(tmp_path)
+    assert g2pw.load_predictor(g2pw.G2PWOptions(enabled=True)) is None  # no folder given
+    assert "no g2pW model folder" in caplog.text
+    assert g2pw.load_predictor(g2pw.G2PWOptions(enabled=True, folder=str(folder))) is None
     assert "g2pW.onnx" in caplog.text
     monkeypatch.setattr(g2pw, "_options", g2pw.G2PWOptions())
-    g2pw.configure(enabled=True, vocab=tmp_path / "vocab.txt")
-    assert g2pw._options == g2pw.G2PWOptions(True, str(tmp_path / "vocab.txt"))
+    g2pw.configure(enabled=True, vocab=tmp_path / "vocab.txt", folder=folder)
+    assert g2pw._options == g2pw.G2PWOptions(True, str(tmp_path / "vocab.txt"), str(folder))
     assert g2pw.load_predictor() is None  # configured on, but no model here
 
 
