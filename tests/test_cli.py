@@ -296,3 +296,23 @@ def test_a_command_whose_module_fails_to_import_is_reported(monkeypatch, capsys)
     err = capsys.readouterr().err
     assert err.startswith("error: the cluster-keys command is unavailable") and "cluster_keys" in err
     assert main(["voices", "--model-dir", "/nonexistent"]) == 0  # the other commands still work
+
+
+def test_the_cli_reads_the_places_once_and_passes_them_down(tmp_path, monkeypatch, capsys):
+    """The model directory and the voice settings come from the environment at the CLI (resolve_places) and
+    reach every command, export-coreml included: a user voice in PRIMESPEECH_VOICES_DIR is listed and found."""
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "zed.yaml").write_text("name: Zed\nlanguage: en\nreference: ref.wav\npromt_text: hi\n", encoding="utf-8")
+    monkeypatch.setenv("PRIMESPEECH_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("PRIMESPEECH_VOICES_DIR", str(extra))
+    monkeypatch.setenv("PRIMESPEECH_VOICE_UNKNOWN_KEYS", "warn")
+    assert main(["voices", "--json"]) == 0
+    listed = {v["name"]: v for v in json.loads(capsys.readouterr().out)}
+    assert listed["Zed"]["source"] == "user" and listed["Zed"]["error"] == ""
+    assert main(["export-coreml", "Zed"]) == 2  # found (a known voice), but not installed in the model directory
+    err = capsys.readouterr().err
+    assert "voice 'Zed' is not installed" in err and str(extra / "ref.wav") in err
+    monkeypatch.setenv("PRIMESPEECH_VOICE_UNKNOWN_KEYS", "error")
+    assert main(["voices", "--json"]) == 0
+    assert "promt_text" in {v["name"]: v for v in json.loads(capsys.readouterr().out)}["Zed"]["error"]
