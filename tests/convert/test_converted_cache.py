@@ -235,3 +235,16 @@ def test_hostile_geometry_in_a_real_gpt_is_refused_before_caching(tmp_path):
     with pytest.raises(CheckpointError, match="negative storage offset"):
         L.load(bad, "gpt", root=root)
     assert _entries(root) == []
+
+
+def test_the_engine_passes_its_settings_down(tmp_path, monkeypatch):
+    """The engine hands PRIMESPEECH_CONVERTED_CACHE to its loaders and its model directory's G2PWModel to the
+    text front end (nothing below it reads them from the environment)."""
+    from dora_primespeech_mlx.engine import GPTSoVITSEngine
+    from dora_primespeech_mlx.text import g2pw
+
+    monkeypatch.setattr(g2pw, "_options", g2pw.G2PWOptions())  # restored afterwards: configure is process-wide
+    settings = Settings.from_env({"PRIMESPEECH_CONVERTED_CACHE": "3", "PRIMESPEECH_G2PW": "true"})
+    eng = GPTSoVITSEngine(model_dir=tmp_path, settings=settings)
+    assert eng.store.keep_converted == 3
+    assert g2pw._options == g2pw.G2PWOptions(True, None, str(tmp_path / "G2PWModel"))
