@@ -64,9 +64,10 @@ TOOL_TAGS = ("tool_call", "tool_calls", "function_call", "function_calls", "tool
 _BLOCK_NAMES = "|".join(sorted(THINK_TAGS + TOOL_TAGS, key=len, reverse=True))
 _BLOCK_OPEN_RE = re.compile(rf"<({_BLOCK_NAMES})(?:\s[^<>\n]*)?>", re.IGNORECASE)
 _BLOCK_ANY_RE = re.compile(rf"<(/?)({_BLOCK_NAMES})(?:\s[^<>\n]*)?(/?)>", re.IGNORECASE)
-# a fence line: 3+ backticks or tildes, then at most a language tag ("python", "c++", "{.js}"), nothing else
-_FENCE_OPEN_RE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})[ \t]*([\w+#.-]*[ \t]*(?:\{[^}\n]*\})?)[ \t]*$",
-                            re.MULTILINE)
+# a fence line: 3+ backticks or tildes, then at most a language tag ("python", "c++", "{.js}"), nothing else;
+# the line is taken apart by _fence_lines (one pass per line), these match its pieces
+_FENCE_START_RE = re.compile(r"[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})")
+_FENCE_INFO_RE = re.compile(r"[\w+#.-]*(?:[ \t]*\{[^}\n]*\})?")
 
 SENTENCE_ENDS = "。！？.!?…"
 PAUSE_MARKS = ",，、;；:："
@@ -78,16 +79,17 @@ _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 # -- line forms -----------------------------------------------------------------------------------------
 _HR_RE = re.compile(r"^[ \t]{0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,}|={3,}[ \t]*)$")
-_HEADING_RE = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+# a heading's opening marks; _heading_text strips its closing ones
+_HEADING_RE = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+")
 _QUOTE_RE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+")
 _BULLET_RE = re.compile(r"^[ \t]*[-*+][ \t]+(?:\[[ xX]\][ \t]+)?(?=\S)")
 _NUMBERED_RE = re.compile(r"^[ \t]*\d{1,3}[.)][ \t]+(?=\S)")
 _TABLE_ROW_RE = re.compile(r"^[ \t]*\|.*\|[ \t]*$")
 _TABLE_SEP_CELL_RE = re.compile(r"^[ \t]*:?-+:?[ \t]*$")
 # a separator row without outer pipes ("---|:---:"): the rows around it are a table's, pipes or not
-_TABLE_SEP_RE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*$")
+_TABLE_SEP_RE = re.compile(r"[ \t]*(?:\|[ \t]*)?:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)+(?:\|[ \t]*)?$")
 # a line that is one bold span ("**1. 准备材料**", "**Step 2:**"): a heading in all but name
-_BOLD_LINE_RE = re.compile(r"^[ \t]*(\*\*|__)(?=\S)[^\n]{1,300}(?<=\S)\1[ \t]*[:：]?[ \t]*$")
+_BOLD_LINE_RE = re.compile(r"[ \t]*(\*\*|__)(?=\S)[^\n]{1,300}(?<=\S)\1[ \t]*(?:[:：][ \t]*)?$")
 _LINK_DEF_RE = re.compile(r"^[ \t]{0,3}\[(?!\^)[^\]\n]+\]:[ \t]+\S+.*$")
 _FOOTNOTE_DEF_RE = re.compile(r"^[ \t]{0,3}\[\^[^\]\s]+\]:[ \t]*")
 
@@ -133,12 +135,13 @@ _EMOJI_CHARS = (
     "\uFE0E\uFE0F\u200D\u20E3"  # variation selectors, zero-width joiner, keycap
     "\U000E0020-\U000E007F"  # tag characters (subdivision flags)
 )
-_EMOJI_RUN_RE = re.compile(rf"[ \t]*(?:[{_EMOJI_CHARS}][ \t]*)+")
+_EMOJI_RUN_RE = re.compile(rf"(?<![ \t])[ \t]*(?:[{_EMOJI_CHARS}][ \t]*)+")
 # an emoji run opening a line with a pause mark after it ("👍，好的": the front end would speak a stray pause), or a
 # line of emoji only (a message the node then skips)
 _LEADING_EMOJI_RE = re.compile(rf"^[ \t]*(?:[{_EMOJI_CHARS}][ \t]*)+(?:[{PAUSE_MARKS}]+[ \t]*|$)")
 _HOLE = "\uE000"  # stands where something unspeakable was removed, until the pauses around it are tidied
-_HOLES_RE = re.compile(rf"([ \t]*){_HOLE}(?:[ \t]*{_HOLE})*([ \t]*)([{PAUSE_MARKS}]*)[ \t]*")
+# a run of holes from its first hole on (the spaces before it are taken by a scan), its spaces and pause marks
+_HOLES_RE = re.compile(rf"{_HOLE}(?:[ \t]*{_HOLE})*([ \t]*)([{PAUSE_MARKS}]*)[ \t]*")
 
 # reading of a domain's dots and of "@", per language family
 _DOT = {"zh": " 点 ", "yue": " dot ", "ja": " ドット ", "ko": " 닷 ", "en": " dot "}
@@ -311,7 +314,7 @@ def _line(line: str, family: str, table: bool = False) -> tuple[str, bool]:
             return "", False
     heading = _HEADING_RE.match(body)
     if heading:
-        body, phrase = heading.group(1), True
+        body, phrase = _heading_text(body[heading.end():]), True
     elif _NUMBERED_RE.match(body):
         phrase = True  # the number stays: it is read as the step's number (prose enumerates "1. ... 2. ..." too)
     else:
@@ -322,26 +325,57 @@ def _line(line: str, family: str, table: bool = False) -> tuple[str, bool]:
     return _inline(body, family), phrase
 
 
+def _heading_text(rest: str) -> str:
+    """A heading's text after its opening marks: without trailing spaces and closing marks ("Title ##")."""
+    rest = rest.rstrip(" \t")
+    bare = rest.rstrip("#")
+    if bare != rest and bare[-1:] in (" ", "\t"):
+        return bare.rstrip(" \t")
+    return rest
+
+
 def _drop_holes(text: str) -> str:
     """Remove emoji and the marks of removed things with the spaces and pause marks they leave behind."""
     if _HOLE not in text and not _EMOJI_RUN_RE.search(text):
         return text
     text = _EMOJI_RUN_RE.sub(lambda m: m.group(0).replace(m.group(0).strip(" \t"), _HOLE), text)
+    out: list[str] = []
+    pos, blank = 0, True  # blank: the line up to ``pos`` is only whitespace
+    while (hole := text.find(_HOLE, pos)) >= 0:
+        start = hole
+        while start > pos and text[start - 1] in " \t":
+            start -= 1
+        m = _HOLES_RE.match(text, hole)
+        blank = _blank_after(blank, text[pos:start])
+        out.append(text[pos:start])
+        out.append(_tidy_hole(blank, start < hole or bool(m.group(1)), m.group(2), text[start - 1: start],
+                              text[m.end(): m.end() + 1]))
+        blank = _blank_after(blank, text[start: m.end()])
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
 
-    def tidy(m: re.Match) -> str:
-        spaced, marks = bool(m.group(1) or m.group(2)), m.group(3)
-        before, after = m.string[: m.start()], m.string[m.end():]
-        if not before.rsplit("\n", 1)[-1].strip():
-            return ""  # at a line start: the hole, its spaces and the pause mark after it go
-        if marks:
-            return marks  # "好的 👍，" -> "好的，"
-        if not after or after[0] in "\n" + SENTENCE_ENDS + ")）]】」』》":
-            return ""
-        if _CJK_END.match(before[-1]) or _CJK_END.match(after[0]):
-            return ""
-        return " " if spaced or (before[-1].isalnum() and after[0].isalnum()) else ""
 
-    return _HOLES_RE.sub(tidy, text)
+def _blank_after(blank: bool, seg: str) -> bool:
+    """Whether the current line is still only whitespace after ``seg`` (``blank``: it was before)."""
+    nl = seg.rfind("\n")
+    if nl >= 0:
+        return not seg[nl + 1:].strip()
+    return blank and not seg.strip()
+
+
+def _tidy_hole(line_start: bool, spaced: bool, marks: str, before: str, after: str) -> str:
+    """What replaces a run of holes with its spaces and pause marks: ``before``/``after`` are the characters
+    next to it ("" at the text's ends)."""
+    if line_start:
+        return ""  # at a line start: the hole, its spaces and the pause mark after it go
+    if marks:
+        return marks  # "好的 👍，" -> "好的，"
+    if not after or after in "\n" + SENTENCE_ENDS + ")）]】」』》":
+        return ""
+    if _CJK_END.match(before) or _CJK_END.match(after):
+        return ""
+    return " " if spaced or (before.isalnum() and after.isalnum()) else ""
 
 
 def _markdown(text: str, family: str, table: bool = False) -> tuple[str, bool]:
@@ -478,7 +512,7 @@ class _Scan:
     def __init__(self, text: str):
         self.text = text
         self.tags = list(_BLOCK_ANY_RE.finditer(text)) if "<" in text else []
-        self.fences = [m for m in _FENCE_OPEN_RE.finditer(text) if not (m.group(1)[0] == "`" and "`" in m.group(2))]
+        self.fences = _fence_lines(text)
         self.last_close: dict[str, int] = {}  # closing tag name -> end of its last occurrence
         for m in self.tags:
             if m.group(1):
@@ -507,16 +541,34 @@ class _Scan:
             if self._closed_later(name, m.end()) or _opens_line(text, m.start(), m.end()):
                 tag = (m.start(), m.end(), _Block("think" if name in THINK_TAGS else "tool", _tag_closer(name)))
                 break
-        while self.fi < len(self.fences) and self.fences[self.fi].start() < pos:
+        while self.fi < len(self.fences) and self.fences[self.fi][0] < pos:
             self.fi += 1
         fence = None
         if self.fi < len(self.fences):
-            m = self.fences[self.fi]
-            end = m.end() + (1 if m.end() < len(text) else 0)
-            fence = (m.start(), end, _Block("code", _fence_closer(m.group(1))))
+            start, end, marks = self.fences[self.fi]
+            end += 1 if end < len(text) else 0
+            fence = (start, end, _Block("code", _fence_closer(marks)))
         if tag is None or (fence is not None and fence[0] < tag[0]):
             return fence
         return tag
+
+
+def _fence_lines(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, fence marks) of every fence line of ``text``: 3+ backticks or tildes at the line's start
+    (after spaces and quote marks), then at most an info string ("python", "c++", "{.js}"; no backtick after a
+    backtick fence). One pass over the lines that hold a fence's marks."""
+    found, start, n = [], 0, len(text)
+    while start <= n:
+        end = text.find("\n", start)
+        end = n if end < 0 else end
+        if "```" in text[start:end] or "~~~" in text[start:end]:
+            m = _FENCE_START_RE.match(text, start, end)
+            if m:
+                info = text[m.end():end].strip(" \t")
+                if _FENCE_INFO_RE.fullmatch(info) and not (m.group(1)[0] == "`" and "`" in info):
+                    found.append((start, end, m.group(1)))
+        start = end + 1
+    return found
 
 
 def _opens_line(text: str, start: int, end: int) -> bool:
