@@ -84,6 +84,8 @@ _HEADING_RE = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+")
 _QUOTE_RE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+")
 _BULLET_RE = re.compile(r"^[ \t]*[-*+][ \t]+(?:\[[ xX]\][ \t]+)?(?=\S)")
 _NUMBERED_RE = re.compile(r"^[ \t]*\d{1,3}[.)][ \t]+(?=\S)")
+# a list number alone on its line: what a sentence segmenter cuts off "1. Open the app." in a stream
+_NUMBER_ONLY_RE = re.compile(r"[ \t]*\d{1,3}[.)][ \t]*")
 _TABLE_ROW_RE = re.compile(r"^[ \t]*\|.*\|[ \t]*$")
 _TABLE_SEP_CELL_RE = re.compile(r"^[ \t]*:?-+:?[ \t]*$")
 # a separator row without outer pipes ("---|:---:"): the rows around it are a table's, pipes or not
@@ -164,24 +166,34 @@ def language_family(lang_hint: str | None, text: str = "") -> str:
 
 
 def _end_mark(phrase: str, family: str) -> str:
-    for ch in reversed(phrase):
-        if ch.isalpha():
-            return "。" if _CJK_END.match(ch) else "."
+    """The sentence mark a phrase gets: "。" when it holds Chinese or Japanese, "." otherwise (a phrase without
+    letters: its language family's)."""
+    if any(ch.isalpha() for ch in phrase):
+        return "。" if _CJK_END.search(phrase) else "."
     return "。" if family in ("zh", "yue", "ja") else "."
 
 
 def _as_phrase(phrase: str, family: str) -> str:
-    """``phrase`` ended with a sentence mark when it has none (and has something to speak)."""
+    """``phrase`` ended with a mark every front end reads as a pause: a sentence mark when it has none (and has
+    something to speak); a closing colon or semicolon becomes a comma (the English front end drops ":" and ";",
+    which glued "You will need:" to the next line's first word)."""
     stripped = phrase.rstrip()
-    if not stripped or stripped[-1] in _ENDED or not any(ch.isalnum() for ch in stripped):
+    if not stripped or not any(ch.isalnum() for ch in stripped):
+        return stripped
+    if stripped[-1] in ":;：；":
+        return stripped[:-1] + _pause(stripped[:-1], family)
+    if stripped[-1] in _ENDED:
         return stripped
     return stripped + _end_mark(stripped, family)
 
 
-def _pause(cell: str) -> str:
-    for ch in reversed(cell):
+def _pause(text: str, family: str) -> str:
+    """The pause mark after ``text``: by its last letter, "、" in Japanese, "，" in Chinese, "," otherwise."""
+    for ch in reversed(text):
         if ch.isalpha():
-            return "，" if _CJK_END.match(ch) else ","
+            if not _CJK_END.match(ch):
+                return ","
+            return "、" if family == "ja" or _KANA.search(text) else "，"
     return ","
 
 
@@ -293,7 +305,7 @@ def _table_row(line: str, family: str) -> str:
     out = ""
     for cell in spoken[:-1]:
         if cell[-1] not in _ENDED:
-            cell += _pause(cell)
+            cell += _pause(cell, family)
         out += cell + ("" if _CJK_END.match(cell[-1]) or cell[-1] in "，、；：。！？" else " ")
     return out + (spoken[-1] if spoken else "")
 
@@ -312,17 +324,21 @@ def _line(line: str, family: str, table: bool = False) -> tuple[str, bool]:
         body = body[quote.end():]
         if _HR_RE.match(body):
             return "", False
+    if _NUMBER_ONLY_RE.fullmatch(body):
+        return "", True
     heading = _HEADING_RE.match(body)
     if heading:
         body, phrase = _heading_text(body[heading.end():]), True
-    elif _NUMBERED_RE.match(body):
-        phrase = True  # the number stays: it is read as the step's number (prose enumerates "1. ... 2. ..." too)
     else:
-        marker = _BULLET_RE.match(body) or _FOOTNOTE_DEF_RE.match(body)
-        if marker:
-            body, phrase = body[marker.end():], True
-    phrase = phrase or bool(_BOLD_LINE_RE.match(body))
-    return _inline(body, family), phrase
+        body, phrase = _list_item(body)
+        body = _bold_label(body, family)
+    if heading or _BOLD_LINE_RE.match(body):  # "## 1. Setup", "**2. 开始制作**": the number goes as an item's
+        body, phrase = _list_item(_inline(body, family))[0], True
+    else:
+        body = _inline(body, family)
+    if _NUMBER_ONLY_RE.fullmatch(body):  # "## 2." or "**1." cut off by a segmenter
+        return "", True
+    return body, phrase
 
 
 def _heading_text(rest: str) -> str:
@@ -332,6 +348,35 @@ def _heading_text(rest: str) -> str:
     if bare != rest and bare[-1:] in (" ", "\t"):
         return bare.rstrip(" \t")
     return rest
+
+
+def _bold_label(body: str, family: str) -> str:
+    """A bold label opening a line ("**Step 1:** Download", "**注意**：保持"): its colon becomes a pause mark,
+    which every front end reads (the English one drops ":", gluing the label to the text)."""
+    mark = body[:2]
+    if mark not in ("**", "__"):
+        return body
+    end = body.find(mark, 2)
+    if end < 0:
+        return body
+    label, rest = body[2:end].rstrip(), body[end + 2:]
+    if not (label.endswith((":", "：")) or rest.startswith((":", "："))) or not rest.strip(" \t:："):
+        return body
+    label = label.rstrip(":：").rstrip()
+    return f"{mark}{label}{mark}{_pause(label, family)} {rest.lstrip(' :：')}"
+
+
+def _list_item(body: str) -> tuple[str, bool]:
+    """(a line without its list markers, whether it had any): bullets ("-", "*", "+", task boxes), numbers
+    ("1.", "2)": dropped, not read: the English front end reads "1. " as "first,"), footnote definitions; nested
+    markers ("- 1. ", "1. - ") go together."""
+    found = False
+    for _ in range(4):
+        marker = _BULLET_RE.match(body) or _NUMBERED_RE.match(body) or _FOOTNOTE_DEF_RE.match(body)
+        if not marker:
+            break
+        body, found = body[marker.end():], True
+    return body, found
 
 
 def _drop_holes(text: str) -> str:
@@ -380,9 +425,10 @@ def _tidy_hole(line_start: bool, spaced: bool, marks: str, before: str, after: s
 
 def _markdown(text: str, family: str, table: bool = False) -> tuple[str, bool]:
     """The spoken form of text outside blocks, line by line, and whether a table is still open at its end
-    (``table``: one is open at its start); unchanged lines stay byte for byte. A heading, list item or table row
-    followed by more text ends with a sentence mark (the last line of a text needs none: the front end ends every
-    text with one)."""
+    (``table``: one is open at its start); a text without markup comes back byte for byte. In a text with markup,
+    every line followed by more text ends with a mark the front ends read as a pause (:func:`_as_phrase`): a
+    heading, list item or table row is a phrase of its own, and no word is glued to the next line's first (the
+    front ends drop line breaks). The last line needs none: the front end ends every text with one."""
     out: list[tuple[str, bool]] = []
     changed = False
     lines_in = text.split("\n")
@@ -401,12 +447,10 @@ def _markdown(text: str, family: str, table: bool = False) -> tuple[str, bool]:
         out.append((spoken, phrase))
     if not changed:
         return text, table
-    lines: list[str] = []
-    for i, (spoken, phrase) in enumerate(out):
-        if phrase and any(later.strip() for later, _ in out[i + 1:]):
-            spoken = "\n".join(_as_phrase(part, family) for part in spoken.split("\n"))
-            changed = True
-        lines.append(spoken)
+    last = max((i for i, (spoken, _) in enumerate(out) if spoken.strip()), default=-1)
+    lines = [spoken if i >= last or not spoken.strip() else
+             "\n".join(_as_phrase(part, family) for part in spoken.split("\n"))
+             for i, (spoken, _) in enumerate(out)]
     joined = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
     return (joined.strip("\n") if joined.strip() else ""), table
 
