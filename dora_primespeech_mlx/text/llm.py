@@ -488,6 +488,7 @@ class StreamFilter:
         self._block: _Block | None = None
         self._table = False  # a table's separator row was seen and its rows go on
         self.overflows = 0
+        self._cutter = _Cutter()
 
     @property
     def in_block(self) -> str | None:
@@ -497,6 +498,30 @@ class StreamFilter:
     def reset(self) -> None:
         self._block = None
         self._table = False
+        self._cutter = _Cutter()
+
+    def feed_fragment(self, fragment: str) -> str:
+        """The spoken form of the messages that ``fragment`` completes, each followed by a line break ("" while
+        none is complete): for a text that arrives in pieces cut anywhere (an LLM's tokens). The text is cut
+        into messages at line breaks and sentence ends, by the text alone (:class:`_Cutter`), so the
+        concatenation of what the fragments return and :meth:`flush` returns is the same for every way of
+        cutting the text, and the same as ``feed_fragment(text) + flush()``."""
+        if not isinstance(fragment, str):
+            raise TypeError(f"fragment must be a str, not {type(fragment).__name__}")
+        return "".join(self._spoken_line(m) for m in self._cutter.push(fragment))
+
+    def flush(self) -> str:
+        """The spoken form of the rest of a text fed with :meth:`feed_fragment` (its end has come)."""
+        return "".join(self._spoken_line(m) for m in self._cutter.finish())
+
+    def _spoken_line(self, message: str) -> str:
+        """A message's spoken form, its lines ended with pause marks (concatenated, no word glues to the next
+        message's first), and a line break after it; "" when there is nothing to speak."""
+        spoken = self.feed(message)
+        if not spoken.strip():
+            return ""
+        family = language_family(self.lang_hint, spoken)
+        return "".join(_as_phrase(line, family) + "\n" for line in spoken.split("\n") if line.strip())
 
     def feed(self, text: str) -> str:
         """The spoken form of the next message ("" when it is only markup or reasoning)."""
@@ -548,6 +573,82 @@ class StreamFilter:
             self._block, pos = block, end
             block.messages = 1
         return "".join(pieces)
+
+
+class _Cutter:
+    """Cuts a text arriving in fragments into messages: at line breaks (dropped), after a run of "。！？…", and
+    after a run of ".!?" followed by whitespace; never inside an open code span, link text or target, or tag of
+    the line, nor right after a line-start list number ("1." of "1. Open the app"). Whether a position is a cut
+    depends on the text up to the next character only, so the messages are the same however the text is cut
+    into fragments. Each character is looked at once."""
+
+    _CJK_ENDS = frozenset("。！？…")
+    _ASCII_ENDS = frozenset(".!?")
+    _CLOSERS = frozenset("」』”’）)】》\"'")
+
+    def __init__(self) -> None:
+        self._chars: list[str] = []
+        self._after_end = ""  # "cjk" / "ascii": the characters so far end with a run of sentence marks
+        self._ticks = self._brackets = self._parens = self._angles = 0
+
+    def push(self, fragment: str) -> list[str]:
+        out: list[str] = []
+        for ch in fragment:
+            if ch == "\n":
+                out.append(self._take())
+                continue
+            if self._after_end == "cjk" and ch not in self._CJK_ENDS and ch not in self._CLOSERS and self._open():
+                out.append(self._take())
+            elif self._after_end == "ascii" and ch in " \t\u3000" and self._open():
+                out.append(self._take())
+            self._chars.append(ch)
+            self._track(ch)
+        return out
+
+    def finish(self) -> list[str]:
+        rest = self._take()
+        return [rest] if rest else []
+
+    def _track(self, ch: str) -> None:
+        if ch in self._CJK_ENDS:
+            self._after_end = "cjk"
+        elif ch in self._ASCII_ENDS:
+            self._after_end = "ascii" if self._after_end != "cjk" else "cjk"
+        elif ch not in self._CLOSERS:
+            self._after_end = ""
+        if ch == "`":
+            self._ticks ^= 1
+        elif ch == "[":
+            self._brackets += 1
+        elif ch == "]":
+            self._brackets = max(0, self._brackets - 1)
+        elif ch == "(":
+            self._parens += 1
+        elif ch == ")":
+            self._parens = max(0, self._parens - 1)
+        elif ch == "<":
+            self._angles = 1
+        elif ch == ">":
+            self._angles = 0
+
+    def _open(self) -> bool:
+        """Whether the message so far may end here (nothing of the line left open, not a bare list number)."""
+        if self._ticks or self._brackets or self._parens or self._angles:
+            return False
+        if len(self._chars) <= 12 and _LIST_NUMBER_RE.fullmatch("".join(self._chars)):
+            return False
+        return True
+
+    def _take(self) -> str:
+        message = "".join(self._chars).strip(" \t")
+        self._chars = []
+        self._after_end = ""
+        self._ticks = self._brackets = self._parens = self._angles = 0
+        return message
+
+
+# a list number with the marks that may come before it on its line ("1.", "  2)", "## 3.", "**4.")
+_LIST_NUMBER_RE = re.compile(r"[ \t#>*_+-]{0,8}\d{1,3}[.)]")
 
 
 class _Scan:

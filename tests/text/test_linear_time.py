@@ -66,6 +66,11 @@ HOSTILE = [
 ]
 
 
+def _fragments(text: str) -> str:
+    f = StreamFilter()
+    return "".join(f.feed_fragment(text[i:i + 4]) for i in range(0, len(text), 4)) + f.flush()
+
+
 def _segment(text: str, method: str) -> list[str]:
     return split_text(text, method, "zh")
 
@@ -73,6 +78,7 @@ def _segment(text: str, method: str) -> list[str]:
 STAGES = {
     "llm.clean": clean,
     "llm.StreamFilter.feed": lambda t: StreamFilter().feed(t),
+    "llm.StreamFilter.feed_fragment": _fragments,
     "zh normalisation": zh.normalize,
     "en normalisation": en.normalize,
     "language split": lambda t: split_languages(t, "auto"),
