@@ -30,7 +30,7 @@ import yaml
 from ..errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
 from ..paths import expand, model_dir, originals_dir, request_path, user_voices_dir
 from ..settings import read as read_setting
-from ..text.langsplit import SUPPORTED_OPTIONS
+from ..text.language_segments import SUPPORTED_OPTIONS
 
 DEFAULT_VOICE = "Doubao"
 SUPPORTED_LANGS = SUPPORTED_OPTIONS  # zh en ja ko yue, their all_* forms, auto, auto_yue
