@@ -2,9 +2,18 @@
 
 An LLM writes markdown, code, links, emoji, tool calls and (reasoning models) ``<think>`` blocks; a voice
 assistant must speak the prose and nothing else. :func:`clean` does it for a whole text; :class:`StreamFilter`
-for one session's stream of messages (a sentence segmenter's output), carrying an open block from the message
-that opens it to the one that closes it; :class:`Sessions` keeps one filter per session. Pure functions of the
-text: no front end, engine or node import.
+for one session's stream, carrying an open block from the message that opens it to the one that closes it;
+:class:`Sessions` keeps one filter per session. Pure functions of the text: no front end, engine or node import.
+
+The stream API (one :class:`StreamFilter` per stream, ``Sessions.get(session_id, question_id)``):
+
+- ``feed(message) -> str``: a whole message (a sentence segmenter's output; it starts a line), its spoken form.
+- ``feed_fragment(fragment) -> str`` and ``flush() -> str``: a text arriving in fragments cut anywhere (LLM
+  tokens). ``feed_fragment`` returns the spoken form of the messages the fragment completes, each line ended with
+  a pause mark and a line break ("" while none is complete); ``flush`` returns the rest at the text's end. The
+  filter cuts messages at line breaks and sentence ends by the text alone (:class:`_Cutter`), so for every cut
+  of a text into fragments the returns joined equal ``feed_fragment(text) + flush()``, and speak as
+  :func:`clean` does (the same sentences once each message is spoken as a text of its own).
 
 What each form becomes:
 
@@ -15,13 +24,15 @@ What each form becomes:
   line, follows a sentence end or ends its line; elsewhere (``the <think> tag``) it is a stray tag, removed.
 - Code blocks (fences of 3+ backticks or tildes, at a line start): nothing, also across messages; inline code:
   its text.
-- Markdown: emphasis marks (``**``, ``__``, ``*``, ``_``, ``~~``) go, their words stay; headings, bullet items
-  (``-``, ``*``, ``+``, task boxes) and table rows become phrases of their own: their marks go and, when more text
-  follows, they end with a sentence mark if they have none ("。" after Chinese or Japanese, "." otherwise; the
-  front end ends the last one). Numbered items (``1.``, ``2)``) are phrases too and keep their number, read as
-  the step's number (prose enumerates "1. ... 2. ..." as well). Table cells are read as phrases ("，" / ","
-  between them), separator rows dropped; blockquote marks, horizontal rules, setext underlines, footnote markers
-  ``[^1]``, link definitions and backslash escapes go.
+- Markdown: emphasis marks (``**``, ``__``, ``*``, ``_``, ``~~``) go, their words stay; headings, list items
+  (``-``, ``*``, ``+``, task boxes, ``1.``, ``2)``, nested) and table rows become phrases of their own. List
+  numbers are dropped (the English front end reads "1. " as "first, "; the pause between the items carries the
+  list); a line-start number is a list marker even in a one-line text. Table cells are read as phrases ("，" /
+  "、" / "," between them), separator rows dropped; blockquote marks, horizontal rules, setext underlines,
+  footnote markers ``[^1]``, link definitions and backslash escapes go. In a text with markup, every line that
+  more text follows ends with a pause the front ends read (they drop line breaks): a sentence mark where it has
+  none ("。" after Chinese or Japanese, "." otherwise), a closing ":" or ";" becomes a comma in its script; a
+  bold label opening a line ("**Step 1:** Download") keeps its words and its colon becomes a pause.
 - Links ``[text](url)``: the text; images: the alt text; HTML tags: removed (block tags and ``<br>`` end a
   phrase), comments dropped, entities (``&amp;``, ``&#39;``) decoded.
 - Bare URLs (``http(s)://``, ``ftp://``, ``www.``) and ``<url>`` autolinks: their domain, read as words
@@ -37,10 +48,10 @@ What each form becomes:
   them).
 
 Plain text is left exactly as it is: every transformation needs unambiguous markup ("3 * 4", "a_b", "C#",
-"x < y", "if a<b and c>d", "#话题#", "^_^", "1. First item 2. Second item", "~~~ is a tilde" stay), and a line
-without markup, URL or e-mail address is returned byte for byte (every fixture sentence of the original's front
+"x < y", "if a<b and c>d", "#话题#", "^_^", "~~~ is a tilde" stay), and a text without markup, URL, e-mail
+address or line-start list number is returned byte for byte (every such fixture sentence of the original's front
 end is, tests/text/test_llm_parity.py). In a stream, every message starts a line (segmenters cut at line
-breaks and drop them).
+breaks and drop them). Every rule is linear in the text (tests/text/test_linear_time.py, test_redos.py).
 """
 
 from __future__ import annotations
