@@ -516,7 +516,8 @@ class StreamFilter:
         none is complete): for a text that arrives in pieces cut anywhere (an LLM's tokens). The text is cut
         into messages at line breaks and sentence ends, by the text alone (:class:`_Cutter`), so the
         concatenation of what the fragments return and :meth:`flush` returns is the same for every way of
-        cutting the text, and the same as ``feed_fragment(text) + flush()``."""
+        cutting the text, and the same as ``feed_fragment(text) + flush()``. A stream uses either this or
+        :meth:`feed`: a message fed whole does not wait for fragment text still pending."""
         if not isinstance(fragment, str):
             raise TypeError(f"fragment must be a str, not {type(fragment).__name__}")
         return "".join(self._spoken_line(m) for m in self._cutter.push(fragment))
