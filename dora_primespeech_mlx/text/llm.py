@@ -321,35 +321,31 @@ def _table_row(line: str, family: str) -> str:
     return out + (spoken[-1] if spoken else "")
 
 
-def _line(line: str, family: str, table: bool = False) -> tuple[str, bool]:
-    """One line outside any block: (its spoken form, whether it is a phrase of its own: a heading, list item or
-    table row). ``table``: the line belongs to a table (its separator row was seen). A line without markup comes
-    back as it is."""
+def _line(line: str, family: str, table: bool = False) -> str:
+    """The spoken form of one line outside any block. ``table``: the line belongs to a table (its separator
+    row was seen). A line without markup comes back as it is."""
     if _HR_RE.match(line) or _LINK_DEF_RE.match(line) or _TABLE_SEP_RE.match(line):
-        return "", False
+        return ""
     if _TABLE_ROW_RE.match(line) or (table and "|" in line):
-        return _table_row(line, family), True
-    body, phrase = line, False
+        return _table_row(line, family)
+    body = line
     quote = _QUOTE_RE.match(body)
     if quote:
         body = body[quote.end():]
         if _HR_RE.match(body):
-            return "", False
+            return ""
     if _NUMBER_ONLY_RE.fullmatch(body):
-        return "", True
+        return ""
     heading = _HEADING_RE.match(body)
     if heading:
-        body, phrase = _heading_text(body[heading.end():]), True
+        body = _heading_text(body[heading.end():])
     else:
-        body, phrase = _list_item(body)
-        body = _bold_label(body, family)
+        body = _bold_label(_list_item(body), family)
     if heading or _BOLD_LINE_RE.match(body):  # "## 1. Setup", "**2. 开始制作**": the number goes as an item's
-        body, phrase = _list_item(_inline(body, family))[0], True
+        body = _list_item(_inline(body, family))
     else:
         body = _inline(body, family)
-    if _NUMBER_ONLY_RE.fullmatch(body):  # "## 2." or "**1." cut off by a segmenter
-        return "", True
-    return body, phrase
+    return "" if _NUMBER_ONLY_RE.fullmatch(body) else body  # "## 2." or "**1." cut off by a segmenter
 
 
 def _heading_text(rest: str) -> str:
@@ -377,17 +373,16 @@ def _bold_label(body: str, family: str) -> str:
     return f"{mark}{label}{mark}{_pause(label, family)} {rest.lstrip(' :：')}"
 
 
-def _list_item(body: str) -> tuple[str, bool]:
-    """(a line without its list markers, whether it had any): bullets ("-", "*", "+", task boxes), numbers
-    ("1.", "2)": dropped, not read: the English front end reads "1. " as "first,"), footnote definitions; nested
-    markers ("- 1. ", "1. - ") go together."""
-    found = False
+def _list_item(body: str) -> str:
+    """A line without its list markers: bullets ("-", "*", "+", task boxes), numbers ("1.", "2)": dropped, not
+    read: the English front end reads "1. " as "first,"), footnote definitions; nested markers ("- 1. ", "1. - ")
+    go together."""
     for _ in range(4):
         marker = _BULLET_RE.match(body) or _NUMBERED_RE.match(body) or _FOOTNOTE_DEF_RE.match(body)
         if not marker:
             break
-        body, found = body[marker.end():], True
-    return body, found
+        body = body[marker.end():]
+    return body
 
 
 def _drop_holes(text: str) -> str:
@@ -440,7 +435,7 @@ def _markdown(text: str, family: str, table: bool = False) -> tuple[str, bool]:
     every line followed by more text ends with a mark the front ends read as a pause (:func:`_as_phrase`): a
     heading, list item or table row is a phrase of its own, and no word is glued to the next line's first (the
     front ends drop line breaks). The last line needs none: the front end ends every text with one."""
-    out: list[tuple[str, bool]] = []
+    out: list[str] = []
     changed = False
     lines_in = text.split("\n")
     header = {i - 1 for i, line in enumerate(lines_in) if i and "|" in line and _TABLE_SEP_RE.match(line)}
@@ -449,19 +444,19 @@ def _markdown(text: str, family: str, table: bool = False) -> tuple[str, bool]:
             table = True
         elif "|" not in line:
             table = False
-        spoken, phrase = _line(line, family, table or i in header)
+        spoken = _line(line, family, table or i in header)
         spoken = _drop_holes(spoken) if spoken != line or _HOLE in line else _LEADING_EMOJI_RE.sub("", line)
         if spoken != line:
             changed = True
             if not spoken.strip():
                 spoken = ""
-        out.append((spoken, phrase))
+        out.append(spoken)
     if not changed:
         return text, table
-    last = max((i for i, (spoken, _) in enumerate(out) if spoken.strip()), default=-1)
+    last = max((i for i, spoken in enumerate(out) if spoken.strip()), default=-1)
     lines = [spoken if i >= last or not spoken.strip() else
              "\n".join(_as_phrase(part, family) for part in spoken.split("\n"))
-             for i, (spoken, _) in enumerate(out)]
+             for i, spoken in enumerate(out)]
     joined = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
     return (joined.strip("\n") if joined.strip() else ""), table
 

@@ -24,7 +24,7 @@ from dora_primespeech_mlx.text.zh_normalization import normalizer as zh
 SIZES = (1000, 4000)
 MAX_RATIO = 10.0
 FLOOR_S = 0.05
-BUDGET_S = 3.0
+BUDGET_S = 10.0
 REPEATS = 3
 
 #: (name, prefix, repeated unit, suffix): the unit fills the text to the size between prefix and suffix
