@@ -31,7 +31,7 @@ def check_text(text: str, lang: str | None, llm_text: bool) -> None:
 
 def check_options(overrides: dict) -> None:
     """ConfigError naming the option of the first value out of its range (or an unknown language / split)."""
-    from .text.langsplit import check_option
+    from .text.language_segments import check_option
 
     for name, value in overrides.items():
         option = OPTIONS.get(name, name)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
 from ..paths import expand, originals_dir, request_path, user_voices_dir
-from ..text.langsplit import SUPPORTED_OPTIONS
+from ..text.language_segments import SUPPORTED_OPTIONS
 from . import voicefile
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from .frontend import (
     prompt_phones,
     prompt_text_input,
 )
-from .langsplit import SUPPORTED_OPTIONS, check_option, split_languages
+from .language_segments import SUPPORTED_OPTIONS, check_option, split_languages
 from .segmentation import get_method, split_text
 from .speakable import has_speakable
 from .symbols import cleaned_text_to_sequence, symbol_to_id

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .budget import checkpoint, stops
 from .errors import TextFrontendError, UnsupportedLanguageError
-from .langsplit import LANGUAGES, check_option, split_languages
+from .language_segments import LANGUAGES, check_option, split_languages
 from .segmentation import MAX_CHUNK_CHARS, split_text, splits
 from .symbols import cleaned_text_to_sequence, symbols, table_version
 
@@ -192,7 +192,7 @@ def _segment(lang: str, text: str, version: str) -> Segment:
 
 
 def get_phones(text: str, language: str, version: str = "v2") -> PhoneResult:
-    """Phonemes of ``text`` for a language option (:data:`~.langsplit.SUPPORTED_OPTIONS`).
+    """Phonemes of ``text`` for a language option (:data:`~.language_segments.SUPPORTED_OPTIONS`).
 
     Upstream ``get_phones_and_bert``: runs of spaces collapse to one, the text is split by language,
     every segment is cleaned, and a result with fewer than 6 phones is recomputed once on ``"." + text``.

@@ -2,9 +2,18 @@
 
 An LLM writes markdown, code, links, emoji, tool calls and (reasoning models) ``<think>`` blocks; a voice
 assistant must speak the prose and nothing else. :func:`clean` does it for a whole text; :class:`StreamFilter`
-for one session's stream of messages (a sentence segmenter's output), carrying an open block from the message
-that opens it to the one that closes it; :class:`Sessions` keeps one filter per session. Pure functions of the
-text: no front end, engine or node import.
+for one session's stream, carrying an open block from the message that opens it to the one that closes it;
+:class:`Sessions` keeps one filter per session. Pure functions of the text: no front end, engine or node import.
+
+The stream API (one :class:`StreamFilter` per stream, ``Sessions.get(session_id, question_id)``):
+
+- ``feed(message) -> str``: a whole message (a sentence segmenter's output; it starts a line), its spoken form.
+- ``feed_fragment(fragment) -> str`` and ``flush() -> str``: a text arriving in fragments cut anywhere (LLM
+  tokens). ``feed_fragment`` returns the spoken form of the messages the fragment completes, each line ended with
+  a pause mark and a line break ("" while none is complete); ``flush`` returns the rest at the text's end. The
+  filter cuts messages at line breaks and sentence ends by the text alone (:class:`_Cutter`), so for every cut
+  of a text into fragments the returns joined equal ``feed_fragment(text) + flush()``, and speak as
+  :func:`clean` does (the same sentences once each message is spoken as a text of its own).
 
 What each form becomes:
 
@@ -15,13 +24,15 @@ What each form becomes:
   line, follows a sentence end or ends its line; elsewhere (``the <think> tag``) it is a stray tag, removed.
 - Code blocks (fences of 3+ backticks or tildes, at a line start): nothing, also across messages; inline code:
   its text.
-- Markdown: emphasis marks (``**``, ``__``, ``*``, ``_``, ``~~``) go, their words stay; headings, bullet items
-  (``-``, ``*``, ``+``, task boxes) and table rows become phrases of their own: their marks go and, when more text
-  follows, they end with a sentence mark if they have none ("。" after Chinese or Japanese, "." otherwise; the
-  front end ends the last one). Numbered items (``1.``, ``2)``) are phrases too and keep their number, read as
-  the step's number (prose enumerates "1. ... 2. ..." as well). Table cells are read as phrases ("，" / ","
-  between them), separator rows dropped; blockquote marks, horizontal rules, setext underlines, footnote markers
-  ``[^1]``, link definitions and backslash escapes go.
+- Markdown: emphasis marks (``**``, ``__``, ``*``, ``_``, ``~~``) go, their words stay; headings, list items
+  (``-``, ``*``, ``+``, task boxes, ``1.``, ``2)``, nested) and table rows become phrases of their own. List
+  numbers are dropped (the English front end reads "1. " as "first, "; the pause between the items carries the
+  list); a line-start number is a list marker even in a one-line text. Table cells are read as phrases ("，" /
+  "、" / "," between them), separator rows dropped; blockquote marks, horizontal rules, setext underlines,
+  footnote markers ``[^1]``, link definitions and backslash escapes go. In a text with markup, every line that
+  more text follows ends with a pause the front ends read (they drop line breaks): a sentence mark where it has
+  none ("。" after Chinese or Japanese, "." otherwise), a closing ":" or ";" becomes a comma in its script; a
+  bold label opening a line ("**Step 1:** Download") keeps its words and its colon becomes a pause.
 - Links ``[text](url)``: the text; images: the alt text; HTML tags: removed (block tags and ``<br>`` end a
   phrase), comments dropped, entities (``&amp;``, ``&#39;``) decoded.
 - Bare URLs (``http(s)://``, ``ftp://``, ``www.``) and ``<url>`` autolinks: their domain, read as words
@@ -37,10 +48,10 @@ What each form becomes:
   them).
 
 Plain text is left exactly as it is: every transformation needs unambiguous markup ("3 * 4", "a_b", "C#",
-"x < y", "if a<b and c>d", "#话题#", "^_^", "1. First item 2. Second item", "~~~ is a tilde" stay), and a line
-without markup, URL or e-mail address is returned byte for byte (every fixture sentence of the original's front
+"x < y", "if a<b and c>d", "#话题#", "^_^", "~~~ is a tilde" stay), and a text without markup, URL, e-mail
+address or line-start list number is returned byte for byte (every such fixture sentence of the original's front
 end is, tests/text/test_llm_parity.py). In a stream, every message starts a line (segmenters cut at line
-breaks and drop them).
+breaks and drop them). Every rule is linear in the text (tests/text/test_linear_time.py, test_redos.py).
 """
 
 from __future__ import annotations
@@ -64,9 +75,10 @@ TOOL_TAGS = ("tool_call", "tool_calls", "function_call", "function_calls", "tool
 _BLOCK_NAMES = "|".join(sorted(THINK_TAGS + TOOL_TAGS, key=len, reverse=True))
 _BLOCK_OPEN_RE = re.compile(rf"<({_BLOCK_NAMES})(?:\s[^<>\n]*)?>", re.IGNORECASE)
 _BLOCK_ANY_RE = re.compile(rf"<(/?)({_BLOCK_NAMES})(?:\s[^<>\n]*)?(/?)>", re.IGNORECASE)
-# a fence line: 3+ backticks or tildes, then at most a language tag ("python", "c++", "{.js}"), nothing else
-_FENCE_OPEN_RE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})[ \t]*([\w+#.-]*[ \t]*(?:\{[^}\n]*\})?)[ \t]*$",
-                            re.MULTILINE)
+# a fence line: 3+ backticks or tildes, then at most a language tag ("python", "c++", "{.js}"), nothing else;
+# the line is taken apart by _fence_lines (one pass per line), these match its pieces
+_FENCE_START_RE = re.compile(r"[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})")
+_FENCE_INFO_RE = re.compile(r"[\w+#.-]*(?:[ \t]*\{[^}\n]*\})?")
 
 SENTENCE_ENDS = "。！？.!?…"
 PAUSE_MARKS = ",，、;；:："
@@ -78,16 +90,19 @@ _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 # -- line forms -----------------------------------------------------------------------------------------
 _HR_RE = re.compile(r"^[ \t]{0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,}|={3,}[ \t]*)$")
-_HEADING_RE = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+# a heading's opening marks; _heading_text strips its closing ones
+_HEADING_RE = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+")
 _QUOTE_RE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+")
 _BULLET_RE = re.compile(r"^[ \t]*[-*+][ \t]+(?:\[[ xX]\][ \t]+)?(?=\S)")
 _NUMBERED_RE = re.compile(r"^[ \t]*\d{1,3}[.)][ \t]+(?=\S)")
+# a list number alone on its line: what a sentence segmenter cuts off "1. Open the app." in a stream
+_NUMBER_ONLY_RE = re.compile(r"[ \t]*\d{1,3}[.)][ \t]*")
 _TABLE_ROW_RE = re.compile(r"^[ \t]*\|.*\|[ \t]*$")
 _TABLE_SEP_CELL_RE = re.compile(r"^[ \t]*:?-+:?[ \t]*$")
 # a separator row without outer pipes ("---|:---:"): the rows around it are a table's, pipes or not
-_TABLE_SEP_RE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*$")
+_TABLE_SEP_RE = re.compile(r"[ \t]*(?:\|[ \t]*)?:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)+(?:\|[ \t]*)?$")
 # a line that is one bold span ("**1. 准备材料**", "**Step 2:**"): a heading in all but name
-_BOLD_LINE_RE = re.compile(r"^[ \t]*(\*\*|__)(?=\S)[^\n]{1,300}(?<=\S)\1[ \t]*[:：]?[ \t]*$")
+_BOLD_LINE_RE = re.compile(r"[ \t]*(\*\*|__)(?=\S)[^\n]{1,300}(?<=\S)\1[ \t]*(?:[:：][ \t]*)?$")
 _LINK_DEF_RE = re.compile(r"^[ \t]{0,3}\[(?!\^)[^\]\n]+\]:[ \t]+\S+.*$")
 _FOOTNOTE_DEF_RE = re.compile(r"^[ \t]{0,3}\[\^[^\]\s]+\]:[ \t]*")
 
@@ -133,12 +148,13 @@ _EMOJI_CHARS = (
     "\uFE0E\uFE0F\u200D\u20E3"  # variation selectors, zero-width joiner, keycap
     "\U000E0020-\U000E007F"  # tag characters (subdivision flags)
 )
-_EMOJI_RUN_RE = re.compile(rf"[ \t]*(?:[{_EMOJI_CHARS}][ \t]*)+")
+_EMOJI_RUN_RE = re.compile(rf"(?<![ \t])[ \t]*(?:[{_EMOJI_CHARS}][ \t]*)+")
 # an emoji run opening a line with a pause mark after it ("👍，好的": the front end would speak a stray pause), or a
 # line of emoji only (a message the node then skips)
 _LEADING_EMOJI_RE = re.compile(rf"^[ \t]*(?:[{_EMOJI_CHARS}][ \t]*)+(?:[{PAUSE_MARKS}]+[ \t]*|$)")
 _HOLE = "\uE000"  # stands where something unspeakable was removed, until the pauses around it are tidied
-_HOLES_RE = re.compile(rf"([ \t]*){_HOLE}(?:[ \t]*{_HOLE})*([ \t]*)([{PAUSE_MARKS}]*)[ \t]*")
+# a run of holes from its first hole on (the spaces before it are taken by a scan), its spaces and pause marks
+_HOLES_RE = re.compile(rf"{_HOLE}(?:[ \t]*{_HOLE})*([ \t]*)([{PAUSE_MARKS}]*)[ \t]*")
 
 # reading of a domain's dots and of "@", per language family
 _DOT = {"zh": " 点 ", "yue": " dot ", "ja": " ドット ", "ko": " 닷 ", "en": " dot "}
@@ -161,24 +177,34 @@ def language_family(lang_hint: str | None, text: str = "") -> str:
 
 
 def _end_mark(phrase: str, family: str) -> str:
-    for ch in reversed(phrase):
-        if ch.isalpha():
-            return "。" if _CJK_END.match(ch) else "."
+    """The sentence mark a phrase gets: "。" when it holds Chinese or Japanese, "." otherwise (a phrase without
+    letters: its language family's)."""
+    if any(ch.isalpha() for ch in phrase):
+        return "。" if _CJK_END.search(phrase) else "."
     return "。" if family in ("zh", "yue", "ja") else "."
 
 
 def _as_phrase(phrase: str, family: str) -> str:
-    """``phrase`` ended with a sentence mark when it has none (and has something to speak)."""
+    """``phrase`` ended with a mark every front end reads as a pause: a sentence mark when it has none (and has
+    something to speak); a closing colon or semicolon becomes a comma (the English front end drops ":" and ";",
+    which glued "You will need:" to the next line's first word)."""
     stripped = phrase.rstrip()
-    if not stripped or stripped[-1] in _ENDED or not any(ch.isalnum() for ch in stripped):
+    if not stripped or not any(ch.isalnum() for ch in stripped):
+        return stripped
+    if stripped[-1] in ":;：；":
+        return stripped[:-1] + _pause(stripped[:-1], family)
+    if stripped[-1] in _ENDED:
         return stripped
     return stripped + _end_mark(stripped, family)
 
 
-def _pause(cell: str) -> str:
-    for ch in reversed(cell):
+def _pause(text: str, family: str) -> str:
+    """The pause mark after ``text``: by its last letter, "、" in Japanese, "，" in Chinese, "," otherwise."""
+    for ch in reversed(text):
         if ch.isalpha():
-            return "，" if _CJK_END.match(ch) else ","
+            if not _CJK_END.match(ch):
+                return ","
+            return "、" if family == "ja" or _KANA.search(text) else "，"
     return ","
 
 
@@ -290,36 +316,73 @@ def _table_row(line: str, family: str) -> str:
     out = ""
     for cell in spoken[:-1]:
         if cell[-1] not in _ENDED:
-            cell += _pause(cell)
+            cell += _pause(cell, family)
         out += cell + ("" if _CJK_END.match(cell[-1]) or cell[-1] in "，、；：。！？" else " ")
     return out + (spoken[-1] if spoken else "")
 
 
-def _line(line: str, family: str, table: bool = False) -> tuple[str, bool]:
-    """One line outside any block: (its spoken form, whether it is a phrase of its own: a heading, list item or
-    table row). ``table``: the line belongs to a table (its separator row was seen). A line without markup comes
-    back as it is."""
+def _line(line: str, family: str, table: bool = False) -> str:
+    """The spoken form of one line outside any block. ``table``: the line belongs to a table (its separator
+    row was seen). A line without markup comes back as it is."""
     if _HR_RE.match(line) or _LINK_DEF_RE.match(line) or _TABLE_SEP_RE.match(line):
-        return "", False
+        return ""
     if _TABLE_ROW_RE.match(line) or (table and "|" in line):
-        return _table_row(line, family), True
-    body, phrase = line, False
+        return _table_row(line, family)
+    body = line
     quote = _QUOTE_RE.match(body)
     if quote:
         body = body[quote.end():]
         if _HR_RE.match(body):
-            return "", False
+            return ""
+    if _NUMBER_ONLY_RE.fullmatch(body):
+        return ""
     heading = _HEADING_RE.match(body)
     if heading:
-        body, phrase = heading.group(1), True
-    elif _NUMBERED_RE.match(body):
-        phrase = True  # the number stays: it is read as the step's number (prose enumerates "1. ... 2. ..." too)
+        body = _heading_text(body[heading.end():])
     else:
-        marker = _BULLET_RE.match(body) or _FOOTNOTE_DEF_RE.match(body)
-        if marker:
-            body, phrase = body[marker.end():], True
-    phrase = phrase or bool(_BOLD_LINE_RE.match(body))
-    return _inline(body, family), phrase
+        body = _bold_label(_list_item(body), family)
+    if heading or _BOLD_LINE_RE.match(body):  # "## 1. Setup", "**2. 开始制作**": the number goes as an item's
+        body = _list_item(_inline(body, family))
+    else:
+        body = _inline(body, family)
+    return "" if _NUMBER_ONLY_RE.fullmatch(body) else body  # "## 2." or "**1." cut off by a segmenter
+
+
+def _heading_text(rest: str) -> str:
+    """A heading's text after its opening marks: without trailing spaces and closing marks ("Title ##")."""
+    rest = rest.rstrip(" \t")
+    bare = rest.rstrip("#")
+    if bare != rest and bare[-1:] in (" ", "\t"):
+        return bare.rstrip(" \t")
+    return rest
+
+
+def _bold_label(body: str, family: str) -> str:
+    """A bold label opening a line ("**Step 1:** Download", "**注意**：保持"): its colon becomes a pause mark,
+    which every front end reads (the English one drops ":", gluing the label to the text)."""
+    mark = body[:2]
+    if mark not in ("**", "__"):
+        return body
+    end = body.find(mark, 2)
+    if end < 0:
+        return body
+    label, rest = body[2:end].rstrip(), body[end + 2:]
+    if not (label.endswith((":", "：")) or rest.startswith((":", "："))) or not rest.strip(" \t:："):
+        return body
+    label = label.rstrip(":：").rstrip()
+    return f"{mark}{label}{mark}{_pause(label, family)} {rest.lstrip(' :：')}"
+
+
+def _list_item(body: str) -> str:
+    """A line without its list markers: bullets ("-", "*", "+", task boxes), numbers ("1.", "2)": dropped, not
+    read: the English front end reads "1. " as "first,"), footnote definitions; nested markers ("- 1. ", "1. - ")
+    go together."""
+    for _ in range(4):
+        marker = _BULLET_RE.match(body) or _NUMBERED_RE.match(body) or _FOOTNOTE_DEF_RE.match(body)
+        if not marker:
+            break
+        body = body[marker.end():]
+    return body
 
 
 def _drop_holes(text: str) -> str:
@@ -327,29 +390,52 @@ def _drop_holes(text: str) -> str:
     if _HOLE not in text and not _EMOJI_RUN_RE.search(text):
         return text
     text = _EMOJI_RUN_RE.sub(lambda m: m.group(0).replace(m.group(0).strip(" \t"), _HOLE), text)
+    out: list[str] = []
+    pos, blank = 0, True  # blank: the line up to ``pos`` is only whitespace
+    while (hole := text.find(_HOLE, pos)) >= 0:
+        start = hole
+        while start > pos and text[start - 1] in " \t":
+            start -= 1
+        m = _HOLES_RE.match(text, hole)
+        blank = _blank_after(blank, text[pos:start])
+        out.append(text[pos:start])
+        out.append(_tidy_hole(blank, start < hole or bool(m.group(1)), m.group(2), text[start - 1: start],
+                              text[m.end(): m.end() + 1]))
+        blank = _blank_after(blank, text[start: m.end()])
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
 
-    def tidy(m: re.Match) -> str:
-        spaced, marks = bool(m.group(1) or m.group(2)), m.group(3)
-        before, after = m.string[: m.start()], m.string[m.end():]
-        if not before.rsplit("\n", 1)[-1].strip():
-            return ""  # at a line start: the hole, its spaces and the pause mark after it go
-        if marks:
-            return marks  # "好的 👍，" -> "好的，"
-        if not after or after[0] in "\n" + SENTENCE_ENDS + ")）]】」』》":
-            return ""
-        if _CJK_END.match(before[-1]) or _CJK_END.match(after[0]):
-            return ""
-        return " " if spaced or (before[-1].isalnum() and after[0].isalnum()) else ""
 
-    return _HOLES_RE.sub(tidy, text)
+def _blank_after(blank: bool, seg: str) -> bool:
+    """Whether the current line is still only whitespace after ``seg`` (``blank``: it was before)."""
+    nl = seg.rfind("\n")
+    if nl >= 0:
+        return not seg[nl + 1:].strip()
+    return blank and not seg.strip()
+
+
+def _tidy_hole(line_start: bool, spaced: bool, marks: str, before: str, after: str) -> str:
+    """What replaces a run of holes with its spaces and pause marks: ``before``/``after`` are the characters
+    next to it ("" at the text's ends)."""
+    if line_start:
+        return ""  # at a line start: the hole, its spaces and the pause mark after it go
+    if marks:
+        return marks  # "好的 👍，" -> "好的，"
+    if not after or after in "\n" + SENTENCE_ENDS + ")）]】」』》":
+        return ""
+    if _CJK_END.match(before) or _CJK_END.match(after):
+        return ""
+    return " " if spaced or (before.isalnum() and after.isalnum()) else ""
 
 
 def _markdown(text: str, family: str, table: bool = False) -> tuple[str, bool]:
     """The spoken form of text outside blocks, line by line, and whether a table is still open at its end
-    (``table``: one is open at its start); unchanged lines stay byte for byte. A heading, list item or table row
-    followed by more text ends with a sentence mark (the last line of a text needs none: the front end ends every
-    text with one)."""
-    out: list[tuple[str, bool]] = []
+    (``table``: one is open at its start); a text without markup comes back byte for byte. In a text with markup,
+    every line followed by more text ends with a mark the front ends read as a pause (:func:`_as_phrase`): a
+    heading, list item or table row is a phrase of its own, and no word is glued to the next line's first (the
+    front ends drop line breaks). The last line needs none: the front end ends every text with one."""
+    out: list[str] = []
     changed = False
     lines_in = text.split("\n")
     header = {i - 1 for i, line in enumerate(lines_in) if i and "|" in line and _TABLE_SEP_RE.match(line)}
@@ -358,21 +444,19 @@ def _markdown(text: str, family: str, table: bool = False) -> tuple[str, bool]:
             table = True
         elif "|" not in line:
             table = False
-        spoken, phrase = _line(line, family, table or i in header)
+        spoken = _line(line, family, table or i in header)
         spoken = _drop_holes(spoken) if spoken != line or _HOLE in line else _LEADING_EMOJI_RE.sub("", line)
         if spoken != line:
             changed = True
             if not spoken.strip():
                 spoken = ""
-        out.append((spoken, phrase))
+        out.append(spoken)
     if not changed:
         return text, table
-    lines: list[str] = []
-    for i, (spoken, phrase) in enumerate(out):
-        if phrase and any(later.strip() for later, _ in out[i + 1:]):
-            spoken = "\n".join(_as_phrase(part, family) for part in spoken.split("\n"))
-            changed = True
-        lines.append(spoken)
+    last = max((i for i, spoken in enumerate(out) if spoken.strip()), default=-1)
+    lines = [spoken if i >= last or not spoken.strip() else
+             "\n".join(_as_phrase(part, family) for part in spoken.split("\n"))
+             for i, spoken in enumerate(out)]
     joined = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
     return (joined.strip("\n") if joined.strip() else ""), table
 
@@ -410,6 +494,7 @@ class StreamFilter:
         self._block: _Block | None = None
         self._table = False  # a table's separator row was seen and its rows go on
         self.overflows = 0
+        self._cutter = _Cutter()
 
     @property
     def in_block(self) -> str | None:
@@ -419,6 +504,31 @@ class StreamFilter:
     def reset(self) -> None:
         self._block = None
         self._table = False
+        self._cutter = _Cutter()
+
+    def feed_fragment(self, fragment: str) -> str:
+        """The spoken form of the messages that ``fragment`` completes, each followed by a line break ("" while
+        none is complete): for a text that arrives in pieces cut anywhere (an LLM's tokens). The text is cut
+        into messages at line breaks and sentence ends, by the text alone (:class:`_Cutter`), so the
+        concatenation of what the fragments return and :meth:`flush` returns is the same for every way of
+        cutting the text, and the same as ``feed_fragment(text) + flush()``. A stream uses either this or
+        :meth:`feed`: a message fed whole does not wait for fragment text still pending."""
+        if not isinstance(fragment, str):
+            raise TypeError(f"fragment must be a str, not {type(fragment).__name__}")
+        return "".join(self._spoken_line(m) for m in self._cutter.push(fragment))
+
+    def flush(self) -> str:
+        """The spoken form of the rest of a text fed with :meth:`feed_fragment` (its end has come)."""
+        return "".join(self._spoken_line(m) for m in self._cutter.finish())
+
+    def _spoken_line(self, message: str) -> str:
+        """A message's spoken form, its lines ended with pause marks (concatenated, no word glues to the next
+        message's first), and a line break after it; "" when there is nothing to speak."""
+        spoken = self.feed(message)
+        if not spoken.strip():
+            return ""
+        family = language_family(self.lang_hint, spoken)
+        return "".join(_as_phrase(line, family) + "\n" for line in spoken.split("\n") if line.strip())
 
     def feed(self, text: str) -> str:
         """The spoken form of the next message ("" when it is only markup or reasoning)."""
@@ -472,13 +582,89 @@ class StreamFilter:
         return "".join(pieces)
 
 
+class _Cutter:
+    """Cuts a text arriving in fragments into messages: at line breaks (dropped), after a run of "。！？…", and
+    after a run of ".!?" followed by whitespace; never inside an open code span, link text or target, or tag of
+    the line, nor right after a line-start list number ("1." of "1. Open the app"). Whether a position is a cut
+    depends on the text up to the next character only, so the messages are the same however the text is cut
+    into fragments. Each character is looked at once."""
+
+    _CJK_ENDS = frozenset("。！？…")
+    _ASCII_ENDS = frozenset(".!?")
+    _CLOSERS = frozenset("」』”’）)】》\"'")
+
+    def __init__(self) -> None:
+        self._chars: list[str] = []
+        self._after_end = ""  # "cjk" / "ascii": the characters so far end with a run of sentence marks
+        self._ticks = self._brackets = self._parens = self._angles = 0
+
+    def push(self, fragment: str) -> list[str]:
+        out: list[str] = []
+        for ch in fragment:
+            if ch == "\n":
+                out.append(self._take())
+                continue
+            if self._after_end == "cjk" and ch not in self._CJK_ENDS and ch not in self._CLOSERS and self._open():
+                out.append(self._take())
+            elif self._after_end == "ascii" and ch in " \t\u3000" and self._open():
+                out.append(self._take())
+            self._chars.append(ch)
+            self._track(ch)
+        return out
+
+    def finish(self) -> list[str]:
+        rest = self._take()
+        return [rest] if rest else []
+
+    def _track(self, ch: str) -> None:
+        if ch in self._CJK_ENDS:
+            self._after_end = "cjk"
+        elif ch in self._ASCII_ENDS:
+            self._after_end = "ascii" if self._after_end != "cjk" else "cjk"
+        elif ch not in self._CLOSERS:
+            self._after_end = ""
+        if ch == "`":
+            self._ticks ^= 1
+        elif ch == "[":
+            self._brackets += 1
+        elif ch == "]":
+            self._brackets = max(0, self._brackets - 1)
+        elif ch == "(":
+            self._parens += 1
+        elif ch == ")":
+            self._parens = max(0, self._parens - 1)
+        elif ch == "<":
+            self._angles = 1
+        elif ch == ">":
+            self._angles = 0
+
+    def _open(self) -> bool:
+        """Whether the message so far may end here (nothing of the line left open, not a bare list number)."""
+        if self._ticks or self._brackets or self._parens or self._angles:
+            return False
+        if len(self._chars) <= 12 and _LIST_NUMBER_RE.fullmatch("".join(self._chars)):
+            return False
+        return True
+
+    def _take(self) -> str:
+        message = "".join(self._chars).strip(" \t")
+        self._chars = []
+        self._after_end = ""
+        self._ticks = self._brackets = self._parens = self._angles = 0
+        return message
+
+
+# a list number with the marks that may come before it on its line ("1.", "  2)", "## 3.", "**4.")
+_LIST_NUMBER_RE = re.compile(r"[ \t#>*_+-]{0,8}\d{1,3}[.)]")
+
+
 class _Scan:
     """The block tags and fence lines of one text, found once; :meth:`next_opener` walks them in order."""
 
     def __init__(self, text: str):
         self.text = text
         self.tags = list(_BLOCK_ANY_RE.finditer(text)) if "<" in text else []
-        self.fences = [m for m in _FENCE_OPEN_RE.finditer(text) if not (m.group(1)[0] == "`" and "`" in m.group(2))]
+        self.fences = _fence_lines(text)
         self.last_close: dict[str, int] = {}  # closing tag name -> end of its last occurrence
         for m in self.tags:
             if m.group(1):
@@ -507,16 +693,34 @@ class _Scan:
             if self._closed_later(name, m.end()) or _opens_line(text, m.start(), m.end()):
                 tag = (m.start(), m.end(), _Block("think" if name in THINK_TAGS else "tool", _tag_closer(name)))
                 break
-        while self.fi < len(self.fences) and self.fences[self.fi].start() < pos:
+        while self.fi < len(self.fences) and self.fences[self.fi][0] < pos:
             self.fi += 1
         fence = None
         if self.fi < len(self.fences):
-            m = self.fences[self.fi]
-            end = m.end() + (1 if m.end() < len(text) else 0)
-            fence = (m.start(), end, _Block("code", _fence_closer(m.group(1))))
+            start, end, marks = self.fences[self.fi]
+            end += 1 if end < len(text) else 0
+            fence = (start, end, _Block("code", _fence_closer(marks)))
         if tag is None or (fence is not None and fence[0] < tag[0]):
             return fence
         return tag
+
+
+def _fence_lines(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, fence marks) of every fence line of ``text``: 3+ backticks or tildes at the line's start
+    (after spaces and quote marks), then at most an info string ("python", "c++", "{.js}"; no backtick after a
+    backtick fence). One pass over the lines that hold a fence's marks."""
+    found, start, n = [], 0, len(text)
+    while start <= n:
+        end = text.find("\n", start)
+        end = n if end < 0 else end
+        if "```" in text[start:end] or "~~~" in text[start:end]:
+            m = _FENCE_START_RE.match(text, start, end)
+            if m:
+                info = text[m.end():end].strip(" \t")
+                if _FENCE_INFO_RE.fullmatch(info) and not (m.group(1)[0] == "`" and "`" in info):
+                    found.append((start, end, m.group(1)))
+        start = end + 1
+    return found
 
 
 def _opens_line(text: str, start: int, end: int) -> bool:

@@ -39,8 +39,10 @@ def _sentences(spoken: str) -> str:
     """What the front end speaks, for comparing: every line ends with a mark (the front end ends every text and
     chunk with one; the node speaks each message as a text of its own), whitespace ignored."""
     lines = [ln.strip() for ln in spoken.split("\n") if ln.strip()]
+    # a line's closing colon or semicolon is a pause like a comma (the stage writes one where more text follows)
+    lines = [ln[:-1] + "," if ln[-1] in ":;：；，、" else ln for ln in lines]
     joined = "".join(ln if ln[-1] in _ENDS else ln + "." for ln in lines)
-    return re.sub(r"\s+", "", joined).translate(str.maketrans("。！？", ".!?"))
+    return re.sub(r"\s+", "", joined).translate(str.maketrans("。！？，、", ".!?,,"))
 
 
 def _ws(text: str) -> str:
@@ -155,9 +157,57 @@ def test_language_family_and_marks():
     assert clean("사이트는 https://example.com 입니다.", "ko") == "사이트는 example 닷 com 입니다."
 
 
+LIST_ROWS = [r for r in CORPUS if r["id"].startswith("list-")]
+_PAUSES = ",.!?。！？，、…"
+
+
+def test_list_corpus_covers_every_list_form_in_three_languages():
+    assert {r["lang"] for r in LIST_ROWS} >= {"zh", "en", "ja", "ko", "yue"}
+    text = "\n".join(r["input"] for r in LIST_ROWS if r["lang"] in ("zh", "en", "ja"))
+    for form in ("\n1. ", "\n1) ", "\n- ", "\n* ", "\n+ ", "\n   - ", "**Step 1:**", "\n# ", "\n## ", "|---|",
+                 "- [ ] ", "**注意：**"):
+        assert form in text, form
+
+
+@pytest.mark.parametrize("row", LIST_ROWS, ids=[r["id"] for r in LIST_ROWS])
+def test_list_items_are_phrases_of_their_own(row):
+    """Each line that more text follows ends with a mark every front end reads as a pause (the front ends drop
+    line breaks: "need:" + "two eggs" was read "needtwo eggs"), and no list number is left to be read as an
+    ordinal ("1. " is "first, " to the English front end)."""
+    spoken = clean(row["input"], row["lang"])
+    lines = [ln.strip() for ln in spoken.split("\n") if ln.strip()]
+    assert len(lines) == len([ln for ln in row["input"].split("\n") if re.search(r"\w", re.sub(r"[-|:]", "", ln))])
+    for line, following in zip(lines, lines[1:]):
+        assert line[-1] in _PAUSES, (line, following)
+        assert not re.match(r"\d{1,3}[.)]\s", following), following
+    f = StreamFilter(row["lang"])
+    streamed = [f.feed(m) for m in row["input"].split("\n")]  # a line per message: the node's segmenters
+    assert _sentences("\n".join(streamed)) == _sentences(spoken)
+
+
+@pytest.mark.parametrize("row", [r for r in LIST_ROWS if r["lang"] in ("zh", "en")],
+                         ids=[r["id"] for r in LIST_ROWS if r["lang"] in ("zh", "en")])
+def test_list_items_read_apart_by_the_front_end(row):
+    """Through the front end: no ordinal, and a pause between each item's last word and the next one's first."""
+    from dora_primespeech_mlx.text import get_phones
+
+    norm = get_phones(clean(row["input"], row["lang"]), row["lang"]).norm_text
+    assert not re.search(r"\b(first|second|third)\b", norm, re.IGNORECASE), norm
+    lines = [ln.strip() for ln in clean(row["input"], row["lang"]).split("\n") if ln.strip()]
+    for line, following in zip(lines, lines[1:]):
+        last = re.findall(r"[A-Za-z]+|[\u4e00-\u9fff]", line)[-1]
+        first = re.findall(r"[A-Za-z]+|[\u4e00-\u9fff]", following)[0]
+        assert not re.search(re.escape(last) + r"\s*" + re.escape(first), norm), (last, first, norm)
+
+
+def test_a_line_start_number_is_a_list_marker():
+    assert clean("1. First item 2. Second item") == "First item 2. Second item"
+    assert clean("2) Restart the server") == "Restart the server"
+
+
 @pytest.mark.parametrize("text", [
     "3 * 4 * 5 = 60", "a_b_c and snake_case", "C# and F#", "x < y > z", "if a<b and c>d then", "#hashtag# here",
-    "^_^ and ~_~", "50% off * terms apply", "2**10 is 1024", "Price: $5 | $6", "1. First item 2. Second item",
+    "^_^ and ~_~", "50% off * terms apply", "2**10 is 1024", "Price: $5 | $6",
     "e.g. example.com without a scheme", "The <think> tag names reasoning.", "~~~ is a tilde fence",
 ])
 def test_prose_that_looks_like_markup_is_kept(text):

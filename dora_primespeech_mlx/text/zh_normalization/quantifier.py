@@ -7,7 +7,8 @@ import re
 from .numbers import num2str
 
 # -3°C -> 零下三度
-RE_TEMPERATURE = re.compile(r"(-?)(\d+(\.\d+)?)(°C|℃|度|摄氏度)")
+# a number starts where no digit precedes it (without the lookbehind every start rescans a digit run: quadratic)
+RE_TEMPERATURE = re.compile(r"(-?)(?<!\d)(\d+(\.\d+)?)(°C|℃|度|摄氏度)")
 
 
 def replace_temperature(m: re.Match) -> str:

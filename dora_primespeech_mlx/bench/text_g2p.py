@@ -1,4 +1,4 @@
-"""G2P speed of the text front end per language option: ``python -m dora_primespeech_mlx.text.bench``.
+"""G2P speed of the text front end per language option: ``python -m dora_primespeech_mlx.bench.text_g2p``.
 
 For every language option found in the given JSONL files (the text fixtures' layout: ``text`` and
 ``language`` per line; cases where upstream raised are left out) it reports the one-off load time
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from .frontend import get_phones
+from ..text.frontend import get_phones
 
 SAMPLES = {
     "all_zh": ["今天是2024年3月15日，我用了3个小时写程序。", "你好，很高兴认识你！"],

@@ -4,7 +4,7 @@ Upstream ``get_phones_and_bert`` calls ``LangSegmenter.getTexts`` (``text/LangSe
 ``split_lang.LangSplitter`` (split-lang 2.1.1, ``merge_across_digit=False``) and then applies its own
 rules: ASCII-only pieces become English (``full_en``), digits are attached to a neighbour, unknown
 ("x") pieces are reduced to their CJK characters (``full_cjk``) or take a neighbour's language. The
-first stage is :mod:`.splitlang` (language by script rule instead of split-lang's fastText model; for
+first stage is :mod:`.script_split` (language by script rule instead of split-lang's fastText model; for
 Chinese/English text the two agree, text fixtures README); this module holds the second and the options.
 
 The language options are upstream's: ``all_zh``, ``zh``, ``en``, ``all_ja``, ``ja``, ``all_ko``, ``ko``,
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from .errors import UnsupportedLanguageError
-from .splitlang import Piece, split_by_script
+from .script_split import Piece, split_by_script
 
 SUPPORTED_OPTIONS = ("all_zh", "zh", "en", "auto", "all_ja", "ja", "all_ko", "ko", "all_yue", "yue", "auto_yue")
 

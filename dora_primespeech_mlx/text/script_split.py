@@ -2,7 +2,7 @@
 split (gpt-sovits-v2.md §2.5): pre-split at punctuation and script changes, per-word language by script
 (kana -> ja, hangul -> ko, Han -> zh, Latin -> en; split-lang asks fastText ``lid.176`` instead, which
 agrees on Chinese/English text), then split-lang's merge rules. :func:`split_by_script` is the entry point;
-:mod:`.langsplit` applies upstream's ``LangSegmenter`` rules on top."""
+:mod:`.language_segments` applies upstream's ``LangSegmenter`` rules on top."""
 
 from __future__ import annotations
 
