@@ -1,0 +1,215 @@
+"""Text intake, on a thread of its own between the input thread and the worker: the LLM text stage
+(``PRIMESPEECH_LLM_TEXT``) and the assembly of streamed utterances, so neither ever delays the input thread.
+
+- A ``text`` without ``segment_id`` is parsed (JSON payload, voice prefix), cleaned by its session's LLM filter
+  (one per ``session_id`` and ``question_id``, fed in arrival order) and handed on as one job (``admit_text``).
+- A ``text`` with a ``segment_id`` is a fragment of an :class:`.utterance.Utterance` (one per ``session_id`` and
+  ``segment_id``): fragments are put in ``seq`` order, cleaned by the utterance's own LLM filter, cut into
+  sentences, and each sentence is handed on as soon as it is complete (``admit_sentence``). ``fin: true`` ends the
+  utterance; so does ``segment_idle_s`` without a fragment (``PRIMESPEECH_SEGMENT_IDLE_S``), or the inputs
+  closing. At most :data:`MAX_OPEN` utterances are open; opening one more ends the oldest.
+
+:meth:`Intake.hold` stops the thread between two items, so a reset or a barge-in on the input thread sees every
+text either still queued here or already handed on, never one in between.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+from ..text import llm
+from .sentences import LlmFeed
+from .utterance import Fragment, Utterance
+
+MAX_OPEN = 64  # utterances assembled at once
+FORGOTTEN = 256  # keys of cancelled utterances remembered (their late fragments are dropped)
+TICK_S = 0.05  # how often open utterances are checked for the idle wait
+
+
+class Intake:
+    """Queue of texts and fragments and the thread that works it off (see the module docstring).
+
+    ``parse(job, raw)`` fills a plain text job's request (running the LLM filter), ``admit_text(job)`` and
+    ``admit_sentence(utterance, text)`` hand work on, ``closed(utterance)`` is called once an utterance takes no
+    more sentences, ``log(level, message)`` reports."""
+
+    def __init__(self, parse: Callable[[Any, str], None], admit_text: Callable[[Any], None],
+                 admit_sentence: Callable[[Utterance, str], None], closed: Callable[[Utterance], None],
+                 log: Callable[[str, str], None], llm_text: bool, idle_s: float):
+        self._parse, self._admit_text, self._admit_sentence = parse, admit_text, admit_sentence
+        self._closed, self._log = closed, log
+        self.llm_text = llm_text
+        self.idle_s = idle_s
+        self._items: deque[tuple] = deque()
+        self._cv = threading.Condition()
+        self._busy = threading.RLock()  # held while one item is worked on (see hold)
+        self.open: OrderedDict[tuple[str, str], Utterance] = OrderedDict()
+        self._forgotten: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._working = False
+        self._in_hand: str | None = None  # the kind of the item being worked on
+        self._stopped = False
+
+    # -- input thread --------------------------------------------------------------------------------------
+    def put_text(self, job: Any, raw: str) -> None:
+        self._put(("text", job, raw))
+
+    def put_fragment(self, key: tuple[str, str], metadata: dict, stamp: Any, fragment: Fragment) -> None:
+        self._put(("fragment", key, metadata, stamp, fragment))
+
+    def _put(self, item: tuple) -> None:
+        with self._cv:
+            self._items.append(item)
+            self._cv.notify_all()
+
+    @contextmanager
+    def hold(self):
+        """Keep the thread from starting the next item while the caller cancels (an item in hand finishes)."""
+        with self._busy:
+            yield
+
+    def take(self, before: Any = None, keep: tuple[str, str] | None = None) -> tuple[list[Any], list[Utterance]]:
+        """Under :meth:`hold`: remove the queued plain texts and every utterance sent before the stamp ``before``
+        (all when None) but the one keyed ``keep``; the fragments of those utterances that are still queued are
+        dropped with them. Returns (text jobs, utterances), to be answered by the caller."""
+
+        def sent_before(st: Any, key: tuple[str, str] | None = None) -> bool:
+            return key != keep and (before is None or st is None or st.before(before))
+
+        with self._cv:
+            jobs = [item[1] for item in self._items if item[0] == "text" and sent_before(item[1].stamp)]
+            gone = [k for k, u in self.open.items() if sent_before(u.stamp, k)]
+            utterances = [self.open.pop(k) for k in gone]
+            for key in gone:
+                self.forget(key)
+            queued_keys = {item[1] for item in self._items if item[0] == "fragment" and sent_before(item[3], item[1])}
+            for key in queued_keys - set(gone):
+                if key not in self.open:
+                    self.forget(key)
+            self._items = deque(item for item in self._items if not (
+                (item[0] == "text" and sent_before(item[1].stamp))
+                or (item[0] == "fragment" and (item[1] in gone or sent_before(item[3], item[1])))))
+            return jobs, utterances
+
+    def forgotten(self, key: tuple[str, str]) -> bool:
+        return key in self._forgotten
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop the fragments of ``key`` from now on (a cancelled utterance)."""
+        self._forgotten[key] = None
+        while len(self._forgotten) > FORGOTTEN:
+            self._forgotten.popitem(last=False)
+
+    def queued_texts(self) -> int:
+        """Plain texts waiting here (and the one in hand)."""
+        with self._cv:
+            return sum(item[0] == "text" for item in self._items) + (self._in_hand == "text")
+
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._items) + self._working + len(self.open)
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        threading.Thread(target=self._main, name="primespeech-intake", daemon=True).start()
+
+    def close_all(self) -> None:
+        """The inputs closed: work off what is queued, then end every open utterance (its rest is spoken)."""
+        with self._cv:
+            self._cv.wait_for(lambda: not self._items and not self._working, 30.0)
+        with self._busy:
+            for key in list(self.open):
+                self._end(key)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
+    # -- the thread ----------------------------------------------------------------------------------------
+    def _main(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._items or self._stopped, TICK_S)
+                if self._stopped:
+                    return
+            with self._busy:
+                with self._cv:
+                    item = self._items.popleft() if self._items else None
+                    self._working = item is not None
+                    self._in_hand = item[0] if item is not None else None
+                try:
+                    if item is not None:
+                        self._work(item)
+                    self._end_idle()
+                except Exception as exc:  # noqa: BLE001 - keep the intake alive; the item's job is answered
+                    self._log("ERROR", f"intake: {type(exc).__name__}: {exc}")
+                    if item is not None and item[0] == "text":
+                        item[1].error = item[1].error or f"internal error: {type(exc).__name__}: {exc}"
+                        self._admit_text(item[1])
+                finally:
+                    with self._cv:
+                        self._working, self._in_hand = False, None
+                        self._cv.notify_all()
+
+    def _work(self, item: tuple) -> None:
+        if item[0] == "text":
+            _, job, raw = item
+            if job.error is None:
+                self._parse(job, raw)
+            self._admit_text(job)
+            return
+        _, key, metadata, stamp, fragment = item
+        if key in self._forgotten:
+            return  # a fragment of a cancelled utterance
+        utterance = self.open.get(key)
+        if utterance is None:
+            utterance = self._open(key, metadata, stamp)
+        for ready in utterance.accept(fragment):
+            for sentence in utterance.sentences_of(ready):
+                self._hand_on(utterance, sentence)
+            if ready.fin:
+                self._end(key, finished=True)
+                break
+
+    def _open(self, key: tuple[str, str], metadata: dict, stamp: Any) -> Utterance:
+        while len(self.open) >= MAX_OPEN:
+            oldest = next(iter(self.open))
+            self._log("WARNING", f"more than {MAX_OPEN} utterances open: ending session {oldest[0]!r} segment "
+                                 f"{oldest[1]!r} as if its fin had come")
+            self._end(oldest)
+        feed = LlmFeed(llm.StreamFilter() if self.llm_text else None)
+        utterance = Utterance(key, metadata, stamp, feed)
+        self.open[key] = utterance
+        return utterance
+
+    def _hand_on(self, utterance: Utterance, sentence: str) -> None:
+        with utterance.lock:
+            utterance.sentences += 1
+        self._admit_sentence(utterance, sentence)
+
+    def _end(self, key: tuple[str, str], finished: bool = False) -> None:
+        """Close an utterance: its held text is spoken, it takes no more sentences."""
+        utterance = self.open.pop(key, None)
+        if utterance is None:
+            return
+        if not finished:
+            for sentence in utterance.rest():
+                self._hand_on(utterance, sentence)
+        if utterance.skipped_gaps:
+            self._log("WARNING", f"session {key[0]!r} segment {key[1]!r}: {utterance.skipped_gaps} gap(s) in the "
+                                 "fragments' seq skipped")
+        with utterance.lock:
+            utterance.closed = True
+        self._closed(utterance)
+
+    def _end_idle(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, u in self.open.items() if now - u.last_input >= self.idle_s]:
+            self._log("INFO", f"session {key[0]!r} segment {key[1]!r}: no fragment for {self.idle_s:g} s "
+                              "(PRIMESPEECH_SEGMENT_IDLE_S): its rest is spoken and the utterance ends")
+            self._end(key)
