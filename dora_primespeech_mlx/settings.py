@@ -228,8 +228,7 @@ VARS: tuple[Var, ...] = (
         "Longer `text` inputs are refused with an error (segment_complete `error`).",
         ("GPTSVITS_MAX_TEXT_CHARS",)),
     Var("segment_idle_s", "PRIMESPEECH_SEGMENT_IDLE_S", 3.0, _ranged(_number, 0.05),
-        "A streamed utterance (`text` fragments with a `segment_id`) whose next fragment does not come within "
-        "this many seconds ends as if its `fin` had come: its rest is spoken and it is answered.", ()),
+        "Seconds without a fragment after which a streamed utterance ends as at `fin`.", ()),
     Var("max_text_seconds", "MAX_TEXT_SECONDS", 30.0, _ranged(_number, 0.1),
         "Seconds the text front end may spend on one text (normalisation and phonemes); a text that needs more "
         "is answered with an error naming this limit (segment_complete `error`, stage `text`).", ()),

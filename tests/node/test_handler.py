@@ -371,3 +371,39 @@ def test_an_engine_stream_counts_the_caller_s_audio_in_hand_only_while_it_plays(
         with pytest.raises(ValueError, match="playing_until"):
             engine.synthesize_stream(TEXT, seed=1, playing_until=hostile)
     assert deadlines == []
+
+
+def test_a_streamed_utterance_speaks_each_sentence_as_that_sentence_given_whole(model_dir, shared_engine):
+    """An LLM token stream (fragments of 2-5 characters with segment_id/seq/fin) is spoken sentence by sentence,
+    and each sentence's samples equal those of the same sentence sent as a text of its own (same seed)."""
+    handler, rec = make_handler(model_dir, shared_engine)
+    answer = "<think>Greet them. Keep it short.</think>Hello there. **Nice** to meet you!\n1. One small test."
+    sentences = ["Hello there.", "Nice to meet you!", "1. One small test."]
+    rng = np.random.default_rng(0)
+    fragments, i = [], 0
+    while i < len(answer):
+        k = int(rng.integers(2, 6))
+        fragments.append(answer[i:i + k])
+        i += k
+    for n, fragment in enumerate(fragments):
+        md = {"session_id": "chat", "segment_id": 7, "seq": n}
+        if n == len(fragments) - 1:
+            md["fin"] = True
+        text(handler, fragment, **md)
+    rec.wait(lambda r: len(completes(r)) == 1)
+    for n, sentence in enumerate(sentences):
+        text(handler, sentence, question_id=f"whole{n}")
+    rec.wait(lambda r: len(completes(r)) == 1 + len(sentences))
+    assert handler.finish(60)
+    (value, cmd), *whole_answers = completes(rec)
+    assert value.to_pylist() == ["completed"] and (cmd["session_id"], cmd["segment_id"]) == ("chat", 7)
+    assert [v.to_pylist() for v, _ in whole_answers] == [["completed"]] * len(sentences)
+    audio = rec.of("audio")
+    streamed = [(a, m) for a, m in audio if m.get("segment_id") == 7]
+    assert [m["seq"] for _, m in streamed] == list(range(len(sentences)))
+    assert [m["fin"] for _, m in streamed] == [False] * (len(sentences) - 1) + [True]
+    for n in range(len(sentences)):
+        (whole, _), = [(a, m) for a, m in audio if m.get("question_id") == f"whole{n}"]
+        got = np.asarray(streamed[n][0][0].as_py(), dtype=np.float32)
+        want = np.asarray(whole[0].as_py(), dtype=np.float32)
+        assert got.size > 0 and np.array_equal(got, want), sentences[n]
