@@ -349,6 +349,8 @@ class MessageHandler:
         md.setdefault("session_status", "unknown")
         segment_id, fragment_seq, fin, flush = convention(md)
         key = None if segment_id is None else (str(md.get("session_id", "default")), str(segment_id))
+        if key is not None and st is not None:  # a fragment's seq numbers it within its segment, not among inputs
+            st = Stamp(st.time, None, st.arrival)
         if flush and not self._stopping.is_set():
             self._barge_in(md, st, key)
         if key is not None:
