@@ -51,7 +51,8 @@ from ..errors import (
 from ..settings import LOG_LEVELS, Settings
 from ..text import llm
 from ..text.speakable import has_speakable
-from . import controls
+from . import cancellation, controls
+from .cancellation import CANCEL_STAGES, CANCELLED, FLUSHED, STOPPING
 from .clock import PlaybackClock
 from .intake import Intake
 from .jobs import Job, JobQueue, QueueFull
@@ -69,10 +70,6 @@ from .utterance import Fragment, Utterance, convention, without_convention
 from .voices import Voices
 
 NODE_NAME = "primespeech"
-CANCELLED = "cancelled by reset"
-FLUSHED = "cancelled by a barge-in (flush)"
-STOPPING = "cancelled: the node is stopping"
-CANCEL_STAGES = ("reset", "flush", "stop")
 WATCH_S = 0.5  # the supervisor looks at the worker this often
 SEND_TRIES = 3
 SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
@@ -94,8 +91,7 @@ class MessageHandler:
         self.clock = PlaybackClock()
         self._seq = 0
         self._arrivals = 0  # inputs received (the order fallback)
-        self._reset_mark: Stamp | None = None  # the latest reset: texts sent before it are cancelled on arrival
-        self._flush_mark: Stamp | None = None  # the latest barge-in, alike
+        self.marks = cancellation.Marks()  # the latest reset and barge-in: texts sent before them are cancelled
         self._flush_next = False  # the next audio carries flush: true
         self._lock = threading.Lock()  # counts, the flush flag
         self._answer_lock = threading.RLock()  # segment_complete answers, in input order
@@ -137,8 +133,8 @@ class MessageHandler:
         return self.ready.is_set() and self.intake.pending() == 0 and self.jobs.idle()
 
     def wait_idle(self, timeout: float) -> bool:
-        """Whether the intake and the work queue became empty within ``timeout`` seconds (open utterances count
-        as work: they end at their ``fin`` or idle wait)."""
+        """Whether the intake and the work queue became empty within ``timeout`` seconds (an open utterance
+        waiting for its next fragment is no work: it ends at its ``fin``, its idle wait, or :meth:`finish`)."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -368,7 +364,7 @@ class MessageHandler:
             self._count("texts")
             self._fail(job, STOPPING, "stop")
             return
-        cancelled = self._cancelled_on_arrival(st)
+        cancelled = self.marks.cancelled(st)
         if cancelled is not None:
             self._count("texts")
             with self._answer_lock:
@@ -382,19 +378,10 @@ class MessageHandler:
             return
         self.intake.put_text(job, job.raw or "")
 
-    def _cancelled_on_arrival(self, st: Stamp | None) -> tuple[str, str] | None:
-        """(reason, stage) when a message sent at ``st`` was sent before the latest reset or barge-in."""
-        if st is None:
-            return None
-        for mark, reason, stage in ((self._reset_mark, CANCELLED, "reset"), (self._flush_mark, FLUSHED, "flush")):
-            if mark is not None and st.before(mark):
-                return reason, stage
-        return None
-
     def _on_fragment(self, value: Any, md: dict, st: Stamp | None, key: tuple[str, str], fragment: Fragment) -> None:
         """A fragment of a streamed utterance: to the intake (answered with its utterance, never alone). A fragment
         sent before a reset or barge-in that arrives after it, or of a cancelled utterance, is dropped."""
-        if self._stopping.is_set() or self._cancelled_on_arrival(st) is not None or self.intake.forgotten(key):
+        if self._stopping.is_set() or self.marks.cancelled(st) is not None or self.intake.forgotten(key):
             self.log("DEBUG", f"fragment of session {key[0]!r} segment {key[1]!r} dropped (cancelled)")
             return
         try:
@@ -492,8 +479,7 @@ class MessageHandler:
     def _reset(self, md: dict, st: Stamp | None = None) -> None:
         if self.llm is not None:
             self.llm.reset()  # open reasoning/code blocks are forgotten with the texts
-        if st is not None and (self._reset_mark is None or self._reset_mark.before(st)):
-            self._reset_mark = st
+        self.marks.note("reset", st)
         n = self._cancel_texts(CANCELLED, "reset", st)
         self.clock.forget()  # a player may drop what it holds on a reset: the next text plans without it
         self.log("INFO", f"reset: {n} text(s) cancelled")
@@ -502,8 +488,7 @@ class MessageHandler:
     def _barge_in(self, md: dict, st: Stamp | None, keep: tuple[str, str] | None) -> None:
         """``flush: true``: cancel every text and utterance sent before this message (but the utterance it starts
         or continues, ``keep``); the next audio carries ``flush: true`` so dora empties the player's queue."""
-        if st is not None and (self._flush_mark is None or self._flush_mark.before(st)):
-            self._flush_mark = st
+        self.marks.note("flush", st)
         n = self._cancel_texts(FLUSHED, "flush", st, keep)
         with self._lock:
             self._flush_next = True
@@ -513,29 +498,13 @@ class MessageHandler:
 
     def _cancel_texts(self, reason: str, stage: str, before: Stamp | None = None,
                       keep: tuple[str, str] | None = None) -> int:
-        """Cancel the texts and utterances sent before ``before`` (all when None) but the utterance ``keep``: those
-        still in the intake, the queued ones and the one in flight; each text and utterance counts (and is
-        answered) once."""
-
-        def spared(job: Job) -> bool:
-            return keep is not None and job.utterance is not None and job.utterance.key == keep
-
+        """Cancel the texts and utterances sent before ``before`` (all when None) but the utterance ``keep``
+        (:func:`.cancellation.collect`); each text and utterance counts (and is answered) once."""
         with self.intake.hold(), self._answer_lock:
-            waiting, utterances = self.intake.take(before, keep)
-            queued, current = self.jobs.take(("text",), before, spared)
-            n = 0
-            if current is not None and not current.answered and not current.cancel.is_set():
-                current.error, current.error_stage = reason, stage
-                current.cancel.set()  # the engine stops at its next cancellation point; its answer is this one
-                queued.insert(0, current)
+            waiting, queued, utterances = cancellation.collect(self.intake, self.jobs, reason, stage, before, keep)
             self._count("texts", len(waiting))  # counted when admitted, which these never were
-            for job in [*waiting, *queued]:
-                if job.utterance is not None and job.utterance not in utterances:
-                    utterances.append(job.utterance)
-                n += self._fail(job, reason, stage)
-            for utterance in utterances:
-                self.intake.forget(utterance.key)  # its late fragments are dropped
-                n += self._answer_utterance(utterance, (reason, stage))
+            n = sum(self._fail(job, reason, stage) for job in [*waiting, *queued])
+            n += sum(self._answer_utterance(u, (reason, stage)) for u in utterances)
             self._count("cancelled", n)
             return n
 

@@ -110,8 +110,9 @@ class Intake:
             return sum(item[0] == "text" for item in self._items) + (self._in_hand == "text")
 
     def pending(self) -> int:
+        """Items queued or in hand (an open utterance waiting for its next fragment is no work)."""
         with self._cv:
-            return len(self._items) + self._working + len(self.open)
+            return len(self._items) + self._working
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:
