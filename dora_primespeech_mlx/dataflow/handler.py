@@ -50,11 +50,10 @@ from ..errors import (
 )
 from ..settings import LOG_LEVELS, Settings
 from ..text import llm
-from ..text.speakable import has_speakable
 from . import cancellation, controls
 from .cancellation import CANCEL_STAGES, CANCELLED, FLUSHED, STOPPING
 from .clock import PlaybackClock
-from .intake import Intake
+from .intake import Intake, check_once, parse_request
 from .jobs import Job, JobQueue, QueueFull
 from .messages import (
     InputError,
@@ -62,7 +61,6 @@ from .messages import (
     decode_text_value,
     normalize_segment_index,
     parse_control,
-    parse_text,
     sanitize_metadata,
 )
 from .order import TIMESTAMP_KEY, Stamp, stamp
@@ -392,33 +390,8 @@ class MessageHandler:
         self.intake.put_fragment(key, without_convention(md), st, fragment)
 
     def _parse_job(self, job: Job, raw: str) -> None:
-        """Intake: a plain text's request, or its error."""
-        try:
-            job.request = self._parse(raw, job.metadata)
-        except InputError as exc:
-            job.error = str(exc)
-        except Exception as exc:  # anything a hostile payload provokes (RecursionError from deep JSON, ...)
-            job.error = f"unreadable text: {type(exc).__name__}"
-
-    def _parse(self, raw: str, md: dict) -> TextRequest:
-        """The request of one text; with PRIMESPEECH_LLM_TEXT its text is what the session's LLM filter leaves of it
-        (reasoning, tool calls and code spanning messages dropped; "" makes it a skipped text)."""
-        if self.llm is None or len(raw) > self.settings.max_text_chars:  # too long: refused with an error anyway
-            return parse_text(raw)
-        stream = self.llm.get(md.get("session_id", "default"), md.get("question_id"))
-        try:
-            req = parse_text(raw)
-        except InputError:
-            if stream.in_block is None:
-                raise
-            req = TextRequest(text=raw)  # a tool call's JSON arguments, a line of code: part of the open block
-        overflows = stream.overflows
-        req.text = stream.feed(req.text)
-        if stream.overflows != overflows:
-            self.log("WARNING", f"a reasoning/tool-call/code block open for {llm.MAX_BLOCK_MESSAGES} messages or "
-                                f"{llm.MAX_BLOCK_CHARS} characters was closed ({_describe(md)})")
-        req.overrides["llm_text"] = False  # cleaned here; the engine does not clean it again
-        return req
+        """Intake: a plain text's request (LLM-cleaned), or its error."""
+        parse_request(job, raw, self.llm, self.settings.max_text_chars, self.log)
 
     def _admit_sentence(self, utterance: Utterance, sentence: str) -> None:
         """Intake: one complete sentence of ``utterance``, queued as a text of its own."""
@@ -431,16 +404,14 @@ class MessageHandler:
         self._admit(job)
 
     def _admit(self, job: Job) -> None:
-        """Intake: check a text once (something to speak, within MAX_TEXT_CHARS) and queue it."""
+        """Intake: check a text once (something to speak, within MAX_TEXT_CHARS) and queue it (a control job as
+        it is)."""
+        if job.kind == "control":
+            self.jobs.put(job)
+            return
         if job.utterance is None:
             self._count("texts")
-        req = job.request
-        if job.error is None and req is not None:
-            if not has_speakable(req.text):
-                job.skip = True
-            elif len(req.text) > self.settings.max_text_chars:
-                job.error, job.error_stage = (f"text too long: {len(req.text)} characters "
-                                              f"(MAX_TEXT_CHARS={self.settings.max_text_chars})", "input")
+        check_once(job, self.settings.max_text_chars)
         if self._stopping.is_set():
             self._fail(job, STOPPING, "stop")
             return
@@ -467,8 +438,8 @@ class MessageHandler:
             return
         if command.name == "reset":
             self._reset(md, st)
-        elif command.name == "change_voice":
-            self.jobs.put(Job("control", md, command=command, stamp=st))
+        elif command.name == "change_voice":  # through the intake: behind the texts that arrived before it
+            self.intake.put_control(Job("control", md, command=command, stamp=st))
         elif not self.ready.is_set() or self.engine is None:
             self.status("error", md, level="ERROR", message="not ready", error="not ready", command=command.name)
         elif command.name == "cleanup":  # on the worker, between two jobs: never stalls a text's audio
@@ -503,7 +474,7 @@ class MessageHandler:
         with self.intake.hold(), self._answer_lock:
             waiting, queued, utterances = cancellation.collect(self.intake, self.jobs, reason, stage, before, keep)
             self._count("texts", len(waiting))  # counted when admitted, which these never were
-            n = sum(self._fail(job, reason, stage) for job in [*waiting, *queued])
+            n = sum(self._fail(job, reason, stage) for job in [*queued, *waiting])  # in flight first
             n += sum(self._answer_utterance(u, (reason, stage)) for u in utterances)
             self._count("cancelled", n)
             return n

@@ -3,6 +3,7 @@
 
 - A ``text`` without ``segment_id`` is parsed (JSON payload, voice prefix), cleaned by its session's LLM filter
   (one per ``session_id`` and ``question_id``, fed in arrival order) and handed on as one job (``admit_text``).
+- A ``change_voice`` passes through in turn, so it keeps its place among the texts.
 - A ``text`` with a ``segment_id`` is a fragment of an :class:`.utterance.Utterance` (one per ``session_id`` and
   ``segment_id``): fragments are put in ``seq`` order, cleaned by the utterance's own LLM filter, cut into
   sentences, and each sentence is handed on as soon as it is complete (``admit_sentence``). ``fin: true`` ends the
@@ -23,12 +24,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..text import llm
+from ..text.speakable import has_speakable
+from .messages import InputError, TextRequest, parse_text
 from .sentences import LlmFeed
 from .utterance import Fragment, Utterance
 
 MAX_OPEN = 64  # utterances assembled at once
 FORGOTTEN = 256  # keys of cancelled utterances remembered (their late fragments are dropped)
-TICK_S = 0.05  # how often open utterances are checked for the idle wait
+TICK_S = 0.05  # the shortest sleep while an utterance is open (its idle wait is checked after it)
 
 
 class Intake:
@@ -58,6 +61,10 @@ class Intake:
     def put_text(self, job: Any, raw: str) -> None:
         self._put(("text", job, raw))
 
+    def put_control(self, job: Any) -> None:
+        """A control job that keeps its place among the texts (``change_voice``): handed on in turn."""
+        self._put(("control", job))
+
     def put_fragment(self, key: tuple[str, str], metadata: dict, stamp: Any, fragment: Fragment) -> None:
         self._put(("fragment", key, metadata, stamp, fragment))
 
@@ -78,7 +85,9 @@ class Intake:
         dropped with them. Returns (text jobs, utterances), to be answered by the caller."""
 
         def sent_before(st: Any, key: tuple[str, str] | None = None) -> bool:
-            return key != keep and (before is None or st is None or st.before(before))
+            if keep is not None and key == keep:
+                return False
+            return before is None or st is None or st.before(before)
 
         with self._cv:
             jobs = [item[1] for item in self._items if item[0] == "text" and sent_before(item[1].stamp)]
@@ -135,7 +144,7 @@ class Intake:
     def _main(self) -> None:
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: self._items or self._stopped, TICK_S)
+                self._cv.wait_for(lambda: self._items or self._stopped, self._next_deadline())
                 if self._stopped:
                     return
             with self._busy:
@@ -158,6 +167,9 @@ class Intake:
                         self._cv.notify_all()
 
     def _work(self, item: tuple) -> None:
+        if item[0] == "control":
+            self._admit_text(item[1])
+            return
         if item[0] == "text":
             _, job, raw = item
             if job.error is None:
@@ -208,9 +220,63 @@ class Intake:
             utterance.closed = True
         self._closed(utterance)
 
+    def _next_deadline(self) -> float | None:
+        """Seconds until the first open utterance's idle wait runs out (None: none open, sleep until work comes)."""
+        lasts = [u.last_input for u in list(self.open.values())]
+        if not lasts:
+            return None
+        return max(TICK_S, min(lasts) + self.idle_s - time.monotonic())
+
     def _end_idle(self) -> None:
         now = time.monotonic()
         for key in [k for k, u in self.open.items() if now - u.last_input >= self.idle_s]:
             self._log("INFO", f"session {key[0]!r} segment {key[1]!r}: no fragment for {self.idle_s:g} s "
                               "(PRIMESPEECH_SEGMENT_IDLE_S): its rest is spoken and the utterance ends")
             self._end(key)
+
+
+def parse_request(job: Any, raw: str, sessions: llm.Sessions | None, max_chars: int,
+                  log: Callable[[str, str], None]) -> None:
+    """Fill a plain text job's request from ``raw`` (JSON payload, voice prefix), its text what the session's LLM
+    filter leaves of it (``sessions``; None: raw), or its error."""
+    try:
+        job.request = _request(raw, job.metadata, sessions, max_chars, log)
+    except InputError as exc:
+        job.error = str(exc)
+    except Exception as exc:  # anything a hostile payload provokes (RecursionError from deep JSON, ...)
+        job.error = f"unreadable text: {type(exc).__name__}"
+
+
+def _request(raw: str, md: dict, sessions: llm.Sessions | None, max_chars: int,
+             log: Callable[[str, str], None]) -> TextRequest:
+    """With the LLM stage: reasoning, tool calls and code spanning messages dropped ("" makes it a skipped text)."""
+    if sessions is None or len(raw) > max_chars:  # too long: refused with an error anyway
+        return parse_text(raw)
+    stream = sessions.get(md.get("session_id", "default"), md.get("question_id"))
+    try:
+        req = parse_text(raw)
+    except InputError:
+        if stream.in_block is None:
+            raise
+        req = TextRequest(text=raw)  # a tool call's JSON arguments, a line of code: part of the open block
+    overflows = stream.overflows
+    req.text = stream.feed(req.text)
+    if stream.overflows != overflows:
+        ids = ", ".join(f"{k}={md[k]}" for k in ("question_id", "session_id") if k in md) or "no ids"
+        log("WARNING", f"a reasoning/tool-call/code block open for {llm.MAX_BLOCK_MESSAGES} messages or "
+                       f"{llm.MAX_BLOCK_CHARS} characters was closed ({ids})")
+    req.overrides["llm_text"] = False  # cleaned here; the engine does not clean it again
+    return req
+
+
+def check_once(job: Any, max_chars: int) -> None:
+    """The checks every text passes once, when it is admitted: nothing to speak makes it skipped, more than
+    ``max_chars`` (MAX_TEXT_CHARS) an input error."""
+    req = job.request
+    if job.error is not None or req is None:
+        return
+    if not has_speakable(req.text):
+        job.skip = True
+    elif len(req.text) > max_chars:
+        job.error, job.error_stage = (f"text too long: {len(req.text)} characters (MAX_TEXT_CHARS={max_chars})",
+                                      "input")

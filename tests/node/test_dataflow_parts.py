@@ -137,6 +137,9 @@ def test_intake_take_removes_what_was_sent_before_a_stamp():
     assert [j.stamp for j in jobs] == [early] and utterances == []
     assert intake.forgotten(("s", "1")) and not intake.forgotten(("s", "2"))
     assert intake.queued_texts() == 1
+    with intake.hold():  # no utterance to keep: every text sent before the stamp
+        jobs, _ = intake.take(Stamp(None, None, 9))
+    assert [j.stamp for j in jobs] == [late] and intake.queued_texts() == 0
 
 
 def test_job_queue_take_spares_what_it_is_told_to():
