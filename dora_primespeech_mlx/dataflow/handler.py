@@ -190,6 +190,12 @@ class MessageHandler:
                 "timestamp": int(time.time()), **fields}
         self.send("status", pa.array([json.dumps(body, ensure_ascii=False, default=str)]), dict(metadata or {}))
 
+    def _next_seq(self) -> int:
+        """The next text number (texts on the input thread, sentences on the intake thread)."""
+        with self._lock:
+            self._seq += 1
+            return self._seq
+
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self.counts[name] += n
@@ -350,8 +356,7 @@ class MessageHandler:
         if key is not None:
             self._on_fragment(value, md, st, key, Fragment("", fragment_seq, fin))
             return
-        self._seq += 1
-        job = Job("text", md, seq=self._seq, stamp=st)
+        job = Job("text", md, seq=self._next_seq(), stamp=st)
         try:
             job.raw = decode_text_value(value)
         except InputError as exc:
@@ -395,11 +400,8 @@ class MessageHandler:
 
     def _admit_sentence(self, utterance: Utterance, sentence: str) -> None:
         """Intake: one complete sentence of ``utterance``, queued as a text of its own."""
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
         self._count("sentences")
-        job = Job("text", dict(utterance.metadata), seq=seq, stamp=utterance.stamp, utterance=utterance,
+        job = Job("text", dict(utterance.metadata), seq=self._next_seq(), stamp=utterance.stamp, utterance=utterance,
                   part=utterance.sentences - 1, request=TextRequest(text=sentence, overrides={"llm_text": False}))
         self._admit(job)
 
@@ -461,6 +463,8 @@ class MessageHandler:
         or continues, ``keep``); the next audio carries ``flush: true`` so dora empties the player's queue."""
         self.marks.note("flush", st)
         n = self._cancel_texts(FLUSHED, "flush", st, keep)
+        if self.llm is not None:
+            self.llm.reset()  # the plain texts' open reasoning/code blocks go with them (utterances have their own)
         with self._lock:
             self._flush_next = True
         self.clock.forget()
