@@ -81,8 +81,9 @@ class Intake:
 
     def take(self, before: Any = None, keep: tuple[str, str] | None = None) -> tuple[list[Any], list[Utterance]]:
         """Under :meth:`hold`: remove the queued plain texts and every utterance sent before the stamp ``before``
-        (all when None) but the one keyed ``keep``; the fragments of those utterances that are still queued are
-        dropped with them. Returns (text jobs, utterances), to be answered by the caller."""
+        (all when None) but the one keyed ``keep``, also those whose fragments are all still queued here (they
+        arrived: each is answered); their queued fragments are dropped. Returns (text jobs, utterances), to be
+        answered by the caller."""
 
         def sent_before(st: Any, key: tuple[str, str] | None = None) -> bool:
             if keep is not None and key == keep:
@@ -93,15 +94,17 @@ class Intake:
             jobs = [item[1] for item in self._items if item[0] == "text" and sent_before(item[1].stamp)]
             gone = [k for k, u in self.open.items() if sent_before(u.stamp, k)]
             utterances = [self.open.pop(k) for k in gone]
-            for key in gone:
+            unopened: dict[tuple[str, str], tuple] = {}  # utterances whose first fragment is still queued here
+            for item in self._items:
+                if item[0] == "fragment" and item[1] not in self.open and item[1] not in gone \
+                        and item[1] not in unopened and sent_before(item[3], item[1]):
+                    unopened[item[1]] = item
+            utterances += [Utterance(key, item[2], item[3], LlmFeed(None)) for key, item in unopened.items()]
+            dropped = set(gone) | set(unopened)
+            for key in dropped:
                 self.forget(key)
-            queued_keys = {item[1] for item in self._items if item[0] == "fragment" and sent_before(item[3], item[1])}
-            for key in queued_keys - set(gone):
-                if key not in self.open:
-                    self.forget(key)
             self._items = deque(item for item in self._items if not (
-                (item[0] == "text" and sent_before(item[1].stamp))
-                or (item[0] == "fragment" and (item[1] in gone or sent_before(item[3], item[1])))))
+                (item[0] == "text" and sent_before(item[1].stamp)) or (item[0] == "fragment" and item[1] in dropped)))
             return jobs, utterances
 
     def forgotten(self, key: tuple[str, str]) -> bool:

@@ -327,3 +327,23 @@ def test_finish_speaks_the_rest_of_an_open_utterance():
     assert handler.finish(10)
     assert engine.texts == ["Hello there.", "And the rest"]
     assert [a.to_pylist() for a, _ in rec.of("segment_complete")] == [["completed"]]
+
+
+def test_an_utterance_still_in_the_intake_is_answered_by_a_barge_in():
+    """Fragments that reached the node but not yet the intake thread when a barge-in comes: their utterance is
+    cancelled and answered once, like one already being assembled."""
+    engine = TextEngine()
+    handler, rec = make(engine)
+    try:
+        with handler.intake.hold():  # the intake thread takes nothing meanwhile
+            stream(handler, cut(ANSWER, random.Random(14)), fin=False)
+            stream(handler, ["New answer."], segment=2, flush=True)
+        rec.wait(lambda r: len(r.of("segment_complete")) == 2)
+        first, second = rec.of("segment_complete")
+        assert first[1]["segment_id"] == 1 and first[1]["error"] == FLUSHED
+        assert second[1]["segment_id"] == 2 and second[0].to_pylist() == ["completed"]
+        assert engine.texts == ["New answer."]
+        (flush,) = [s for s in rec.statuses() if s["status"] == "flush"]
+        assert flush["cancelled"] == 1
+    finally:
+        handler.stop()
