@@ -6,6 +6,7 @@ audio being made and marks the next audio ``flush``."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -13,6 +14,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_reliability import FakeEngine, Result, make
 
 from dora_primespeech_mlx.dataflow.handler import CANCELLED, FLUSHED
@@ -347,3 +350,61 @@ def test_an_utterance_still_in_the_intake_is_answered_by_a_barge_in():
         assert flush["cancelled"] == 1
     finally:
         handler.stop()
+
+
+EVENTS = st.lists(st.one_of(
+    st.tuples(st.just("text"), st.text(alphabet="ab. ", max_size=8)),
+    st.tuples(st.just("fragment"), st.text(alphabet="ab. !\n", max_size=5)),
+    st.tuples(st.just("fin"), st.text(alphabet="ab.", max_size=3)),
+    st.tuples(st.just("flush"), st.text(alphabet="ab. ", max_size=5)),
+    st.tuples(st.just("reset"), st.just("")),
+), max_size=40)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=EVENTS, seed=st.integers(0, 2**16))
+def test_every_text_and_utterance_is_answered_once_whatever_happens(events, seed):
+    """Random interleavings of plain texts, fragments, fins, barge-ins and resets with an engine that fails at
+    random: one answer per plain text and per utterance, none for a fragment; no audio of an utterance after its
+    answer; the first audio after a barge-in carries flush."""
+    engine = FakeEngine(random.Random(seed), fail_rate=0.2)
+    handler, rec = make(engine, PRIMESPEECH_SEGMENT_IDLE_S="0.2")
+    texts, segments, segment, n = [], set(), 0, 0
+    for kind, body in events:
+        if kind == "text":
+            texts.append(f"t{len(texts)}")
+            handler.on_input("text", pa.array([body]), {"tid": texts[-1]})
+            continue
+        if kind == "reset":
+            handler.on_input("control", pa.array(["reset"]), {})
+            continue
+        md = {"session_id": "s", "seq": n}
+        if kind == "flush" or segment == 0:
+            segment, n = segment + 1, 0
+            md["seq"] = 0
+            md["flush"] = kind == "flush"
+        md["segment_id"] = segment
+        md["fin"] = kind == "fin"
+        segments.add(segment)
+        handler.on_input("text", pa.array([body]), md)
+        n += 1
+        if kind == "fin":
+            segment, n = segment + 1, 0  # the next fragment starts a new segment
+    assert handler.finish(30)
+    answers = rec.of("segment_complete")
+    tids = [m["tid"] for _, m in answers if "tid" in m]
+    assert sorted(tids) == sorted(texts)
+    seg_answers = [m["segment_id"] for _, m in answers if "segment_id" in m]
+    assert len(seg_answers) == len(set(seg_answers)) and set(seg_answers) == segments
+    with rec.cv:
+        sent = list(rec.sent)
+    answered_at = {m["segment_id"]: i for i, (o, _, m) in enumerate(sent) if o == "segment_complete"
+                   and "segment_id" in m}
+    for i, (o, _, m) in enumerate(sent):
+        if o == "audio" and "segment_id" in m:
+            assert i < answered_at[m["segment_id"]], "audio after its utterance's answer"
+    flushes = [i for i, (o, a, _) in enumerate(sent) if o == "status" and json.loads(a[0].as_py())["status"] == "flush"]
+    for at in flushes:
+        later = [m for o, _, m in sent[at:] if o == "audio"]
+        if later:
+            assert later[0].get("flush") is True
