@@ -408,3 +408,40 @@ def test_every_text_and_utterance_is_answered_once_whatever_happens(events, seed
         later = [m for o, _, m in sent[at:] if o == "audio"]
         if later:
             assert later[0].get("flush") is True
+
+
+def test_each_text_is_checked_and_its_voice_resolved_once(monkeypatch):
+    """The speakable/length checks run once per text (when it is admitted) and its voice is resolved once, also
+    when the engine asks for the queued texts again and again (continuous batching, ``upcoming``)."""
+    from dora_primespeech_mlx.dataflow import intake
+
+    checks, resolved = [], []
+    real_check = intake.has_speakable
+    monkeypatch.setattr(intake, "has_speakable", lambda text: checks.append(text) or real_check(text))
+
+    class Batching(TextEngine):
+        def synthesize_stream(self, text, voice=None, cancel=None, upcoming=None, **kw):
+            for _ in range(5):
+                upcoming()  # the engine looks at the queue at every step
+            return super().synthesize_stream(text, voice, cancel, **kw)
+
+    gate = threading.Event()
+    engine = Batching(gate=gate)
+    handler, rec = make(engine, STREAMING="true")
+    real_voice = handler.voices.for_request
+    monkeypatch.setattr(handler.voices, "for_request", lambda req, st=None: resolved.append(req.text)
+                        or real_voice(req, st))
+    try:
+        for i in range(4):
+            handler.on_input("text", pa.array([f"Text number {i}."]), {"i": i})
+        stream(handler, cut(ANSWER, random.Random(15)))
+        assert engine.started.wait(5)
+        assert handler.wait_idle(0.5) is False  # the first text holds the worker
+        time.sleep(0.2)
+        gate.set()
+        rec.wait(lambda r: len(r.of("segment_complete")) == 5)
+        spoken = [f"Text number {i}." for i in range(4)] + SENTENCES
+        assert sorted(checks) == sorted(spoken) and sorted(resolved) == sorted(spoken)
+    finally:
+        gate.set()
+        handler.stop()
