@@ -53,6 +53,7 @@ class Intake:
         self._busy = threading.RLock()  # held while one item is worked on (see hold)
         self.open: OrderedDict[tuple[str, str], Utterance] = OrderedDict()
         self._forgotten: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._ended: OrderedDict[tuple[str, str], int] = OrderedDict()  # ended utterances: the next fragment's seq
         self._working = False
         self._in_hand: str | None = None  # the kind of the item being worked on
         self._stopped = False
@@ -200,6 +201,7 @@ class Intake:
             self._end(oldest)
         feed = LlmFeed(llm.StreamFilter() if self.llm_text else None)
         utterance = Utterance(key, metadata, stamp, feed)
+        utterance.next_seq = self._ended.pop(key, 0)  # a segment that goes on after its idle wait ended it
         self.open[key] = utterance
         return utterance
 
@@ -221,6 +223,9 @@ class Intake:
                                  "fragments' seq skipped")
         with utterance.lock:
             utterance.closed = True
+        self._ended[key] = utterance.next_seq
+        while len(self._ended) > FORGOTTEN:
+            self._ended.popitem(last=False)
         self._closed(utterance)
 
     def _next_deadline(self) -> float | None:

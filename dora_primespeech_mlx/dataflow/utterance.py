@@ -77,7 +77,10 @@ class Utterance:
 
     def rest(self) -> list[str]:
         """Everything still held, as sentences (the idle wait ran out, or the inputs closed)."""
-        held = [self.held.pop(k) for k in sorted(self.held)]
+        seqs = sorted(self.held)
+        held = [self.held.pop(k) for k in seqs]
+        if seqs:
+            self.next_seq = seqs[-1] + 1  # a fragment after these is the segment's next
         out = []
         for fragment in held:
             out += self.cutter.push(self.feed.push(fragment.text))

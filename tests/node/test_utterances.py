@@ -445,3 +445,21 @@ def test_each_text_is_checked_and_its_voice_resolved_once(monkeypatch):
     finally:
         gate.set()
         handler.stop()
+
+
+def test_a_segment_that_goes_on_after_its_idle_wait_is_a_new_utterance_in_seq_order():
+    engine = TextEngine()
+    handler, rec = make(engine, PRIMESPEECH_SEGMENT_IDLE_S="0.3")
+    try:
+        first = cut("Hello there. And", random.Random(16))
+        stream(handler, first, fin=False)
+        rec.wait(lambda r: len(r.of("segment_complete")) == 1)
+        stream(handler, cut(" more words. Done.", random.Random(17)), first_seq=len(first))
+        rec.wait(lambda r: len(r.of("segment_complete")) == 2)
+        logs = [json.loads(a[0].as_py())["message"] for a, _ in rec.of("log")]
+        # the second part ended at its fin: its fragments were not held back as out of order until the idle wait
+        assert sum("no fragment for" in m for m in logs) == 1 and not [m for m in logs if "gap" in m]
+        assert engine.texts == ["Hello there.", "And", "more words.", "Done."]
+        assert [m["segment_id"] for _, m in rec.of("segment_complete")] == [1, 1]
+    finally:
+        handler.stop()
