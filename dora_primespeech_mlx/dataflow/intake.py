@@ -184,9 +184,15 @@ class Intake:
         if key in self._forgotten:
             return  # a fragment of a cancelled utterance
         utterance = self.open.get(key)
-        if utterance is None:
+        new = utterance is None
+        if new:
             utterance = self._open(key, metadata, stamp)
-        for ready in utterance.accept(fragment):
+        in_order = utterance.accept(fragment)
+        if new and not in_order and not utterance.held:  # a repeat of a fragment of an ended segment
+            del self.open[key]
+            self._ended[key] = utterance.next_seq
+            return
+        for ready in in_order:
             for sentence in utterance.sentences_of(ready):
                 self._hand_on(utterance, sentence)
             if ready.fin:

@@ -463,3 +463,17 @@ def test_a_segment_that_goes_on_after_its_idle_wait_is_a_new_utterance_in_seq_or
         assert [m["segment_id"] for _, m in rec.of("segment_complete")] == [1, 1]
     finally:
         handler.stop()
+
+
+def test_a_repeated_fragment_after_fin_is_dropped():
+    engine = TextEngine()
+    handler, rec = make(engine, PRIMESPEECH_SEGMENT_IDLE_S="0.2")
+    try:
+        fragments = cut(ANSWER, random.Random(18))
+        stream(handler, fragments)
+        rec.wait(lambda r: len(r.of("segment_complete")) == 1)
+        handler.on_input("text", pa.array([fragments[3]]), {"session_id": "s1", "segment_id": 1, "seq": 3})
+        time.sleep(0.5)  # past the idle wait: a phantom utterance would be answered by now
+        assert handler.wait_idle(5) and len(rec.of("segment_complete")) == 1 and engine.texts == SENTENCES
+    finally:
+        handler.stop()
