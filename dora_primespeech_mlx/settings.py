@@ -258,6 +258,8 @@ class Settings(defaults.RequestDefaults):
     max_text_seconds: float = setting("MAX_TEXT_SECONDS", 30.0, _ranged(_number, 0.1),
         "Seconds the text front end may spend on one text (normalisation and phonemes); a text that needs more "
         "is answered with an error naming this limit (segment_complete `error`, stage `text`).", ())
+    segment_idle_s: float = setting("PRIMESPEECH_SEGMENT_IDLE_S", 3.0, _ranged(_number, 0.05),
+        "Seconds without a fragment after which a streamed utterance (`segment_id`) ends as at `fin`.")
     warmup: bool = setting("GPTSVITS_WARMUP", True, _bool, "Run one short synthesis at start.", ("WARMUP",),
         audience="tuning")
     auto_download: bool = setting("PRIMESPEECH_AUTO_DOWNLOAD", True, _bool,

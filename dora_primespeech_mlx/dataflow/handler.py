@@ -1,24 +1,28 @@
 """The node's logic without dora: inputs in, outputs out through a transport (``send(id, array, metadata)``).
 
+:class:`MessageHandler` composes the parts, each a module of its own: the work queue and the one-answer gate
+(:mod:`.jobs`), send order (:mod:`.order`), text intake with the LLM filter and the assembly of streamed
+utterances (:mod:`.intake`, :mod:`.utterance`, :mod:`.sentences`), voices (:mod:`.voices`), the playback clock
+(:mod:`.clock`) and the control answers (:mod:`.controls`). Threads: the input thread (``on_input``, never
+blocks on the engine or the LLM stage), the intake thread, the worker (engine) and a supervisor.
+
 Promises (tested with a fake engine and a fake transport, and under a real ``dora run``):
 
-- **Exactly one ``segment_complete`` per ``text``**, in the order the texts are spoken (a text that arrives
-  after a reset sent later than it is answered at once): ``completed``, ``skipped`` (nothing to speak, or
-  phones of punctuation only: text its language cannot read) or ``error`` (bad input, unknown voice, synthesis
-  failure, queue full, cancelled by ``reset`` or by STOP, or an internal error). Every answer claims the job
-  (:meth:`Job.claim`) before anything of it is sent, so no path answers twice; any exception
-  while running or answering a job is logged and answered, and a supervisor thread replaces a dead worker
+- **Exactly one ``segment_complete`` per ``text``** without ``segment_id``, and **one per utterance** (the
+  fragments of one ``session_id``/``segment_id``; the fragments themselves get none), in the order they are
+  spoken: ``completed``, ``skipped`` (nothing to speak, or phones of punctuation only) or ``error`` (bad input,
+  unknown voice, synthesis failure, queue full, cancelled by ``reset``, a barge-in or STOP, an internal error).
+  Every answer claims its job or utterance first, so no path answers twice; a supervisor replaces a dead worker
   within a second, answering the text it held.
-- **Control is prompt**: ``stats`` and ``list_voices`` are answered from the input thread at once, also with a
-  long text backlog and while the worker is busy (nothing the worker runs holds the GIL for long);
-  ``cleanup`` runs on the worker before the next queued job (never in the middle of a text's audio).
-- **Send order across inputs** (:mod:`.order`): dora does not keep it between ``text`` and ``control`` under a
-  backlog, so every input is stamped with its send time (dora's metadata ``timestamp``, then the sender's
-  ``seq``, then arrival). ``reset`` cancels exactly the texts sent before it — the one being spoken (the
-  engine and the text front end stop at their next checkpoint), the queued ones, and any that arrive later —
-  never one sent after it; ``change_voice`` takes its place among the texts by send order (texts sent before
-  it speak with the old voice, texts sent after it with the new one).
-- **Bounded**: at most ``MAX_QUEUED_TEXTS`` texts wait; one more is answered at once with ``error`` (busy).
+- **Control is prompt**: ``stats`` and ``list_voices`` are answered from the input thread at once; ``cleanup``
+  runs on the worker before the next queued job.
+- **Send order across inputs** (:mod:`.order`): ``reset`` cancels exactly the texts sent before it (the one
+  being spoken stops at the engine's next checkpoint); ``change_voice`` takes its place among the texts.
+- **Barge-in**: a message with ``flush: true`` (on ``text`` or ``control``) cancels every text and utterance
+  sent before it (the audio being made stops at the engine's next checkpoint, no chunk of it goes out after the
+  flush), and the next ``audio`` the node sends carries ``flush: true``.
+- **Bounded**: at most ``MAX_QUEUED_TEXTS`` texts (sentences of utterances included) wait; one more is
+  answered at once with ``error`` (busy).
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ from ..errors import (
     VoiceNotFoundError,
     VoiceNotInstalledError,
 )
-from ..paths import request_roots
 from ..settings import LOG_LEVELS, Settings
 from ..text import llm
-from ..text.speakable import has_speakable
+from . import cancellation, controls
+from .cancellation import CANCEL_STAGES, CANCELLED, FLUSHED, STOPPING
+from .clock import PlaybackClock
+from .intake import Intake, check_once, parse_request
 from .jobs import Job, JobQueue, QueueFull
 from .messages import (
     InputError,
@@ -55,19 +61,17 @@ from .messages import (
     decode_text_value,
     normalize_segment_index,
     parse_control,
-    parse_text,
     sanitize_metadata,
 )
 from .order import TIMESTAMP_KEY, Stamp, stamp
+from .utterance import Fragment, Utterance, convention, without_convention
+from .voices import Voices
 
 NODE_NAME = "primespeech"
-CANCELLED = "cancelled by reset"
-STOPPING = "cancelled: the node is stopping"
 WATCH_S = 0.5  # the supervisor looks at the worker this often
 SEND_TRIES = 3
 SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
 SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' rate)
-VOICE_LOG = 16  # voice changes remembered for texts that arrive after a change_voice sent later than them
 
 EngineFactory = Callable[[Callable[[str], None]], tuple[Any, Any]]  # progress -> (engine, start VoiceSpec)
 
@@ -81,31 +85,41 @@ class MessageHandler:
         self._factory = engine_factory
         self.transport = transport
         self.jobs = JobQueue(settings.max_queued_texts)
+        self.voices = Voices(settings)
+        self.clock = PlaybackClock()
         self._seq = 0
         self._arrivals = 0  # inputs received (the order fallback)
-        self._reset_mark: Stamp | None = None  # the latest reset: texts sent before it are cancelled on arrival
-        self._voice_log: list[tuple[Stamp | None, Any]] = []  # (change_voice's stamp, the voice before it)
-        self._lock = threading.Lock()  # counts
+        self.marks = cancellation.Marks()  # the latest reset and barge-in: texts sent before them are cancelled
+        self._flush_next = False  # the next audio carries flush: true
+        self._lock = threading.Lock()  # counts, the flush flag
         self._answer_lock = threading.RLock()  # segment_complete answers, in input order
         self.engine: Any = None
-        self.voice: Any = None  # current VoiceSpec
         self.ready = threading.Event()
         self.startup_error: BaseException | None = None
         self.counts = {"texts": 0, "completed": 0, "skipped": 0, "errors": 0, "cancelled": 0, "busy": 0,
-                       "worker_restarts": 0}
+                       "worker_restarts": 0, "utterances": 0, "sentences": 0}
         self._stopping = threading.Event()
         self._serving = threading.Event()  # set while a worker runs jobs; cleared when it ends or dies
         self.parked = threading.Event()  # the worker has finished for good (the process may exit now)
         self._warned_rate = False
-        # when the audio sent so far will have played (time.perf_counter), for a player that starts each chunk on
-        # arrival or when the one before it ends: a stream plans its first pieces with that audio in hand
-        self._playing_until: float | None = None
         self._warned_index = False
-        # PRIMESPEECH_LLM_TEXT: one LLM stream filter per session and question (text/llm.py), fed on the input thread
+        # PRIMESPEECH_LLM_TEXT: one LLM stream filter per session and question (text/llm.py), fed by the intake
         self.llm = llm.Sessions() if settings.llm_text else None
+        self.intake = Intake(self._parse_job, self._admit, self._admit_sentence, self._utterance_closed, self.log,
+                             llm_text=settings.llm_text, idle_s=settings.segment_idle_s)
+
+    @property
+    def voice(self):
+        """The current voice (VoiceSpec)."""
+        return self.voices.current
+
+    @voice.setter
+    def voice(self, spec) -> None:
+        self.voices.current = spec
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
+        self.intake.start()
         self._spawn_worker(first=True)
         threading.Thread(target=self._supervise, name="primespeech-supervisor", daemon=True).start()
 
@@ -114,13 +128,26 @@ class MessageHandler:
         threading.Thread(target=self._worker_main, args=(first,), name="primespeech-worker", daemon=True).start()
 
     def idle(self) -> bool:
-        return self.ready.is_set() and self.jobs.idle()
+        return self.ready.is_set() and self.intake.pending() == 0 and self.jobs.idle()
 
     def wait_idle(self, timeout: float) -> bool:
-        return self.jobs.wait_idle(timeout)
+        """Whether the intake and the work queue became empty within ``timeout`` seconds (an open utterance
+        waiting for its next fragment is no work: it ends at its ``fin``, its idle wait, or :meth:`finish`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if self.intake.pending() == 0 and self.jobs.wait_idle(max(0.0, min(left, 0.05))) \
+                    and self.intake.pending() == 0:
+                return True
+            if left <= 0:
+                return False
+            if self.intake.pending():
+                time.sleep(min(0.01, max(left, 0.0)))
 
     def finish(self, stall_s: float = 300.0) -> bool:
-        """Speak what is queued, then stop the worker; returns False if no job finished for ``stall_s``."""
+        """Speak what is queued (open utterances end as if their ``fin`` had come), then stop the worker;
+        returns False if no job finished for ``stall_s``."""
+        self.intake.close_all()
         self.jobs.close()
         last, since = self.jobs.pending(), time.monotonic()
         while not self.jobs.wait_idle(WATCH_S):
@@ -131,6 +158,7 @@ class MessageHandler:
                 self.stop()
                 return False
         self._stopping.set()
+        self.intake.stop()
         return True
 
     def stop(self) -> int:
@@ -138,6 +166,7 @@ class MessageHandler:
         self._stopping.set()
         self.jobs.close()
         n = self._cancel_texts(STOPPING, "stop")
+        self.intake.stop()
         self.jobs.take(("control",))
         return n
 
@@ -161,14 +190,21 @@ class MessageHandler:
                 "timestamp": int(time.time()), **fields}
         self.send("status", pa.array([json.dumps(body, ensure_ascii=False, default=str)]), dict(metadata or {}))
 
+    def _next_seq(self) -> int:
+        """The next text number (texts on the input thread, sentences on the intake thread)."""
+        with self._lock:
+            self._seq += 1
+            return self._seq
+
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self.counts[name] += n
 
     def _complete(self, job: Job, outcome: str, before: Callable[[], None] | None = None) -> bool:
         """Claim the job, then send what goes with its answer (``before``: silence, a status) and its one
-        ``segment_complete``; False (and nothing sent) if it was answered already. Answers are sent under one
-        lock, so a reset on the input thread never overtakes the worker's answer to an earlier text."""
+        ``segment_complete`` (a sentence's outcome goes to its utterance instead); False (and nothing sent) if it
+        was answered already. Answers are sent under one lock, so a reset on the input thread never overtakes the
+        worker's answer to an earlier text."""
         with self._answer_lock:
             if not job.claim():
                 return False
@@ -177,11 +213,17 @@ class MessageHandler:
                     before()
                 except Exception as exc:  # the answer itself goes out whatever happened to what precedes it
                     self.log("ERROR", f"text #{job.seq}: {type(exc).__name__}: {exc}")
-            self._send_complete(job, outcome)
+            if job.utterance is not None:
+                self._part_done(job, outcome)
+            else:
+                self._send_complete(job, outcome)
             return True
 
     def _send_complete(self, job: Job, outcome: str, error: str | None = None, stage: str | None = None) -> None:
-        md = dict(job.metadata)
+        self._send_answer(job.metadata, outcome, error, stage, f"text #{job.seq}")
+
+    def _send_answer(self, metadata: dict, outcome: str, error: str | None, stage: str | None, what: str) -> None:
+        md = dict(metadata)
         if outcome == "error":
             md.update(session_status="error", error=error or "error", error_stage=stage or "synthesis")
         self._count("errors" if outcome == "error" else outcome)
@@ -190,42 +232,94 @@ class MessageHandler:
                 self.send("segment_complete", pa.array([outcome]), md)
                 return
             except Exception as exc:
-                print(f"[{NODE_NAME}] ERROR segment_complete of text #{job.seq} not sent (try {attempt + 1}): "
+                print(f"[{NODE_NAME}] ERROR segment_complete of {what} not sent (try {attempt + 1}): "
                       f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
-    def _silence(self, job: Job) -> None:
-        """SILENCE_ON_SKIP: one short silent ``audio`` message for a text that produced no audio (sent by the
-        caller that claimed the job)."""
-        if not self.settings.silence_on_skip:
+    def _silence(self, job: Job | None, utterance: Utterance | None = None, always: bool = False) -> None:
+        """SILENCE_ON_SKIP: one short silent ``audio`` message for a text (or an utterance) that produced no
+        audio (sent by the caller that claimed it); ``always``: also without SILENCE_ON_SKIP (the ``fin`` chunk
+        that closes an utterance whose last audio went out before its end was known)."""
+        if not (self.settings.silence_on_skip or always):
             return
         voice = self.voice
         rate = SAMPLE_RATE
-        md = dict(job.metadata)
+        if utterance is not None:
+            md = {**utterance.metadata, **utterance.chunk_metadata(True, None)}
+        else:
+            md = without_convention(job.metadata)
         md.update(sample_rate=rate, duration=SILENCE_S, voice=str(getattr(voice, "name", "")),
                   language=str(getattr(voice, "language", "")), chunk_index=0, fragment_num=1, is_final=True,
                   is_streaming=bool(self.settings.streaming), silent=True)
         audio = np.zeros(int(rate * SILENCE_S), dtype=np.float32)
         try:
-            self.send("audio", pa.array(audio) if self.settings.audio_format == "flat" else pa.array([audio]), md)
+            self._emit_audio(audio, md)
         except Exception as exc:
-            self.log("ERROR", f"silent audio for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
+            what = f"text #{job.seq}" if job is not None else f"segment {utterance.key[1]!r}"
+            self.log("ERROR", f"silent audio for {what} not sent: {type(exc).__name__}: {exc}")
+
+    def _emit_audio(self, audio: np.ndarray, md: dict) -> None:
+        """Send one ``audio`` message; the first after a barge-in carries ``flush: true``."""
+        with self._lock:
+            if self._flush_next:
+                md["flush"], self._flush_next = True, False
+        array = pa.array(audio) if self.settings.audio_format == "flat" else pa.array([audio])
+        self.send("audio", array, md)
 
     def _fail(self, job: Job, error: str, stage: str) -> bool:
         """Answer ``job`` with an error: claimed first, so a text gets one ``status: error`` and one
-        ``segment_complete`` whoever else (worker, reset, STOP, supervisor) tries to answer it at the same time."""
+        ``segment_complete`` whoever else (worker, reset, STOP, supervisor) tries to answer it at the same time.
+        A sentence of an utterance reports to its utterance; cancelled with it, it sends nothing (False)."""
         with self._answer_lock:
             if not job.claim():
                 return False
-            if stage not in ("reset", "stop"):
+            if job.utterance is not None and stage in CANCEL_STAGES:
+                return False
+            if stage not in CANCEL_STAGES and job.utterance is None:
                 self._silence(job)
-            level = "WARNING" if stage in ("reset", "stop", "busy") else "ERROR"
+            level = "WARNING" if stage in (*CANCEL_STAGES, "busy") else "ERROR"
             self.log(level, f"text #{job.seq} ({_describe(job.metadata)}): {stage} error: {error}")
             try:
                 self.status("error", job.metadata, level=level, message=error, error=error, error_stage=stage,
                             seq=job.seq)
             except Exception as exc:
                 self.log("ERROR", f"status for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
-            self._send_complete(job, "error", error, stage)
+            if job.utterance is not None:
+                self._part_done(job, "error", error, stage)
+            else:
+                self._send_complete(job, "error", error, stage)
+            return True
+
+    # -- utterances -----------------------------------------------------------------------------------
+    def _part_done(self, job: Job, outcome: str, error: str | None = None, stage: str | None = None) -> None:
+        if job.utterance.part_done(outcome, error, stage):
+            self._answer_utterance(job.utterance)
+
+    def _utterance_closed(self, utterance: Utterance) -> None:
+        """Intake: ``utterance`` takes no more sentences; answered here if all of them are."""
+        if utterance.complete:
+            self._answer_utterance(utterance)
+
+    def _answer_utterance(self, utterance: Utterance, cancelled: tuple[str, str] | None = None) -> bool:
+        """The one ``segment_complete`` of an utterance (its metadata: the first fragment's), after a ``fin``
+        audio chunk if its last audio went out before its end was known, or its silence if nothing was spoken.
+        ``cancelled``: (reason, stage) of a reset, barge-in or STOP."""
+        with self._answer_lock:
+            if not utterance.claim():
+                return False
+            self._count("texts")
+            self._count("utterances")
+            if cancelled is not None:
+                self._send_answer(utterance.metadata, "error", cancelled[0], cancelled[1], _what(utterance))
+                return True
+            outcome, error, stage = utterance.outcome()
+            try:
+                if outcome != "completed":
+                    self._silence(None, utterance)
+                elif not utterance.fin_sent:
+                    self._silence(None, utterance, always=True)
+            except Exception as exc:  # the answer goes out whatever happened before it
+                self.log("ERROR", f"{_what(utterance)}: {type(exc).__name__}: {exc}")
+            self._send_answer(utterance.metadata, outcome, error, stage, _what(utterance))
             return True
 
     # -- input thread ---------------------------------------------------------------------------------
@@ -246,8 +340,6 @@ class MessageHandler:
             self.log("ERROR", f"input {input_id!r} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
 
     def _on_text(self, value: Any, metadata: Any, st: Stamp | None = None) -> None:
-        self._seq += 1
-        self._count("texts")
         md = _metadata(metadata)
         if not normalize_segment_index(md) and not self._warned_index:
             self._warned_index = True
@@ -255,21 +347,75 @@ class MessageHandler:
                                 "(players compute segment_index + 1)")
         md.setdefault("question_id", "default")
         md.setdefault("session_status", "unknown")
-        job = Job("text", md, seq=self._seq, stamp=st)
+        segment_id, fragment_seq, fin, flush = convention(md)
+        key = None if segment_id is None else (str(md.get("session_id", "default")), str(segment_id))
+        if key is not None and st is not None:  # a fragment's seq numbers it within its segment, not among inputs
+            st = Stamp(st.time, None, st.arrival)
+        if flush and not self._stopping.is_set():
+            self._barge_in(md, st, key)
+        if key is not None:
+            self._on_fragment(value, md, st, key, Fragment("", fragment_seq, fin))
+            return
+        job = Job("text", md, seq=self._next_seq(), stamp=st)
         try:
-            job.request = self._parse(decode_text_value(value), md)
+            job.raw = decode_text_value(value)
         except InputError as exc:
             job.error = str(exc)
-        except Exception as exc:  # anything a hostile payload provokes (RecursionError from deep JSON, ...)
+        except Exception as exc:  # anything a hostile payload provokes
             job.error = f"unreadable text: {type(exc).__name__}"
         if self._stopping.is_set():
+            self._count("texts")
             self._fail(job, STOPPING, "stop")
             return
-        mark = self._reset_mark
-        if st is not None and mark is not None and st.before(mark):  # sent before a reset that came first
+        cancelled = self.marks.cancelled(st)
+        if cancelled is not None:
+            self._count("texts")
             with self._answer_lock:
-                if self._fail(job, CANCELLED, "reset"):
+                if self._fail(job, *cancelled):
                     self._count("cancelled")
+            return
+        if self.jobs.texts() + self.intake.queued_texts() >= self.jobs.max_texts:  # answered at once, not later
+            self._count("texts")
+            self._count("busy")
+            self._fail(job, f"busy: {self.jobs.max_texts} texts are already waiting (MAX_QUEUED_TEXTS)", "busy")
+            return
+        self.intake.put_text(job, job.raw or "")
+
+    def _on_fragment(self, value: Any, md: dict, st: Stamp | None, key: tuple[str, str], fragment: Fragment) -> None:
+        """A fragment of a streamed utterance: to the intake (answered with its utterance, never alone). A fragment
+        sent before a reset or barge-in that arrives after it, or of a cancelled utterance, is dropped."""
+        if self._stopping.is_set() or self.marks.cancelled(st) is not None or self.intake.forgotten(key):
+            self.log("DEBUG", f"fragment of session {key[0]!r} segment {key[1]!r} dropped (cancelled)")
+            return
+        try:
+            fragment.text = decode_text_value(value)
+        except Exception as exc:  # noqa: BLE001 - a bad fragment is left out; its utterance goes on
+            self.log("WARNING", f"fragment of session {key[0]!r} segment {key[1]!r} left out: "
+                                f"{type(exc).__name__}: {exc}")
+        self.intake.put_fragment(key, without_convention(md), st, fragment)
+
+    def _parse_job(self, job: Job, raw: str) -> None:
+        """Intake: a plain text's request (LLM-cleaned), or its error."""
+        parse_request(job, raw, self.llm, self.settings.max_text_chars, self.log)
+
+    def _admit_sentence(self, utterance: Utterance, sentence: str) -> None:
+        """Intake: one complete sentence of ``utterance``, queued as a text of its own."""
+        self._count("sentences")
+        job = Job("text", dict(utterance.metadata), seq=self._next_seq(), stamp=utterance.stamp, utterance=utterance,
+                  part=utterance.sentences - 1, request=TextRequest(text=sentence, overrides={"llm_text": False}))
+        self._admit(job)
+
+    def _admit(self, job: Job) -> None:
+        """Intake: check a text once (something to speak, within MAX_TEXT_CHARS) and queue it (a control job as
+        it is)."""
+        if job.kind == "control":
+            self.jobs.put(job)
+            return
+        if job.utterance is None:
+            self._count("texts")
+        check_once(job, self.settings.max_text_chars)
+        if self._stopping.is_set():
+            self._fail(job, STOPPING, "stop")
             return
         try:
             self.jobs.put(job)
@@ -277,27 +423,15 @@ class MessageHandler:
             self._count("busy")
             self._fail(job, str(exc), "busy")
 
-    def _parse(self, raw: str, md: dict) -> TextRequest:
-        """The request of one text; with PRIMESPEECH_LLM_TEXT its text is what the session's LLM filter leaves of it
-        (reasoning, tool calls and code spanning messages dropped; "" makes it a skipped text)."""
-        if self.llm is None or len(raw) > self.settings.max_text_chars:  # too long: refused with an error anyway
-            return parse_text(raw)
-        stream = self.llm.get(md.get("session_id", "default"), md.get("question_id"))
-        try:
-            req = parse_text(raw)
-        except InputError:
-            if stream.in_block is None:
-                raise
-            req = TextRequest(text=raw)  # a tool call's JSON arguments, a line of code: part of the open block
-        overflows = stream.overflows
-        req.text = stream.feed(req.text)
-        if stream.overflows != overflows:
-            self.log("WARNING", f"a reasoning/tool-call/code block open for {llm.MAX_BLOCK_MESSAGES} messages or "
-                                f"{llm.MAX_BLOCK_CHARS} characters was closed ({_describe(md)})")
-        req.overrides["llm_text"] = False  # cleaned here; the engine does not clean it again
-        return req
-
     def _on_control(self, value: Any, md: dict, st: Stamp | None = None) -> None:
+        if convention(md)[3]:  # flush: true on a control: a barge-in, then the command (if any)
+            if not self._stopping.is_set():
+                self._barge_in(md, st, None)
+            try:
+                if not decode_text_value(value).strip():
+                    return
+            except Exception:  # noqa: BLE001 - parse_control reports it below
+                pass
         try:
             command = parse_control(decode_text_value(value))
         except Exception as exc:
@@ -306,8 +440,8 @@ class MessageHandler:
             return
         if command.name == "reset":
             self._reset(md, st)
-        elif command.name == "change_voice":
-            self.jobs.put(Job("control", md, command=command, stamp=st))
+        elif command.name == "change_voice":  # through the intake: behind the texts that arrived before it
+            self.intake.put_control(Job("control", md, command=command, stamp=st))
         elif not self.ready.is_set() or self.engine is None:
             self.status("error", md, level="ERROR", message="not ready", error="not ready", command=command.name)
         elif command.name == "cleanup":  # on the worker, between two jobs: never stalls a text's audio
@@ -318,25 +452,34 @@ class MessageHandler:
     def _reset(self, md: dict, st: Stamp | None = None) -> None:
         if self.llm is not None:
             self.llm.reset()  # open reasoning/code blocks are forgotten with the texts
-        if st is not None and (self._reset_mark is None or self._reset_mark.before(st)):
-            self._reset_mark = st
+        self.marks.note("reset", st)
         n = self._cancel_texts(CANCELLED, "reset", st)
-        self._playing_until = None  # a player may drop what it holds on a reset: the next text plans without it
+        self.clock.forget()  # a player may drop what it holds on a reset: the next text plans without it
         self.log("INFO", f"reset: {n} text(s) cancelled")
         self.status("reset", md, message=f"reset: {n} text(s) cancelled", cancelled=n)
 
-    def _cancel_texts(self, reason: str, stage: str, before: Stamp | None = None) -> int:
-        """Cancel the queued texts and the one in flight (only those sent before ``before``, when given); each
-        counts (and is answered) once."""
-        with self._answer_lock:
-            queued, current = self.jobs.take(("text",), before)
-            n = 0
-            if current is not None and not current.answered and not current.cancel.is_set():
-                current.error, current.error_stage = reason, stage
-                current.cancel.set()  # the engine stops at its next cancellation point; its answer is this one
-                n += self._fail(current, reason, stage)
-            for job in queued:
-                n += self._fail(job, reason, stage)
+    def _barge_in(self, md: dict, st: Stamp | None, keep: tuple[str, str] | None) -> None:
+        """``flush: true``: cancel every text and utterance sent before this message (but the utterance it starts
+        or continues, ``keep``); the next audio carries ``flush: true`` so dora empties the player's queue."""
+        self.marks.note("flush", st)
+        n = self._cancel_texts(FLUSHED, "flush", st, keep)
+        if self.llm is not None:
+            self.llm.reset()  # the plain texts' open reasoning/code blocks go with them (utterances have their own)
+        with self._lock:
+            self._flush_next = True
+        self.clock.forget()
+        self.log("INFO", f"flush: {n} text(s) cancelled")
+        self.status("flush", without_convention(md), message=f"flush: {n} text(s) cancelled", cancelled=n)
+
+    def _cancel_texts(self, reason: str, stage: str, before: Stamp | None = None,
+                      keep: tuple[str, str] | None = None) -> int:
+        """Cancel the texts and utterances sent before ``before`` (all when None) but the utterance ``keep``
+        (:func:`.cancellation.collect`); each text and utterance counts (and is answered) once."""
+        with self.intake.hold(), self._answer_lock:
+            waiting, queued, utterances = cancellation.collect(self.intake, self.jobs, reason, stage, before, keep)
+            self._count("texts", len(waiting))  # counted when admitted, which these never were
+            n = sum(self._fail(job, reason, stage) for job in [*queued, *waiting])  # in flight first
+            n += sum(self._answer_utterance(u, (reason, stage)) for u in utterances)
             self._count("cancelled", n)
             return n
 
@@ -412,22 +555,19 @@ class MessageHandler:
         for w in req.warnings:
             self.log("WARNING", f"text #{job.seq}: {w}")
         text = req.text
-        if not has_speakable(text):
+        if job.skip:
             self.log("DEBUG", f"text #{job.seq}: nothing to speak ({text[:40]!r}), skipped")
             self._skip(job)
             return
-        if len(text) > self.settings.max_text_chars:
-            self._fail(job, f"text too long: {len(text)} characters (MAX_TEXT_CHARS={self.settings.max_text_chars})",
-                       "input")
-            return
         try:
-            voice = self._request_voice(req, job.stamp)
+            voice = self._voice_of(job)
         except (VoiceNotFoundError, VoiceNotInstalledError, ConfigError) as exc:
             self._fail(job, str(exc), "voice")
             return
         language = req.overrides.get("text_lang") or voice.language
+        where = {} if job.utterance is None else {"sentence": job.part}
         self.status("synthesizing", job.metadata, seq=job.seq, voice=voice.name, language=language,
-                    characters=len(text))
+                    characters=len(text), **where)
         t0 = time.perf_counter()
         try:
             duration, chunks, timings = self._synthesize(job, text, voice, language, req)
@@ -457,17 +597,17 @@ class MessageHandler:
                              f"{chunks} chunk(s), voice {voice.name}" + (f"; {detail}" if detail else ""))
         self._complete(job, "completed", lambda: self.status(
             "done", job.metadata, seq=job.seq, voice=voice.name, duration=round(duration, 3),
-            elapsed=round(elapsed, 3), chunks=chunks))
+            elapsed=round(elapsed, 3), chunks=chunks, **where))
 
     def _skip(self, job: Job) -> None:
-        self._complete(job, "skipped", lambda: self._silence(job))
+        self._complete(job, "skipped", None if job.utterance is not None else lambda: self._silence(job))
 
     def _synthesize(self, job: Job, text: str, voice, language: str, req: TextRequest):
         overrides = dict(req.overrides)
         total, n, timings = 0.0, 0, {}
         if self.settings.streaming:
             for chunk in self.engine.synthesize_stream(text, voice=voice, cancel=job.cancel, key=job.seq,
-                                                       upcoming=self._upcoming, playing_until=self._playing_until,
+                                                       upcoming=self._upcoming, playing_until=self.clock.until,
                                                        **overrides):
                 if job.cancel.is_set():
                     break
@@ -492,12 +632,10 @@ class MessageHandler:
             if job.kind != "text":
                 break
             req = job.request
-            if job.answered or job.error is not None or req is None or job.cancel.is_set():
-                continue
-            if not has_speakable(req.text) or len(req.text) > self.settings.max_text_chars:
+            if job.answered or job.error is not None or job.skip or req is None or job.cancel.is_set():
                 continue
             try:
-                voice = self._request_voice(req, job.stamp)
+                voice = self._voice_of(job)
             except Exception:  # noqa: BLE001 - its own turn reports it
                 continue
             out.append(Upcoming(job.seq, req.text, voice, dict(req.overrides), job.cancel))
@@ -514,81 +652,49 @@ class MessageHandler:
             self.log("WARNING", f"SAMPLE_RATE={self.settings.sample_rate} is informational; the model's "
                                 f"rate is {sample_rate} Hz and metadata sample_rate says so")
         duration = len(audio) / sample_rate
-        md = dict(job.metadata)
-        md.update(sample_rate=sample_rate, duration=float(duration), voice=str(voice.name), language=str(language),
-                  chunk_index=int(index), fragment_num=int(index) + 1, is_final=bool(final),
-                  is_streaming=bool(streaming))
-        array = pa.array(audio) if self.settings.audio_format == "flat" else pa.array([audio])
         with job.answer_lock:  # never audio after the text's segment_complete (e.g. a reset answered it)
             if not job.answered:
-                self.send("audio", array, md)
-                now = time.perf_counter()
-                self._playing_until = max(now, self._playing_until or now) + duration
+                md = self._audio_metadata(job, final)
+                md.update(sample_rate=sample_rate, duration=float(duration), voice=str(voice.name),
+                          language=str(language), chunk_index=int(index), fragment_num=int(index) + 1,
+                          is_final=bool(final), is_streaming=bool(streaming))
+                self._emit_audio(audio, md)
+                self.clock.sent(duration)
         return duration
 
-    def _voice_at(self, st: Stamp | None):
-        """The voice for a text sent at ``st``: the current one, unless a change_voice sent after the text has
-        already run (the text arrived late), then the voice before the earliest such change."""
-        if st is not None:
-            for changed_at, previous in self._voice_log:
-                if changed_at is not None and st.before(changed_at):
-                    return previous
-        return self.voice
+    @staticmethod
+    def _audio_metadata(job: Job, final: bool) -> dict:
+        """The text's metadata for its audio: a plain text's without the convention's per-message keys (``seq``
+        here means the chunk number); a sentence's: its utterance's with the chunk's ``seq`` and ``fin``."""
+        if job.utterance is None:
+            return without_convention(job.metadata)
+        return {**job.utterance.metadata, **job.utterance.chunk_metadata(final, job.part)}
 
-    def _request_voice(self, req: TextRequest, st: Stamp | None = None):
-        from ..assets.catalog import catalog_options, custom_voice, resolve_voice
-
-        choice = req.voice
-        if choice is None:
-            return self._voice_at(st)
-        root = self.settings.model_dir
-        if choice.kind == "name":
-            if choice.name == self.voice.name:
-                return self.voice
-            return resolve_voice(choice.name, root, **catalog_options(self.settings))
-        # CUSTOM: zero-shot cloning with the current voice's weights (Doubao by default, as the old node);
-        # TRAINED: own weights, the current voice's encoders.
-        roots = request_roots(root, self.settings.voices_dir, self.settings.request_paths)
-        return custom_voice(choice.reference, choice.prompt_text or "", choice.lang or "auto",
-                            gpt=choice.gpt, sovits=choice.sovits, base=self.voice, root=root, roots=roots,
-                            **catalog_options(self.settings))
+    def _voice_of(self, job: Job):
+        """The voice ``job`` is spoken with, resolved once (a ``change_voice`` that runs clears it)."""
+        if job.voice is None:
+            job.voice = self.voices.for_request(job.request, job.stamp)
+        return job.voice
 
     # -- control --------------------------------------------------------------------------------------
     def _run_control(self, cmd, md: dict) -> None:
-        try:
-            if cmd.name == "stats":
-                stats = _jsonable(self.engine.stats())
-                with self._lock:
-                    counts = dict(self.counts)
-                self.status("stats", md, stats=stats, node_counts=counts, voice=self.voice.name,
-                            queued=self.jobs.pending(), message=f"{counts['texts']} text(s), voice {self.voice.name}")
-            elif cmd.name == "list_voices":
-                voices = _jsonable(self.engine.list_voices())
-                self.status("voices", md, voices=voices, current=self.voice.name,
-                            message=f"{len(voices)} voice(s), current {self.voice.name}")
-            elif cmd.name == "cleanup":
-                freed = self.engine.cleanup() if hasattr(self.engine, "cleanup") else None
-                self.status("cleanup", md, freed=_jsonable(freed), message="caches freed")
-        except Exception as exc:
-            self.log("ERROR", f"control {cmd.name} failed: {exc}")
-            self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command=cmd.name)
+        with self._lock:
+            counts = dict(self.counts)
+        controls.answer(cmd, md, self.engine, self.voice, counts, self.jobs.pending() + self.intake.queued_texts(),
+                        self.status, self.log)
 
     def _change_voice(self, name: str, md: dict, st: Stamp | None = None) -> None:
-        from ..assets.catalog import catalog_options, resolve_voice
-
         old = self.voice
         try:
-            spec = resolve_voice(name, self.settings.model_dir, **catalog_options(self.settings))
-            self.log("INFO", f"loading voice {spec.name} ...")
-            self.engine.load_voice(spec)
+            self.log("INFO", f"loading voice {name} ...")
+            spec, old = self.voices.change(name, self.engine, st)
         except Exception as exc:  # any failure: the previous voice stays current
-            self.voice = old
             self.log("ERROR", f"change_voice:{name} failed, keeping {old.name}: {exc}")
             self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command="change_voice",
                         voice=old.name)
             return
-        self.voice = spec
-        self._voice_log = [*self._voice_log, (st, old)][-VOICE_LOG:]
+        for job in self.jobs.queued():
+            job.voice = None  # resolved before this change: resolved again at its turn
         self.log("INFO", f"voice changed to {spec.name} ({spec.language})")
         self.status("voice_changed", md, voice=spec.name, language=spec.language, previous=old.name,
                     message=f"voice {spec.name}")
@@ -616,21 +722,10 @@ def _metadata(metadata: Any) -> dict:
     return md
 
 
+def _what(utterance: Utterance) -> str:
+    return f"session {utterance.key[0]!r} segment {utterance.key[1]!r}"
+
+
 def _describe(md: dict) -> str:
     keys = ("question_id", "session_id", "segment_index")
     return ", ".join(f"{k}={md[k]}" for k in keys if k in md) or "no ids"
-
-
-def _jsonable(x: Any) -> Any:
-    """Dataclasses, Paths and numpy values made JSON-friendly."""
-    if hasattr(x, "__dataclass_fields__"):
-        x = {k: getattr(x, k) for k in x.__dataclass_fields__}
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    if x is None or isinstance(x, (str, int, float, bool)):
-        return x
-    return str(x)

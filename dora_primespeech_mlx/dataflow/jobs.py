@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,11 @@ class Job:
     error_stage: str = "input"
     stamp: Any = None  # order.Stamp: when it was sent (None: runs in arrival order)
     cancel: threading.Event = field(default_factory=threading.Event)
+    raw: str | None = None  # the text as it came, until the intake parses it
+    skip: bool = False  # nothing to speak (checked once, when the job is admitted)
+    utterance: Any = None  # utterance.Utterance this sentence belongs to (None: a text of its own)
+    part: int = 0  # the sentence's number within its utterance
+    voice: Any = None  # the voice resolved for it (once; a change_voice clears it)
     _claimed: bool = False
     answer_lock: threading.RLock = field(default_factory=threading.RLock)  # held while audio of the job is sent
 
@@ -79,12 +85,15 @@ class JobQueue:
             self.current = None
             self._cv.notify_all()
 
-    def take(self, kinds: tuple[str, ...] = ("text",), before: Any = None) -> tuple[list[Job], Job | None]:
-        """Remove the queued jobs of ``kinds`` (only those sent before the stamp ``before``, when given); return
-        them and the job in flight (if of those kinds, and sent before ``before``)."""
+    def take(self, kinds: tuple[str, ...] = ("text",), before: Any = None,
+             spare: Callable[[Job], bool] | None = None) -> tuple[list[Job], Job | None]:
+        """Remove the queued jobs of ``kinds`` (only those sent before the stamp ``before``, when given, and
+        not ``spare(job)``); return them and the job in flight (if of those kinds, sent before ``before``, not
+        spared)."""
 
         def wanted(j: Job | None) -> bool:
-            return j is not None and j.kind in kinds and (before is None or j.stamp is None or j.stamp.before(before))
+            return (j is not None and j.kind in kinds and (before is None or j.stamp is None or j.stamp.before(before))
+                    and not (spare is not None and spare(j)))
 
         with self._cv:
             taken = [j for j in self._jobs if wanted(j)]
@@ -102,6 +111,11 @@ class JobQueue:
         """The jobs waiting, in the order they will run (a snapshot)."""
         with self._cv:
             return list(self._jobs)
+
+    def texts(self) -> int:
+        """Text jobs waiting."""
+        with self._cv:
+            return sum(j.kind == "text" for j in self._jobs)
 
     def pending(self) -> int:
         with self._cv:

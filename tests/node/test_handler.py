@@ -371,3 +371,76 @@ def test_an_engine_stream_counts_the_caller_s_audio_in_hand_only_while_it_plays(
         with pytest.raises(ValueError, match="playing_until"):
             engine.synthesize_stream(TEXT, seed=1, playing_until=hostile)
     assert deadlines == []
+
+
+def test_a_streamed_utterance_speaks_each_sentence_as_that_sentence_given_whole(model_dir, shared_engine):
+    """An LLM token stream (fragments of 2-5 characters with segment_id/seq/fin) is spoken sentence by sentence,
+    and each sentence's samples equal those of the same sentence sent as a text of its own (same seed)."""
+    handler, rec = make_handler(model_dir, shared_engine)
+    answer = "<think>Greet them. Keep it short.</think>Hello there. **Nice** to meet you!\n1. One small test."
+    sentences = ["Hello there.", "Nice to meet you!", "1. One small test."]
+    rng = np.random.default_rng(0)
+    fragments, i = [], 0
+    while i < len(answer):
+        k = int(rng.integers(2, 6))
+        fragments.append(answer[i:i + k])
+        i += k
+    for n, fragment in enumerate(fragments):
+        md = {"session_id": "chat", "segment_id": 7, "seq": n}
+        if n == len(fragments) - 1:
+            md["fin"] = True
+        text(handler, fragment, **md)
+    rec.wait(lambda r: len(completes(r)) == 1)
+    for n, sentence in enumerate(sentences):
+        text(handler, sentence, question_id=f"whole{n}")
+    rec.wait(lambda r: len(completes(r)) == 1 + len(sentences))
+    assert handler.finish(60)
+    (value, cmd), *whole_answers = completes(rec)
+    assert value.to_pylist() == ["completed"] and (cmd["session_id"], cmd["segment_id"]) == ("chat", 7)
+    assert [v.to_pylist() for v, _ in whole_answers] == [["completed"]] * len(sentences)
+    audio = rec.of("audio")
+    streamed = [(a, m) for a, m in audio if m.get("segment_id") == 7]
+    assert [m["seq"] for _, m in streamed] == list(range(len(sentences)))
+    assert [m["fin"] for _, m in streamed] == [False] * (len(sentences) - 1) + [True]
+    for n in range(len(sentences)):
+        (whole, _), = [(a, m) for a, m in audio if m.get("question_id") == f"whole{n}"]
+        got = np.asarray(streamed[n][0][0].as_py(), dtype=np.float32)
+        want = np.asarray(whole[0].as_py(), dtype=np.float32)
+        assert got.size > 0 and np.array_equal(got, want), sentences[n]
+
+
+def test_a_barge_in_cuts_a_streamed_sentence_short(model_dir, shared_engine):
+    """STREAMING=true, real engine: a ``flush: true`` that starts a new segment while a long sentence of the old one
+    streams stops it at the engine's next checkpoint (the worker is free again long before that sentence would
+    have ended), no chunk of the old segment follows, and the new segment's first audio carries ``flush``."""
+    handler, rec = make_handler(model_dir, shared_engine, STREAMING="true")
+    long = " ".join(f"Sentence part number {n}, a small test" for n in range(1, 9)) + "."
+
+    def speak(segment, body, **extra):
+        text(handler, body, session_id="chat", segment_id=segment, seq=0, fin=True, **extra)
+
+    t0 = time.perf_counter()
+    speak(1, long)  # once whole, to know how long it takes
+    rec.wait(lambda r: len(completes(r)) == 1)
+    whole_s = time.perf_counter() - t0
+    speak(2, long)
+    rec.wait(lambda r: any(m.get("segment_id") == 2 for _, m in r.of("audio")))
+    old = handler.jobs.current
+    t_flush = time.perf_counter()
+    speak(3, "Hi there.", flush=True)
+    while handler.jobs.current is old:
+        time.sleep(0.001)
+    freed_s = time.perf_counter() - t_flush
+    rec.wait(lambda r: len(completes(r)) == 3)
+    assert handler.finish(60)
+    print(f"barge-in: the worker left the old sentence {freed_s * 1000:.0f} ms after the flush "
+          f"(the sentence takes {whole_s:.2f} s whole)")
+    assert freed_s < 0.25 * whole_s
+    sent = [m for o, _, m in rec.sent if o == "audio"]
+    first_new = next(i for i, m in enumerate(sent) if m.get("segment_id") == 3)
+    assert sent[first_new]["flush"] is True and not [m for m in sent[first_new:] if m.get("segment_id") == 2]
+    assert sum(m.get("flush") is True for m in sent) == 1
+    (seg2,) = [m for _, m in completes(rec) if m.get("segment_id") == 2]
+    assert seg2["error_stage"] == "flush"
+    new = [m for m in sent if m.get("segment_id") == 3]
+    assert [m["seq"] for m in new] == list(range(len(new))) and new[-1]["fin"] is True

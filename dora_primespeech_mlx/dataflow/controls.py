@@ -1,0 +1,43 @@
+"""Answers to the ``control`` commands that report or tidy (``stats``, ``list_voices``, ``cleanup``), each one
+``status`` message; a failing command is answered with an error status and the node goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def answer(cmd, md: dict, engine, voice, counts: dict, queued: int, status: Callable[..., None],
+           log: Callable[[str, str], None]) -> None:
+    """Run ``cmd`` against ``engine`` and send its answer through ``status(status, md, **fields)``."""
+    try:
+        if cmd.name == "stats":
+            status("stats", md, stats=jsonable(engine.stats()), node_counts=counts, voice=voice.name, queued=queued,
+                   message=f"{counts['texts']} text(s), voice {voice.name}")
+        elif cmd.name == "list_voices":
+            voices = jsonable(engine.list_voices())
+            status("voices", md, voices=voices, current=voice.name,
+                   message=f"{len(voices)} voice(s), current {voice.name}")
+        elif cmd.name == "cleanup":
+            freed = engine.cleanup() if hasattr(engine, "cleanup") else None
+            status("cleanup", md, freed=jsonable(freed), message="caches freed")
+    except Exception as exc:
+        log("ERROR", f"control {cmd.name} failed: {exc}")
+        status("error", md, level="ERROR", message=str(exc), error=str(exc), command=cmd.name)
+
+
+def jsonable(x: Any) -> Any:
+    """Dataclasses, Paths and numpy values made JSON-friendly."""
+    if hasattr(x, "__dataclass_fields__"):
+        x = {k: getattr(x, k) for k in x.__dataclass_fields__}
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    return str(x)

@@ -1,0 +1,296 @@
+"""Text intake, on a thread of its own between the input thread and the worker: the LLM text stage
+(``PRIMESPEECH_LLM_TEXT``) and the assembly of streamed utterances, so neither ever delays the input thread.
+
+- A ``text`` without ``segment_id`` is parsed (JSON payload, voice prefix), cleaned by its session's LLM filter
+  (one per ``session_id`` and ``question_id``, fed in arrival order) and handed on as one job (``admit_text``).
+- A ``change_voice`` passes through in turn, so it keeps its place among the texts.
+- A ``text`` with a ``segment_id`` is a fragment of an :class:`.utterance.Utterance` (one per ``session_id`` and
+  ``segment_id``): fragments are put in ``seq`` order, cleaned by the utterance's own LLM filter, cut into
+  sentences, and each sentence is handed on as soon as it is complete (``admit_sentence``). ``fin: true`` ends the
+  utterance; so does ``segment_idle_s`` without a fragment (``PRIMESPEECH_SEGMENT_IDLE_S``), or the inputs
+  closing. At most :data:`MAX_OPEN` utterances are open; opening one more ends the oldest.
+
+:meth:`Intake.hold` stops the thread between two items, so a reset or a barge-in on the input thread sees every
+text either still queued here or already handed on, never one in between.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+from ..text import llm
+from ..text.speakable import has_speakable
+from .messages import InputError, TextRequest, parse_text
+from .sentences import LlmFeed
+from .utterance import Fragment, Utterance
+
+MAX_OPEN = 64  # utterances assembled at once
+FORGOTTEN = 256  # keys of cancelled utterances remembered (their late fragments are dropped)
+TICK_S = 0.05  # the shortest sleep while an utterance is open (its idle wait is checked after it)
+
+
+class Intake:
+    """Queue of texts and fragments and the thread that works it off (see the module docstring).
+
+    ``parse(job, raw)`` fills a plain text job's request (running the LLM filter), ``admit_text(job)`` and
+    ``admit_sentence(utterance, text)`` hand work on, ``closed(utterance)`` is called once an utterance takes no
+    more sentences, ``log(level, message)`` reports."""
+
+    def __init__(self, parse: Callable[[Any, str], None], admit_text: Callable[[Any], None],
+                 admit_sentence: Callable[[Utterance, str], None], closed: Callable[[Utterance], None],
+                 log: Callable[[str, str], None], llm_text: bool, idle_s: float):
+        self._parse, self._admit_text, self._admit_sentence = parse, admit_text, admit_sentence
+        self._closed, self._log = closed, log
+        self.llm_text = llm_text
+        self.idle_s = idle_s
+        self._items: deque[tuple] = deque()
+        self._cv = threading.Condition()
+        self._busy = threading.RLock()  # held while one item is worked on (see hold)
+        self.open: OrderedDict[tuple[str, str], Utterance] = OrderedDict()
+        self._forgotten: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._ended: OrderedDict[tuple[str, str], int] = OrderedDict()  # ended utterances: the next fragment's seq
+        self._working = False
+        self._in_hand: str | None = None  # the kind of the item being worked on
+        self._stopped = False
+
+    # -- input thread --------------------------------------------------------------------------------------
+    def put_text(self, job: Any, raw: str) -> None:
+        self._put(("text", job, raw))
+
+    def put_control(self, job: Any) -> None:
+        """A control job that keeps its place among the texts (``change_voice``): handed on in turn."""
+        self._put(("control", job))
+
+    def put_fragment(self, key: tuple[str, str], metadata: dict, stamp: Any, fragment: Fragment) -> None:
+        self._put(("fragment", key, metadata, stamp, fragment))
+
+    def _put(self, item: tuple) -> None:
+        with self._cv:
+            self._items.append(item)
+            self._cv.notify_all()
+
+    @contextmanager
+    def hold(self):
+        """Keep the thread from starting the next item while the caller cancels (an item in hand finishes)."""
+        with self._busy:
+            yield
+
+    def take(self, before: Any = None, keep: tuple[str, str] | None = None) -> tuple[list[Any], list[Utterance]]:
+        """Under :meth:`hold`: remove the queued plain texts and every utterance sent before the stamp ``before``
+        (all when None) but the one keyed ``keep``, also those whose fragments are all still queued here (they
+        arrived: each is answered); their queued fragments are dropped. Returns (text jobs, utterances), to be
+        answered by the caller."""
+
+        def sent_before(st: Any, key: tuple[str, str] | None = None) -> bool:
+            if keep is not None and key == keep:
+                return False
+            return before is None or st is None or st.before(before)
+
+        with self._cv:
+            jobs = [item[1] for item in self._items if item[0] == "text" and sent_before(item[1].stamp)]
+            gone = [k for k, u in self.open.items() if sent_before(u.stamp, k)]
+            utterances = [self.open.pop(k) for k in gone]
+            unopened: dict[tuple[str, str], tuple] = {}  # utterances whose first fragment is still queued here
+            for item in self._items:
+                if item[0] == "fragment" and item[1] not in self.open and item[1] not in gone \
+                        and item[1] not in unopened and sent_before(item[3], item[1]):
+                    unopened[item[1]] = item
+            utterances += [Utterance(key, item[2], item[3], LlmFeed(None)) for key, item in unopened.items()]
+            dropped = set(gone) | set(unopened)
+            for key in dropped:
+                self.forget(key)
+            self._items = deque(item for item in self._items if not (
+                (item[0] == "text" and sent_before(item[1].stamp)) or (item[0] == "fragment" and item[1] in dropped)))
+            return jobs, utterances
+
+    def forgotten(self, key: tuple[str, str]) -> bool:
+        return key in self._forgotten
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop the fragments of ``key`` from now on (a cancelled utterance)."""
+        self._forgotten[key] = None
+        while len(self._forgotten) > FORGOTTEN:
+            self._forgotten.popitem(last=False)
+
+    def queued_texts(self) -> int:
+        """Plain texts waiting here (and the one in hand)."""
+        with self._cv:
+            return sum(item[0] == "text" for item in self._items) + (self._in_hand == "text")
+
+    def pending(self) -> int:
+        """Items queued or in hand (an open utterance waiting for its next fragment is no work)."""
+        with self._cv:
+            return len(self._items) + self._working
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        threading.Thread(target=self._main, name="primespeech-intake", daemon=True).start()
+
+    def close_all(self) -> None:
+        """The inputs closed: work off what is queued, then end every open utterance (its rest is spoken)."""
+        with self._cv:
+            self._cv.wait_for(lambda: not self._items and not self._working, 30.0)
+        with self._busy:
+            for key in list(self.open):
+                self._end(key)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
+    # -- the thread ----------------------------------------------------------------------------------------
+    def _main(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._items or self._stopped, self._next_deadline())
+                if self._stopped:
+                    return
+            with self._busy:
+                with self._cv:
+                    item = self._items.popleft() if self._items else None
+                    self._working = item is not None
+                    self._in_hand = item[0] if item is not None else None
+                try:
+                    if item is not None:
+                        self._work(item)
+                    self._end_idle()
+                except Exception as exc:  # noqa: BLE001 - keep the intake alive; the item's job is answered
+                    self._log("ERROR", f"intake: {type(exc).__name__}: {exc}")
+                    if item is not None and item[0] == "text":
+                        item[1].error = item[1].error or f"internal error: {type(exc).__name__}: {exc}"
+                        self._admit_text(item[1])
+                finally:
+                    with self._cv:
+                        self._working, self._in_hand = False, None
+                        self._cv.notify_all()
+
+    def _work(self, item: tuple) -> None:
+        if item[0] == "control":
+            self._admit_text(item[1])
+            return
+        if item[0] == "text":
+            _, job, raw = item
+            if job.error is None:
+                self._parse(job, raw)
+            self._admit_text(job)
+            return
+        _, key, metadata, stamp, fragment = item
+        if key in self._forgotten:
+            return  # a fragment of a cancelled utterance
+        utterance = self.open.get(key)
+        new = utterance is None
+        if new:
+            utterance = self._open(key, metadata, stamp)
+        in_order = utterance.accept(fragment)
+        if new and not in_order and not utterance.held:  # a repeat of a fragment of an ended segment
+            del self.open[key]
+            self._ended[key] = utterance.next_seq
+            return
+        for ready in in_order:
+            for sentence in utterance.sentences_of(ready):
+                self._hand_on(utterance, sentence)
+            if ready.fin:
+                self._end(key, finished=True)
+                break
+
+    def _open(self, key: tuple[str, str], metadata: dict, stamp: Any) -> Utterance:
+        while len(self.open) >= MAX_OPEN:
+            oldest = next(iter(self.open))
+            self._log("WARNING", f"more than {MAX_OPEN} utterances open: ending session {oldest[0]!r} segment "
+                                 f"{oldest[1]!r} as if its fin had come")
+            self._end(oldest)
+        feed = LlmFeed(llm.StreamFilter() if self.llm_text else None)
+        utterance = Utterance(key, metadata, stamp, feed)
+        utterance.next_seq = self._ended.pop(key, 0)  # a segment that goes on after its idle wait ended it
+        self.open[key] = utterance
+        return utterance
+
+    def _hand_on(self, utterance: Utterance, sentence: str) -> None:
+        with utterance.lock:
+            utterance.sentences += 1
+        self._admit_sentence(utterance, sentence)
+
+    def _end(self, key: tuple[str, str], finished: bool = False) -> None:
+        """Close an utterance: its held text is spoken, it takes no more sentences."""
+        utterance = self.open.pop(key, None)
+        if utterance is None:
+            return
+        if not finished:
+            for sentence in utterance.rest():
+                self._hand_on(utterance, sentence)
+        if utterance.skipped_gaps:
+            self._log("WARNING", f"session {key[0]!r} segment {key[1]!r}: {utterance.skipped_gaps} gap(s) in the "
+                                 "fragments' seq skipped")
+        with utterance.lock:
+            utterance.closed = True
+        self._ended[key] = utterance.next_seq
+        while len(self._ended) > FORGOTTEN:
+            self._ended.popitem(last=False)
+        self._closed(utterance)
+
+    def _next_deadline(self) -> float | None:
+        """Seconds until the first open utterance's idle wait runs out (None: none open, sleep until work comes)."""
+        lasts = [u.last_input for u in list(self.open.values())]
+        if not lasts:
+            return None
+        return max(TICK_S, min(lasts) + self.idle_s - time.monotonic())
+
+    def _end_idle(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, u in self.open.items() if now - u.last_input >= self.idle_s]:
+            self._log("INFO", f"session {key[0]!r} segment {key[1]!r}: no fragment for {self.idle_s:g} s "
+                              "(PRIMESPEECH_SEGMENT_IDLE_S): its rest is spoken and the utterance ends")
+            self._end(key)
+
+
+def parse_request(job: Any, raw: str, sessions: llm.Sessions | None, max_chars: int,
+                  log: Callable[[str, str], None]) -> None:
+    """Fill a plain text job's request from ``raw`` (JSON payload, voice prefix), its text what the session's LLM
+    filter leaves of it (``sessions``; None: raw), or its error."""
+    try:
+        job.request = _request(raw, job.metadata, sessions, max_chars, log)
+    except InputError as exc:
+        job.error = str(exc)
+    except Exception as exc:  # anything a hostile payload provokes (RecursionError from deep JSON, ...)
+        job.error = f"unreadable text: {type(exc).__name__}"
+
+
+def _request(raw: str, md: dict, sessions: llm.Sessions | None, max_chars: int,
+             log: Callable[[str, str], None]) -> TextRequest:
+    """With the LLM stage: reasoning, tool calls and code spanning messages dropped ("" makes it a skipped text)."""
+    if sessions is None or len(raw) > max_chars:  # too long: refused with an error anyway
+        return parse_text(raw)
+    stream = sessions.get(md.get("session_id", "default"), md.get("question_id"))
+    try:
+        req = parse_text(raw)
+    except InputError:
+        if stream.in_block is None:
+            raise
+        req = TextRequest(text=raw)  # a tool call's JSON arguments, a line of code: part of the open block
+    overflows = stream.overflows
+    req.text = stream.feed(req.text)
+    if stream.overflows != overflows:
+        ids = ", ".join(f"{k}={md[k]}" for k in ("question_id", "session_id") if k in md) or "no ids"
+        log("WARNING", f"a reasoning/tool-call/code block open for {llm.MAX_BLOCK_MESSAGES} messages or "
+                       f"{llm.MAX_BLOCK_CHARS} characters was closed ({ids})")
+    req.overrides["llm_text"] = False  # cleaned here; the engine does not clean it again
+    return req
+
+
+def check_once(job: Any, max_chars: int) -> None:
+    """The checks every text passes once, when it is admitted: nothing to speak makes it skipped, more than
+    ``max_chars`` (MAX_TEXT_CHARS) an input error."""
+    req = job.request
+    if job.error is not None or req is None:
+        return
+    if not has_speakable(req.text):
+        job.skip = True
+    elif len(req.text) > max_chars:
+        job.error, job.error_stage = (f"text too long: {len(req.text)} characters (MAX_TEXT_CHARS={max_chars})",
+                                      "input")
