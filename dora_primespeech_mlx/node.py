@@ -80,6 +80,7 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
         t0 = time.perf_counter()
         engine = GPTSoVITSEngine(model_dir=settings.model_dir, device=settings.device, encoders=settings.encoders,
                                  config=config, progress=progress, settings=settings)
+        freeze_front_ends(spec.language if settings.warmup else None, progress)  # (the engine loads no model yet)
         engine.load_voice(spec)
         progress(f"voice {spec.name} loaded in {time.perf_counter() - t0:.1f} s")
         if settings.warmup:
@@ -90,6 +91,27 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
         return engine, spec
 
     return build
+
+
+def freeze_front_ends(language: str | None, progress: Callable[[str], None]) -> None:
+    """Load the text front ends ``language`` needs (None: none now), then move every object alive into the
+    collector's permanent generation (``gc.freeze``).
+
+    Why: the front ends' dictionaries are ~600 000 Python lists that live as long as the process, and a full
+    collection walks them all while holding the GIL (~0.5 s on a 2-core machine): every model load
+    (``convert.load``), every voice eviction and Python's own occasional full collections would stall the input
+    thread (``stats``, ``reset``, STOP) that long. Frozen objects are never collected as cycles, so this runs
+    before any model is loaded (a GPT holds a reference cycle and must stay collectable when a voice is
+    dropped); objects freed by reference counting are freed as usual."""
+    if language is not None:
+        from dora_primespeech_mlx.text.warmup import warm_up
+
+        t0 = time.perf_counter()
+        front_ends = warm_up(language)
+        detail = ", ".join(f"{lang} {s:.1f} s" for lang, s in front_ends.items())
+        progress(f"text front ends loaded in {time.perf_counter() - t0:.1f} s ({detail})")
+    gc.collect()
+    gc.freeze()
 
 
 def start_failure(handler: MessageHandler) -> str | None:
