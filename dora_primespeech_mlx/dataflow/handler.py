@@ -248,7 +248,10 @@ class MessageHandler:
     def _on_text(self, value: Any, metadata: Any, st: Stamp | None = None) -> None:
         self._seq += 1
         self._count("texts")
-        md = _metadata(metadata)
+        problems: list[str] = []
+        md = _metadata(metadata, problems)
+        if problems:
+            self.log("WARNING", f"text #{self._seq}: metadata not echoed as sent: {'; '.join(problems)[:1000]}")
         if not normalize_segment_index(md) and not self._warned_index:
             self._warned_index = True
             self.log("WARNING", f"segment_index {md['segment_index']!r} is not a number: passed on unchanged "
@@ -603,13 +606,15 @@ def _request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> st
             "operator can run `primespeech-mlx convert` on them to see why)")
 
 
-def _metadata(metadata: Any) -> dict:
+def _metadata(metadata: Any, problems: list[str] | None = None) -> dict:
     """The input's metadata as the node echoes it on its outputs, without dora's send ``timestamp``: dora keeps a
     sender's own ``timestamp`` key instead of stamping the send time, so an echoed one would make every output
     (and any text a client sends with metadata copied from it) look sent when the input was."""
     try:
-        md = sanitize_metadata(metadata)
-    except Exception:
+        md = sanitize_metadata(metadata, problems)
+    except Exception as exc:
+        if problems is not None:
+            problems.append(f"unreadable ({type(exc).__name__}): dropped")
         return {}
     md.pop(TIMESTAMP_KEY, None)
     return md
