@@ -509,6 +509,9 @@ class MessageHandler:
     def _send_audio(self, job: Job, audio, sample_rate: int, voice, language: str, index: int, final: bool,
                     streaming: bool, volume: float | None) -> float:
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if not np.isfinite(audio).all():  # NaN/inf never leave the node: the text is answered with this error
+            raise SynthesisError(f"voice {voice.name}: the synthesis produced non-finite samples (NaN or inf); "
+                                 "nothing of this chunk was sent", stage="sovits")
         if volume is not None and volume != 1.0:
             audio = np.clip(audio * np.float32(volume), -1.0, 1.0).astype(np.float32)
         sample_rate = int(sample_rate)

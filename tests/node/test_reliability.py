@@ -372,3 +372,31 @@ def test_deeply_nested_json_is_answered(payload):
     assert handler.finish(10)
     (done,) = rec.of("segment_complete")
     assert done[1]["i"] == 1
+
+
+class NaNEngine(FakeEngine):
+    """Audio with a NaN in its second chunk (streaming) or in its one result."""
+
+    def synthesize(self, text, voice=None, cancel=None, **kw):
+        audio = np.zeros(320, np.float32)
+        audio[7] = np.nan
+        return Result(audio)
+
+    def synthesize_stream(self, text, voice=None, cancel=None, **kw):
+        for i in range(3):
+            audio = np.zeros(160, np.float32)
+            audio[3] = np.inf if i == 1 else 0.0
+            yield SimpleNamespace(audio=audio, sample_rate=32000, chunk_index=i, is_final=i == 2)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_non_finite_audio_never_leaves_the_node(streaming):
+    handler, rec = make(NaNEngine(), STREAMING=str(streaming).lower(), SILENCE_ON_SKIP="false")
+    handler.on_input("text", pa.array(["Hello."]), {"i": 1})
+    assert handler.finish(10)
+    ((outcome, md),) = [(a.to_pylist()[0], m) for a, m in rec.of("segment_complete")]
+    assert outcome == "error" and "Fake" in md["error"] and "non-finite" in md["error"]
+    audio = rec.of("audio")
+    assert len(audio) == (1 if streaming else 0)  # (the stream's first chunk was fine)
+    for array, _ in audio:
+        assert np.isfinite(np.asarray(array.flatten() if hasattr(array, "flatten") else array)).all()
