@@ -14,8 +14,8 @@ stats, list_voices, change_voice:NAME, cleanup) and ``reset`` (any value: same a
 Outputs: ``audio``, ``segment_complete``, ``status``, ``log`` (see the README and :mod:`.handler`).
 
 Stopping: when the inputs close (the upstream nodes finished) the queued texts are spoken first; on a STOP event
-(``dora stop``, Ctrl-C) the text in flight and every queued one are answered as cancelled and the node exits
-at once with code 0.
+(``dora stop``, Ctrl-C) or a SIGTERM (dora's kill after its grace period, ``docker stop``, systemd) the text in
+flight and every queued one are answered as cancelled and the node exits at once with code 0.
 
 Daemon loss: dora 1.1 reports a daemon that died as one ERROR event ("fatal event stream error: daemon channel
 broken") and then blocks in ``next()`` for ever; the node exits with code 1 on that event, and, when a daemon
@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import os
+import signal
 import sys
 import threading
 import time
@@ -180,6 +181,52 @@ def watch_parent(settings: Settings, on_lost: Callable[[str], None] = leave_orph
     return thread
 
 
+class Terminated:
+    """SIGTERM handling for the node form: answered like STOP, whatever the main thread is doing.
+
+    The signal may reach any thread, and the main thread may sit inside dora's ``next()`` (Rust code, which runs
+    no Python signal handler until an event arrives), so the Python handler does nothing itself: the signal
+    module's C handler writes the signal's number to a pipe (``signal.set_wakeup_fd``) and a thread waiting on
+    that pipe calls ``on_term`` once. Install from the main thread, after ``Node()`` (the last handler wins)."""
+
+    def __init__(self, on_term: Callable[[], None]):
+        self.event = threading.Event()
+        self.at: float | None = None  # when it came (time.monotonic)
+        self._on_term = on_term
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, name="primespeech-sigterm", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                data = os.read(self._read, 64)
+            except InterruptedError:
+                continue
+            if not data:
+                return
+            if signal.SIGTERM in data and not self.event.is_set():
+                self.at = time.monotonic()
+                self.event.set()
+                self._on_term()
+
+
+def stop_and_exit(handler: MessageHandler, reason: str, since: float) -> None:
+    """The end of a SIGTERM when the worker sends (dora 1.x): answer every text as cancelled (the same path as
+    STOP), give the worker STOP_GRACE_S to reach a cancellation point, and exit with code 0 without waiting for
+    the main thread (it may be inside dora's ``next()``). With an outbox (dora 0.3.x) the main thread, which
+    polls, does this itself once it sees ``Terminated.event``."""
+    n = handler.stop()
+    handler.parked.wait(STOP_GRACE_S)
+    handler.log("INFO", f"{reason}: {n} text(s) answered as cancelled; exiting {time.monotonic() - since:.2f} s "
+                        f"after the {reason}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main() -> int:
     """Console script ``dora-primespeech-mlx``: run as a Dora node until the dataflow stops."""
     from dora import Node
@@ -199,9 +246,15 @@ def main() -> int:
     direct = sends_from_worker(settings)
     transport = DirectTransport(node.send_output) if direct else OutboxTransport()
     handler = MessageHandler(settings, engine_factory(settings), transport)
+    term = Terminated(lambda: stop_and_exit(handler, "SIGTERM", term.at) if direct else None)
     handler.start()
-    while not handler.ready.wait(POLL_S):
+    outbox_term = (lambda: term.event.is_set()) if not direct else (lambda: False)
+    while not handler.ready.wait(POLL_S) and not outbox_term():
         transport.flush(node.send_output)
+    if outbox_term():  # while the voice loads (with direct sends the SIGTERM thread ends the process)
+        handler.stop()
+        transport.flush(node.send_output)
+        os._exit(0)
     failure = start_failure(handler)
     if failure is not None:
         handler.log("ERROR", failure)
@@ -209,10 +262,13 @@ def main() -> int:
         transport.flush(node.send_output)
         return 2
     announce(handler)
-    stopped = None
+    stopped, reason = None, "STOP"
     while True:
         transport.flush(node.send_output)
         event = node.next() if direct else node.next(timeout=POLL_S)
+        if term.event.is_set():  # (the outbox form: with direct sends the SIGTERM thread ends the process)
+            stopped, reason = term.at, "SIGTERM"
+            break
         if event is None:
             break
         kind = event.get("type")
@@ -236,12 +292,13 @@ def main() -> int:
     transport.flush(node.send_output)
     parked = handler.parked.wait(STOP_GRACE_S)
     if stopped is not None:
-        handler.log("INFO", f"STOP: {n} text(s) answered as cancelled; exiting {time.monotonic() - stopped:.2f} s "
-                            "after the STOP")
+        handler.log("INFO", f"{reason}: {n} text(s) answered as cancelled; exiting "
+                            f"{time.monotonic() - stopped:.2f} s after the {reason}")
         transport.flush(node.send_output)
-    if not parked:
+    if not parked or stopped is not None:
         # The worker is still inside the engine (a long SoVITS step): a thread that used MLX aborts the process
-        # when the interpreter tears it down, so leave without that teardown, after dora's own clean-up.
+        # when the interpreter tears it down, so leave without that teardown, after dora's own clean-up. After a
+        # STOP or SIGTERM too: the teardown of the loaded models and front ends takes seconds on a busy machine.
         del node, transport, handler
         gc.collect()
         sys.stdout.flush()
