@@ -15,6 +15,7 @@ string, so an answer is never lost to its metadata (the handler's sanitising sho
 
 from __future__ import annotations
 
+import datetime
 import sys
 import threading
 from collections import deque
@@ -34,12 +35,24 @@ def send_safely(send: Send, output: str, array: pa.Array, metadata: dict) -> Non
         send(output, array, metadata)
         return
     except METADATA_ERRORS as exc:
+        if all(isinstance(k, str) and _native(v) for k, v in metadata.items()):
+            raise  # not the metadata's fault (the caller's retry, if any, sends it as it is)
         plain = {_text(k, FALLBACK_CHARS): _text(v, FALLBACK_CHARS) for k, v in metadata.items()}
-        if plain == metadata:
-            raise
         print(f"[primespeech] WARNING {output} not sent ({type(exc).__name__}: {_text(exc, 200)}); sending it "
               "with its metadata as strings", file=sys.stderr, flush=True)
     send(output, array, plain)
+
+
+def _native(value) -> bool:
+    """Whether dora sends ``value`` as it is (dora-contract.md 13.4; its integers are int64)."""
+    if isinstance(value, (bool, str, float, datetime.datetime)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    if isinstance(value, list):
+        kinds = {type(v) for v in value}
+        return kinds in (set(), {str}, {float}) or (kinds == {int} and all(map(_native, value)))
+    return False
 
 
 def _text(value, limit: int) -> str:

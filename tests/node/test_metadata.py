@@ -184,3 +184,15 @@ def test_a_send_refused_for_its_metadata_goes_out_with_string_metadata():
 
     outbox.flush(broken)  # one lost output does not take the main thread (or the next outputs) down
     assert rec.of("log")[0][1] == {"y": 1}
+
+
+def test_a_send_failing_for_another_reason_is_not_resent_with_string_metadata():
+    calls = []
+
+    def flaky(output, array, metadata):
+        calls.append(metadata)
+        raise RuntimeError("connection lost")
+
+    with pytest.raises(RuntimeError):
+        send_safely(flaky, "segment_complete", pa.array(["completed"]), {"t": 3, "ids": [1, 2]})
+    assert calls == [{"t": 3, "ids": [1, 2]}]  # (the handler's own retry sends it again, as it is)
