@@ -50,8 +50,10 @@ from ..text import llm
 from ..text.speakable import has_speakable
 from .jobs import Job, JobQueue, QueueFull
 from .messages import (
+    ERROR_MAX_CHARS,
     InputError,
     TextRequest,
+    clip,
     decode_text_value,
     normalize_segment_index,
     parse_control,
@@ -213,6 +215,7 @@ class MessageHandler:
     def _fail(self, job: Job, error: str, stage: str) -> bool:
         """Answer ``job`` with an error: claimed first, so a text gets one ``status: error`` and one
         ``segment_complete`` whoever else (worker, reset, STOP, supervisor) tries to answer it at the same time."""
+        error = clip(error, ERROR_MAX_CHARS)
         with self._answer_lock:
             if not job.claim():
                 return False
@@ -587,9 +590,9 @@ class MessageHandler:
             self.log("INFO", f"loading voice {spec.name} ...")
             self.engine.load_voice(spec)
         except Exception as exc:  # any failure: the previous voice stays current
-            self.voice = old
-            self.log("ERROR", f"change_voice:{name} failed, keeping {old.name}: {exc}")
-            self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command="change_voice",
+            self.voice, error = old, clip(exc, ERROR_MAX_CHARS)
+            self.log("ERROR", f"change_voice failed, keeping {old.name}: {error}")
+            self.status("error", md, level="ERROR", message=error, error=error, command="change_voice",
                         voice=old.name)
             return
         self.voice = spec

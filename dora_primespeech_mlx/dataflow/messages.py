@@ -46,6 +46,24 @@ _STR_KEYS = {"language": "text_lang", "text_lang": "text_lang", "lang": "text_la
 _IGNORED_WITH_WARNING = ("pitch",)
 
 
+ECHO_CHARS = 200  # an error message quotes at most this much of the input it is about (:func:`clip`)
+NAME_MAX_CHARS = 256  # a voice name (``VOICE:<name>|``, ``change_voice:``, JSON ``voice``)
+PATH_MAX_CHARS = 4096  # a path in ``VOICE:CUSTOM`` / ``VOICE:TRAINED`` (Linux's PATH_MAX)
+ERROR_MAX_CHARS = 2000  # the error a text or control is answered with (it may quote a path or a voice list)
+
+
+def clip(text: Any, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to ``limit`` characters for an error message, saying how long it was."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _check_length(what: str, value: str, limit: int) -> str:
+    if len(value) > limit:
+        raise InputError(f"{what} of {len(value)} characters (at most {limit}): {clip(value)!r}")
+    return value
+
+
 class InputError(ValueError):
     """A ``text`` or ``control`` value that cannot be used; the message says what is wrong."""
 
@@ -88,7 +106,8 @@ def decode_text_value(value: Any) -> str:
     """The text carried by a ``text``/``control`` input value.
 
     Accepts a StringArray / LargeStringArray (elements joined by a space, nulls skipped), UTF-8 bytes in a
-    UInt8Array / BinaryArray (a sender that used ``send_output(id, b"...")``), or a Python str/bytes.
+    UInt8Array / BinaryArray (a sender that used ``send_output(id, b"...")``), either dictionary-encoded, or a
+    Python str/bytes.
     Anything else raises :class:`InputError`.
     """
     if value is None:
@@ -101,6 +120,8 @@ def decode_text_value(value: Any) -> str:
         value = value.combine_chunks()
     if not isinstance(value, pa.Array):
         raise InputError(f"text input must be a string array, got {type(value).__name__}")
+    if pa.types.is_dictionary(value.type):  # dictionary-encoded (a sender's pa.array(...).dictionary_encode())
+        value = value.dictionary_decode()
     t = value.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return " ".join(s for s in value.to_pylist() if s is not None)
@@ -182,6 +203,8 @@ def _from_payload(outer: dict) -> TextRequest:
             elif key == "voice":
                 if not isinstance(value, str) or not value.strip():
                     raise ValueError("expected a voice name")
+                if len(value.strip()) > NAME_MAX_CHARS:
+                    raise ValueError(f"a voice name of at most {NAME_MAX_CHARS} characters")
                 req.voice = VoiceChoice("name", name=value.strip())
             elif key == "volume":
                 req.volume = _as_float(value)
@@ -190,7 +213,7 @@ def _from_payload(outer: dict) -> TextRequest:
             elif key in _IGNORED_WITH_WARNING:
                 req.warnings.append(f"JSON key {key!r} is not supported and was ignored")
         except ValueError as exc:
-            problems.append(f"{key}={value!r}: {exc}")
+            problems.append(f"{key}={clip(repr(value))}: {clip(exc)}")
     if problems:
         raise InputError("bad JSON text payload: " + "; ".join(problems))
     return req
@@ -226,6 +249,9 @@ def _apply_voice_prefix(req: TextRequest) -> None:
                                 "speaking the raw text")
             return
         got = dict(zip(fields, parts))
+        for name in ("ref", "gpt", "sovits"):
+            if name in got:
+                _check_length(f"VOICE:{head} {name} path", got[name].strip(), PATH_MAX_CHARS)
         body = got["text"]
         req.voice = VoiceChoice(head.lower(), reference=got["ref"].strip(), prompt_text=got["prompt_text"],
                                 lang=_prefix_lang(got["lang"]), gpt=got.get("gpt", "").strip() or None,
@@ -235,7 +261,7 @@ def _apply_voice_prefix(req: TextRequest) -> None:
         if not sep or not name.strip():
             req.warnings.append("VOICE:<name>|<text> prefix without '|' or name; speaking the raw text")
             return
-        req.voice = VoiceChoice("name", name=name.strip())
+        req.voice = VoiceChoice("name", name=_check_length("VOICE: voice name", name.strip(), NAME_MAX_CHARS))
     req.text = body
 
 
@@ -268,9 +294,9 @@ def parse_control(raw: str) -> ControlCommand:
             name = s[len(prefix):].strip()
             if not name:
                 raise InputError(f"control {s!r}: missing voice name after {prefix!r}")
-            return ControlCommand("change_voice", name)
+            return ControlCommand("change_voice", _check_length("change_voice: voice name", name, NAME_MAX_CHARS))
     raise InputError(
-        f"unknown control command {s[:80]!r} (known: reset, stats, list_voices, change_voice:NAME, cleanup)"
+        f"unknown control command {clip(s)!r} (known: reset, stats, list_voices, change_voice:NAME, cleanup)"
     )
 
 

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dora_primespeech_mlx.dataflow.handler import CANCELLED, STOPPING, MessageHandler
+from dora_primespeech_mlx.dataflow.messages import ECHO_CHARS
 from dora_primespeech_mlx.dataflow.transport import DirectTransport
 from dora_primespeech_mlx.errors import NothingToSpeakError, SynthesisCancelled, SynthesisError
 from dora_primespeech_mlx.settings import Settings
@@ -400,3 +401,21 @@ def test_non_finite_audio_never_leaves_the_node(streaming):
     assert len(audio) == (1 if streaming else 0)  # (the stream's first chunk was fine)
     for array, _ in audio:
         assert np.isfinite(np.asarray(array.flatten() if hasattr(array, "flatten") else array)).all()
+
+
+@pytest.mark.parametrize("kind, value", [("text", "VOICE:" + "n" * 5_000_000 + "|Hello"),
+                                         ("control", "change_voice:" + "x" * 10_000),
+                                         ("text", "VOICE:Nobody" + "y" * 200 + "|Hello")])
+def test_errors_quote_a_bounded_part_of_the_input(kind, value):
+    """A 5 MB voice name gave 20 MB of outputs, a long change_voice name was quoted twice per message."""
+    handler, rec = make(FakeEngine())
+    handler.on_input(kind, pa.array([value]), {})
+    assert handler.finish(10)
+    sent = [(o, a.to_pylist(), m) for o, a, m in rec.sent if o in ("log", "status", "segment_complete")]
+    size = sum(len(json.dumps([a, m], default=str)) for _, a, m in sent)
+    assert size < 20_000, size
+    for _, array, md in sent:
+        fields = [v for a in array for v in (json.loads(a).values() if a.startswith("{") else [a])]
+        for text in map(str, [*fields, *md.values()]):
+            for letter in "xn":  # one quote of at most ECHO_CHARS of the input per message
+                assert text.count(letter * 10) <= ECHO_CHARS // 10
