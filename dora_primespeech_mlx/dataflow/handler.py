@@ -23,6 +23,7 @@ Promises (tested with a fake engine and a fake transport, and under a real ``dor
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import sys
@@ -69,6 +70,7 @@ WATCH_S = 0.5  # the supervisor looks at the worker this often
 SEND_TRIES = 3
 SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
 SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' rate)
+EXIT_WAIT_S = 5.0  # at interpreter exit, how long the worker may take to reach a cancellation point and park
 VOICE_LOG = 16  # voice changes remembered for texts that arrive after a change_voice sent later than them
 
 EngineFactory = Callable[[Callable[[str], None]], tuple[Any, Any]]  # progress -> (engine, start VoiceSpec)
@@ -110,6 +112,19 @@ class MessageHandler:
     def start(self) -> None:
         self._spawn_worker(first=True)
         threading.Thread(target=self._supervise, name="primespeech-supervisor", daemon=True).start()
+        atexit.register(self._park_at_exit)
+
+    def _park_at_exit(self) -> None:
+        """At interpreter exit, before daemon threads are stopped: let the worker park (a thread that used MLX
+        and wakes during finalization aborts the process, exit code 134). Cancels what it runs, answers nothing."""
+        if self.parked.is_set() or not self._serving.is_set():
+            return
+        self._stopping.set()
+        self.jobs.close()
+        current = self.jobs.current
+        if current is not None:
+            current.cancel.set()
+        self.parked.wait(EXIT_WAIT_S)
 
     def _spawn_worker(self, first: bool = False) -> None:
         self._serving.set()
