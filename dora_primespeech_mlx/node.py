@@ -248,10 +248,13 @@ def main() -> int:
     handler = MessageHandler(settings, engine_factory(settings), transport)
     term = Terminated(lambda: stop_and_exit(handler, "SIGTERM", term.at) if direct else None)
     handler.start()
-    outbox_term = (lambda: term.event.is_set()) if not direct else (lambda: False)
+
+    def outbox_term() -> bool:  # (with direct sends the SIGTERM thread answers and ends the process itself)
+        return not direct and term.event.is_set()
+
     while not handler.ready.wait(POLL_S) and not outbox_term():
         transport.flush(node.send_output)
-    if outbox_term():  # while the voice loads (with direct sends the SIGTERM thread ends the process)
+    if outbox_term():  # while the voice loads
         handler.stop()
         transport.flush(node.send_output)
         os._exit(0)
@@ -266,7 +269,7 @@ def main() -> int:
     while True:
         transport.flush(node.send_output)
         event = node.next() if direct else node.next(timeout=POLL_S)
-        if term.event.is_set():  # (the outbox form: with direct sends the SIGTERM thread ends the process)
+        if outbox_term():
             stopped, reason = term.at, "SIGTERM"
             break
         if event is None:
@@ -281,12 +284,13 @@ def main() -> int:
             leave_orphaned(f"dora reports the daemon connection lost ({str(event.get('error')).splitlines()[0]})")
         elif kind == "ERROR" and "timed out" not in str(event.get("error", "")).lower():
             handler.log("WARNING", f"dora error event: {str(event.get('error'))[:300]}")
+    if stopped is None and not direct:
+        while not handler.wait_idle(POLL_S) and not outbox_term():
+            transport.flush(node.send_output)
+        if outbox_term():  # a SIGTERM while the queued texts are spoken
+            stopped, reason = term.at, "SIGTERM"
     if stopped is not None:
         n = handler.stop()  # answers everything at once; the engine is not waited for
-    elif not direct:
-        while not handler.wait_idle(POLL_S):
-            transport.flush(node.send_output)
-        handler.finish()
     else:
         handler.finish()
     transport.flush(node.send_output)
