@@ -1,8 +1,7 @@
 """Controls while a voice loads, with the real engine and the fixture models: ``stats`` sent every ~20 ms during
 a cold ``change_voice``, a cold ``VOICE:`` and a ``VOICE:TRAINED`` request (models converted and built, reference
-computed) is
-answered promptly (nothing in the load holds the GIL or a lock that ``stats`` needs for long), and a reference
-that never finishes reading blocks neither ``stats``, ``reset`` nor STOP."""
+computed) is answered promptly (nothing in the load holds the GIL or a lock that ``stats`` needs for long), and
+a reference that never finishes reading blocks neither ``stats``, ``reset`` nor STOP."""
 
 from __future__ import annotations
 
