@@ -116,13 +116,15 @@ class MessageHandler:
 
     def _park_at_exit(self) -> None:
         """At interpreter exit, before daemon threads are stopped: let the worker park (a thread that used MLX
-        and wakes during finalization aborts the process, exit code 134). Cancels what it runs, answers nothing."""
+        and wakes during finalization aborts the process, exit code 134). The text it speaks is cancelled (and
+        answered as stopping, if the transport still sends); queued jobs are left."""
         if self.parked.is_set() or not self._serving.is_set():
             return
         self._stopping.set()
         self.jobs.close()
         current = self.jobs.current
-        if current is not None:
+        if current is not None and not current.answered:
+            current.error, current.error_stage = STOPPING, "stop"
             current.cancel.set()
         self.parked.wait(EXIT_WAIT_S)
 
