@@ -47,10 +47,10 @@ POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worke
 STOP_GRACE_S = 0.7  # after STOP, how long the worker may take to reach a cancellation point (exit within 1 s)
 PARENT_WATCH_S = 0.5  # how often a daemon-spawned node checks that its parent process is still there
 DAEMON_LOST = ("daemon channel broken", "fatal event stream error")  # dora 1.1's ERROR event when the daemon died
-# The operator form cannot leave around a worker still inside the engine (the runtime tears the interpreter down,
-# and a thread inside MLX then aborts the process): its STOP waits this long for the worker's cancellation point
-# (one SoVITS window or BERT call at most; seconds on a loaded CPU).
-OPERATOR_STOP_WAIT_S = 60.0
+# The operator form cannot leave a worker inside the engine to the runtime's teardown (a thread inside MLX then
+# aborts the process): when its worker has not parked STOP_GRACE_S after a STOP, it leaves the process itself
+# (code 0, which dora reports as finished) after giving the runtime this long to pass on the answers just sent.
+OPERATOR_DRAIN_S = 0.2
 
 
 def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tuple[Any, Any]]:
@@ -342,8 +342,7 @@ class Operator:
         elif kind == "INPUT":
             self._sliced = True  # a heartbeat
         elif kind == "STOP":
-            self.handler.stop()
-            self.handler.parked.wait(OPERATOR_STOP_WAIT_S)
+            self._stop(send_output)
             status = DoraStatus.STOP
         elif kind == "INPUT_CLOSED" and input_id == "text":
             self._finish(send_output)  # nothing more to speak (a heartbeat input would keep it alive)
@@ -356,6 +355,22 @@ class Operator:
                     self.transport.flush(send_output)
         self.transport.flush(send_output)
         return status
+
+    def _stop(self, send_output) -> None:
+        """STOP: every text answered as cancelled at once; the process ends within about a second even when the
+        worker is deep in a long engine step (see OPERATOR_DRAIN_S)."""
+        t0 = time.monotonic()
+        n = self.handler.stop()
+        self.transport.flush(send_output)
+        if self.handler.parked.wait(STOP_GRACE_S):
+            return
+        self.handler.log("INFO", f"STOP: {n} text(s) answered as cancelled; the worker is still inside the engine: "
+                                 f"exiting {time.monotonic() - t0:.2f} s after the STOP")
+        self.transport.flush(send_output)
+        time.sleep(OPERATOR_DRAIN_S)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     def _finish(self, send_output) -> None:
         while not self.handler.wait_idle(WATCH_S):
