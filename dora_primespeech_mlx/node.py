@@ -14,8 +14,8 @@ stats, list_voices, change_voice:NAME, cleanup) and ``reset`` (any value: same a
 Outputs: ``audio``, ``segment_complete``, ``status``, ``log`` (see the README and :mod:`.handler`).
 
 Stopping: when the inputs close (the upstream nodes finished) the queued texts are spoken first; on a STOP event
-(``dora stop``, Ctrl-C) the text in flight and every queued one are answered as cancelled and the node exits
-at once with code 0.
+(``dora stop``, Ctrl-C) or a SIGTERM (dora's kill after its grace period, ``docker stop``, systemd) the text in
+flight and every queued one are answered as cancelled and the node exits at once with code 0.
 
 Daemon loss: dora 1.1 reports a daemon that died as one ERROR event ("fatal event stream error: daemon channel
 broken") and then blocks in ``next()`` for ever; the node exits with code 1 on that event, and, when a daemon
@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import os
+import signal
 import sys
 import threading
 import time
@@ -46,10 +47,10 @@ POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worke
 STOP_GRACE_S = 0.7  # after STOP, how long the worker may take to reach a cancellation point (exit within 1 s)
 PARENT_WATCH_S = 0.5  # how often a daemon-spawned node checks that its parent process is still there
 DAEMON_LOST = ("daemon channel broken", "fatal event stream error")  # dora 1.1's ERROR event when the daemon died
-# The operator form cannot leave around a worker still inside the engine (the runtime tears the interpreter down,
-# and a thread inside MLX then aborts the process): its STOP waits this long for the worker's cancellation point
-# (one SoVITS window or BERT call at most; seconds on a loaded CPU).
-OPERATOR_STOP_WAIT_S = 60.0
+# The operator form cannot leave a worker inside the engine to the runtime's teardown (a thread inside MLX then
+# aborts the process): when its worker has not parked STOP_GRACE_S after a STOP, it leaves the process itself
+# (code 0, which dora reports as finished) after giving the runtime this long to pass on the answers just sent.
+OPERATOR_DRAIN_S = 0.2
 
 
 def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tuple[Any, Any]]:
@@ -81,6 +82,7 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
         progress(f"loading voice {spec.name} (device {settings.device}, encoders {settings.encoders}) ...")
         t0 = time.perf_counter()
         engine = GPTSoVITSEngine(config=config, progress=progress, settings=settings)  # its runtime: the settings'
+        freeze_front_ends(spec.language if settings.warmup else None, progress)  # (the engine loads no model yet)
         engine.load_voice(spec)
         progress(f"voice {spec.name} loaded in {time.perf_counter() - t0:.1f} s")
         if settings.warmup:
@@ -91,6 +93,27 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
         return engine, spec
 
     return build
+
+
+def freeze_front_ends(language: str | None, progress: Callable[[str], None]) -> None:
+    """Load the text front ends ``language`` needs (None: none now), then move every object alive into the
+    collector's permanent generation (``gc.freeze``).
+
+    Why: the front ends' dictionaries are ~600 000 Python lists that live as long as the process, and a full
+    collection walks them all while holding the GIL (~0.5 s on a 2-core machine): every model load
+    (``convert.load``), every voice eviction and Python's own occasional full collections would stall the input
+    thread (``stats``, ``reset``, STOP) that long. Frozen objects are never collected as cycles, so this runs
+    before any model is loaded (a GPT holds a reference cycle and must stay collectable when a voice is
+    dropped); objects freed by reference counting are freed as usual."""
+    if language is not None:
+        from dora_primespeech_mlx.text.warmup import warm_up
+
+        t0 = time.perf_counter()
+        front_ends = warm_up(language)
+        detail = ", ".join(f"{lang} {s:.1f} s" for lang, s in front_ends.items())
+        progress(f"text front ends loaded in {time.perf_counter() - t0:.1f} s ({detail})")
+    gc.collect()
+    gc.freeze()
 
 
 def start_failure(handler: MessageHandler) -> str | None:
@@ -179,6 +202,52 @@ def watch_parent(settings: Settings, on_lost: Callable[[str], None] = leave_orph
     return thread
 
 
+class Terminated:
+    """SIGTERM handling for the node form: answered like STOP, whatever the main thread is doing.
+
+    The signal may reach any thread, and the main thread may sit inside dora's ``next()`` (Rust code, which runs
+    no Python signal handler until an event arrives), so the Python handler does nothing itself: the signal
+    module's C handler writes the signal's number to a pipe (``signal.set_wakeup_fd``) and a thread waiting on
+    that pipe calls ``on_term`` once. Install from the main thread, after ``Node()`` (the last handler wins)."""
+
+    def __init__(self, on_term: Callable[[], None]):
+        self.event = threading.Event()
+        self.at: float | None = None  # when it came (time.monotonic)
+        self._on_term = on_term
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, name="primespeech-sigterm", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                data = os.read(self._read, 64)
+            except InterruptedError:
+                continue
+            if not data:
+                return
+            if signal.SIGTERM in data and not self.event.is_set():
+                self.at = time.monotonic()
+                self.event.set()
+                self._on_term()
+
+
+def stop_and_exit(handler: MessageHandler, reason: str, since: float) -> None:
+    """The end of a SIGTERM when the worker sends (dora 1.x): answer every text as cancelled (the same path as
+    STOP), give the worker STOP_GRACE_S to reach a cancellation point, and exit with code 0 without waiting for
+    the main thread (it may be inside dora's ``next()``). With an outbox (dora 0.3.x) the main thread, which
+    polls, does this itself once it sees ``Terminated.event``."""
+    n = handler.stop()
+    handler.parked.wait(STOP_GRACE_S)
+    handler.log("INFO", f"{reason}: {n} text(s) answered as cancelled; exiting {time.monotonic() - since:.2f} s "
+                        f"after the {reason}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main() -> int:
     """Console script ``dora-primespeech-mlx``: run as a Dora node until the dataflow stops."""
     from dora import Node
@@ -197,19 +266,31 @@ def main() -> int:
     direct = sends_from_worker(settings)
     transport = DirectTransport(node.send_output) if direct else OutboxTransport()
     handler = MessageHandler(settings, engine_factory(settings), transport)
+    term = Terminated(lambda: stop_and_exit(handler, "SIGTERM", term.at) if direct else None)
     handler.start()
-    while not handler.ready.wait(POLL_S):
+
+    def outbox_term() -> bool:  # (with direct sends the SIGTERM thread answers and ends the process itself)
+        return not direct and term.event.is_set()
+
+    while not handler.ready.wait(POLL_S) and not outbox_term():
         transport.flush(node.send_output)
+    if outbox_term():  # while the voice loads
+        handler.stop()
+        transport.flush(node.send_output)
+        os._exit(0)
     failure = start_failure(handler)
     if failure is not None:
         report_start_failure(handler, failure, str(handler.startup_error))
         transport.flush(node.send_output)
         return 2
     announce(handler)
-    stopped = None
+    stopped, reason = None, "STOP"
     while True:
         transport.flush(node.send_output)
         event = node.next() if direct else node.next(timeout=POLL_S)
+        if outbox_term():
+            stopped, reason = term.at, "SIGTERM"
+            break
         if event is None:
             break
         kind = event.get("type")
@@ -222,23 +303,25 @@ def main() -> int:
             leave_orphaned(f"dora reports the daemon connection lost ({str(event.get('error')).splitlines()[0]})")
         elif kind == "ERROR" and "timed out" not in str(event.get("error", "")).lower():
             handler.log("WARNING", f"dora error event: {str(event.get('error'))[:300]}")
+    if stopped is None and not direct:
+        while not handler.wait_idle(POLL_S) and not outbox_term():
+            transport.flush(node.send_output)
+        if outbox_term():  # a SIGTERM while the queued texts are spoken
+            stopped, reason = term.at, "SIGTERM"
     if stopped is not None:
         n = handler.stop()  # answers everything at once; the engine is not waited for
-    elif not direct:
-        while not handler.wait_idle(POLL_S):
-            transport.flush(node.send_output)
-        handler.finish()
     else:
         handler.finish()
     transport.flush(node.send_output)
     parked = handler.parked.wait(STOP_GRACE_S)
     if stopped is not None:
-        handler.log("INFO", f"STOP: {n} text(s) answered as cancelled; exiting {time.monotonic() - stopped:.2f} s "
-                            "after the STOP")
+        handler.log("INFO", f"{reason}: {n} text(s) answered as cancelled; exiting "
+                            f"{time.monotonic() - stopped:.2f} s after the {reason}")
         transport.flush(node.send_output)
-    if not parked:
+    if not parked or stopped is not None:
         # The worker is still inside the engine (a long SoVITS step): a thread that used MLX aborts the process
-        # when the interpreter tears it down, so leave without that teardown, after dora's own clean-up.
+        # when the interpreter tears it down, so leave without that teardown, after dora's own clean-up. After a
+        # STOP or SIGTERM too: the teardown of the loaded models and front ends takes seconds on a busy machine.
         del node, transport, handler
         gc.collect()
         sys.stdout.flush()
@@ -278,8 +361,7 @@ class Operator:
         elif kind == "INPUT":
             self._sliced = True  # a heartbeat
         elif kind == "STOP":
-            self.handler.stop()
-            self.handler.parked.wait(OPERATOR_STOP_WAIT_S)
+            self._stop(send_output)
             status = DoraStatus.STOP
         elif kind == "INPUT_CLOSED" and input_id == "text":
             self._finish(send_output)  # nothing more to speak (a heartbeat input would keep it alive)
@@ -292,6 +374,22 @@ class Operator:
                     self.transport.flush(send_output)
         self.transport.flush(send_output)
         return status
+
+    def _stop(self, send_output) -> None:
+        """STOP: every text answered as cancelled at once; the process ends within about a second even when the
+        worker is deep in a long engine step (see OPERATOR_DRAIN_S)."""
+        t0 = time.monotonic()
+        n = self.handler.stop()
+        self.transport.flush(send_output)
+        if self.handler.parked.wait(STOP_GRACE_S):
+            return
+        self.handler.log("INFO", f"STOP: {n} text(s) answered as cancelled; the worker is still inside the engine: "
+                                 f"exiting {time.monotonic() - t0:.2f} s after the STOP")
+        self.transport.flush(send_output)
+        time.sleep(OPERATOR_DRAIN_S)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     def _finish(self, send_output) -> None:
         while not self.handler.wait_idle(WATCH_S):

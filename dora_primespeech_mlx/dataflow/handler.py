@@ -27,6 +27,7 @@ Promises (tested with a fake engine and a fake transport, and under a real ``dor
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import sys
@@ -56,8 +57,10 @@ from .clock import PlaybackClock
 from .intake import Intake, check_once, parse_request
 from .jobs import Job, JobQueue, QueueFull
 from .messages import (
+    ERROR_MAX_CHARS,
     InputError,
     TextRequest,
+    clip,
     decode_text_value,
     normalize_segment_index,
     parse_control,
@@ -72,6 +75,7 @@ WATCH_S = 0.5  # the supervisor looks at the worker this often
 SEND_TRIES = 3
 SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
 SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' rate)
+EXIT_WAIT_S = 5.0  # at interpreter exit, how long the worker may take to reach a cancellation point and park
 
 EngineFactory = Callable[[Callable[[str], None]], tuple[Any, Any]]  # progress -> (engine, start VoiceSpec)
 
@@ -122,6 +126,21 @@ class MessageHandler:
         self.intake.start()
         self._spawn_worker(first=True)
         threading.Thread(target=self._supervise, name="primespeech-supervisor", daemon=True).start()
+        atexit.register(self._park_at_exit)
+
+    def _park_at_exit(self) -> None:
+        """At interpreter exit, before daemon threads are stopped: let the worker park (a thread that used MLX
+        and wakes during finalization aborts the process, exit code 134). The text it speaks is cancelled (and
+        answered as stopping, if the transport still sends); queued jobs are left."""
+        if self.parked.is_set() or not self._serving.is_set():
+            return
+        self._stopping.set()
+        self.jobs.close()
+        current = self.jobs.current
+        if current is not None and not current.answered:
+            current.error, current.error_stage = STOPPING, "stop"
+            current.cancel.set()
+        self.parked.wait(EXIT_WAIT_S)
 
     def _spawn_worker(self, first: bool = False) -> None:
         self._serving.set()
@@ -269,6 +288,7 @@ class MessageHandler:
         """Answer ``job`` with an error: claimed first, so a text gets one ``status: error`` and one
         ``segment_complete`` whoever else (worker, reset, STOP, supervisor) tries to answer it at the same time.
         A sentence of an utterance reports to its utterance; cancelled with it, it sends nothing (False)."""
+        error = clip(error, ERROR_MAX_CHARS)
         with self._answer_lock:
             if not job.claim():
                 return False
@@ -340,7 +360,11 @@ class MessageHandler:
             self.log("ERROR", f"input {input_id!r} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
 
     def _on_text(self, value: Any, metadata: Any, st: Stamp | None = None) -> None:
-        md = _metadata(metadata)
+        problems: list[str] = []
+        md = _metadata(metadata, problems)
+        if problems:
+            self.log("WARNING", f"text (arrival {self._arrivals}): metadata not echoed as sent: "
+                                f"{'; '.join(problems)[:1000]}")
         if not normalize_segment_index(md) and not self._warned_index:
             self._warned_index = True
             self.log("WARNING", f"segment_index {md['segment_index']!r} is not a number: passed on unchanged "
@@ -644,6 +668,9 @@ class MessageHandler:
     def _send_audio(self, job: Job, audio, sample_rate: int, voice, language: str, index: int, final: bool,
                     streaming: bool, volume: float | None) -> float:
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if not np.isfinite(audio).all():  # NaN/inf never leave the node: the text is answered with this error
+            raise SynthesisError(f"voice {voice.name}: the synthesis produced non-finite samples (NaN or inf); "
+                                 "nothing of this chunk was sent", stage="sovits")
         if volume is not None and volume != 1.0:
             audio = np.clip(audio * np.float32(volume), -1.0, 1.0).astype(np.float32)
         sample_rate = int(sample_rate)
@@ -689,8 +716,9 @@ class MessageHandler:
             self.log("INFO", f"loading voice {name} ...")
             spec, old = self.voices.change(name, self.engine, st)
         except Exception as exc:  # any failure: the previous voice stays current
-            self.log("ERROR", f"change_voice:{name} failed, keeping {old.name}: {exc}")
-            self.status("error", md, level="ERROR", message=str(exc), error=str(exc), command="change_voice",
+            error = clip(exc, ERROR_MAX_CHARS)
+            self.log("ERROR", f"change_voice failed, keeping {old.name}: {error}")
+            self.status("error", md, level="ERROR", message=error, error=error, command="change_voice",
                         voice=old.name)
             return
         for job in self.jobs.queued():
@@ -710,13 +738,15 @@ def _request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> st
             "operator can run `primespeech-mlx convert` on them to see why)")
 
 
-def _metadata(metadata: Any) -> dict:
+def _metadata(metadata: Any, problems: list[str] | None = None) -> dict:
     """The input's metadata as the node echoes it on its outputs, without dora's send ``timestamp``: dora keeps a
     sender's own ``timestamp`` key instead of stamping the send time, so an echoed one would make every output
     (and any text a client sends with metadata copied from it) look sent when the input was."""
     try:
-        md = sanitize_metadata(metadata)
-    except Exception:
+        md = sanitize_metadata(metadata, problems)
+    except Exception as exc:
+        if problems is not None:
+            problems.append(f"unreadable ({type(exc).__name__}): dropped")
         return {}
     md.pop(TIMESTAMP_KEY, None)
     return md

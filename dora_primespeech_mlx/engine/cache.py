@@ -5,13 +5,18 @@ encoders ``("encoders", (hubert path, bert path))``, for a reference ``("referen
 prompt, lang))`` — and remembers the voices that use it (shared encoders are used by many). Voices are kept in
 least-recently-used order: the current voice is pinned, and at most ``max_other_voices`` other voices (those
 used by per-request ``VOICE:`` prefixes) stay loaded; when one more is used, the oldest is forgotten and every
-entry no remaining voice uses is dropped. A changed file gives a new key, so stale models are never reused."""
+entry no remaining voice uses is dropped. A changed file gives a new key, so stale models are never reused.
+
+No lock is held while an entry is built (a model load or a reference computation takes seconds, and a reference
+file that never ends reading blocks for good): the first request for a key builds it, later requests for the same
+key wait for that one build, and every other call (``stats``' ``keys``/``voices``/``peek``, other keys) goes on."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +50,37 @@ class VoiceCache:
         self._users: dict[Key, set[str]] = {}
         self._voices: OrderedDict[str, None] = OrderedDict()  # least recently used first
         self._current: str | None = None
+        self._building: dict[Key, Future] = {}  # keys being built now, by the thread that asked first
         self._lock = threading.RLock()
 
     def get(self, key: Key, voice: str, create: Callable[[], Any]) -> Any:
-        """The entry for ``key`` (made by ``create()`` when absent), marked as used by ``voice``."""
+        """The entry for ``key`` (made by ``create()`` when absent, outside the lock), marked as used by ``voice``.
+        A request for a key another thread is building waits for that build (and gets its error if it fails)."""
+        while True:
+            with self._lock:
+                self._touch(voice)
+                if key in self._entries:
+                    return self._use(key, voice)
+                pending = self._building.get(key)
+                if pending is None:
+                    pending = self._building[key] = Future()
+                    break
+            pending.result()  # another thread builds it: wait, then take it from the entries (or build anew)
+        try:
+            value = create()
+        except BaseException as exc:
+            with self._lock:
+                del self._building[key]
+            pending.set_exception(exc)
+            raise
         with self._lock:
-            self._touch(voice)
-            if key not in self._entries:
-                self._entries[key] = create()
-                self._users[key] = set()
-            self._users[key].add(voice)
-            value = self._entries[key]
-            self._evict()
-            return value
+            del self._building[key]
+            self._entries[key] = value
+            self._users[key] = set()
+            self._touch(voice)  # (another thread may have evicted the voice meanwhile)
+            value = self._use(key, voice)
+        pending.set_result(None)
+        return value
 
     def peek(self, key: Key) -> Any:
         with self._lock:
@@ -94,6 +117,12 @@ class VoiceCache:
             return list(self._voices)
 
     # -- internals (lock held) ---------------------------------------------------------------------
+    def _use(self, key: Key, voice: str) -> Any:
+        self._users[key].add(voice)
+        value = self._entries[key]
+        self._evict()
+        return value
+
     def _touch(self, voice: str) -> None:
         self._voices.pop(voice, None)
         self._voices[voice] = None

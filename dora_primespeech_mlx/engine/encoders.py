@@ -191,13 +191,14 @@ class EncoderBackends:
             return int(self._mlx_model("bert")[0].args.hidden_size)
 
     def status(self) -> dict[str, Any]:
-        """For ``stats``/``status``: the mode, and per encoder its backend and any fallback reason."""
-        with self._lock:
-            return {
-                "mode": self.mode,
-                "compute_units": self.compute_units if self.mode != "mlx" else None,
-                **{k: s.to_dict() for k, s in self._slots.items()},
-            }
+        """For ``stats``/``status``: the mode, and per encoder its backend and any fallback reason. Read without
+        the lock, which a HuBERT or BERT call (or a model load) holds for seconds: ``stats`` must not wait for
+        them (each field is one attribute read; a count may be one call behind)."""
+        return {
+            "mode": self.mode,
+            "compute_units": self.compute_units if self.mode != "mlx" else None,
+            **{k: s.to_dict() for k, s in dict(self._slots).items()},
+        }
 
     def load(self, kinds: Sequence[str] = KINDS) -> None:
         """Load (and on macOS export/compile) the encoders now instead of on first use."""

@@ -10,6 +10,9 @@ import pyarrow as pa
 import pytest
 
 from dora_primespeech_mlx.dataflow.messages import (
+    ECHO_CHARS,
+    NAME_MAX_CHARS,
+    PATH_MAX_CHARS,
     ControlCommand,
     InputError,
     as_int,
@@ -31,6 +34,12 @@ def test_decode_string_arrays():
     assert decode_text_value(pa.array([], type=pa.string())) == ""
     assert decode_text_value(pa.array([None, None], type=pa.null())) == ""
     assert decode_text_value(None) == ""
+
+
+def test_decode_dictionary_encoded_strings():
+    assert decode_text_value(pa.array(["Hello", "world", "Hello"]).dictionary_encode()) == "Hello world Hello"
+    assert decode_text_value(pa.chunked_array([pa.array(["a"]).dictionary_encode()])) == "a"
+    assert decode_text_value(pa.array([b"hi"]).dictionary_encode()) == "hi"
 
 
 def test_decode_bytes_sent_with_send_output_bytes():
@@ -205,3 +214,28 @@ def test_as_int_never_crashes():
     assert as_int("0") == 0 and as_int(" 12 ") == 12 and as_int(3) == 3 and as_int(2.0) == 2
     assert as_int("x") is None and as_int(None, -1) == -1 and as_int([1], -1) == -1
     assert as_int("nan", -1) == -1 and as_int(np.int64(5)) == 5
+
+
+# ---------------------------------------------------------------------------------------------------
+# error messages quote the input within bounds
+
+
+@pytest.mark.parametrize("raw", ["VOICE:" + "n" * 5_000_000 + "|Hello",
+                                 json.dumps({"prompt": "hi", "voice": "v" * 10**6}),
+                                 json.dumps({"prompt": "hi", "speed": "s" * 10**6}),
+                                 "VOICE:CUSTOM|" + "/p" * 10**5 + "|hi|en|Hello"])
+def test_long_names_and_values_are_refused_with_a_short_quote(raw):
+    with pytest.raises(InputError) as info:
+        parse_text(raw)
+    assert len(str(info.value)) < 2 * ECHO_CHARS + 200
+
+
+def test_control_quotes_are_bounded():
+    with pytest.raises(InputError) as info:
+        parse_control("change_voice:" + "x" * 10_000)
+    assert str(info.value).count("x") <= ECHO_CHARS and f"at most {NAME_MAX_CHARS}" in str(info.value)
+    with pytest.raises(InputError) as info:
+        parse_control("make " * 10_000)
+    assert len(str(info.value)) < ECHO_CHARS + 200
+    assert parse_control("change_voice:" + "x" * NAME_MAX_CHARS).arg == "x" * NAME_MAX_CHARS
+    assert parse_text("VOICE:CUSTOM|" + "/" * PATH_MAX_CHARS + "|hi|en|Hello").voice.reference == "/" * PATH_MAX_CHARS

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dora_primespeech_mlx.dataflow.handler import CANCELLED, STOPPING, MessageHandler
+from dora_primespeech_mlx.dataflow.messages import ECHO_CHARS
 from dora_primespeech_mlx.dataflow.transport import DirectTransport
 from dora_primespeech_mlx.errors import NothingToSpeakError, SynthesisCancelled, SynthesisError
 from dora_primespeech_mlx.settings import Settings
@@ -372,3 +373,49 @@ def test_deeply_nested_json_is_answered(payload):
     assert handler.finish(10)
     (done,) = rec.of("segment_complete")
     assert done[1]["i"] == 1
+
+
+class NaNEngine(FakeEngine):
+    """Audio with a NaN in its second chunk (streaming) or in its one result."""
+
+    def synthesize(self, text, voice=None, cancel=None, **kw):
+        audio = np.zeros(320, np.float32)
+        audio[7] = np.nan
+        return Result(audio)
+
+    def synthesize_stream(self, text, voice=None, cancel=None, **kw):
+        for i in range(3):
+            audio = np.zeros(160, np.float32)
+            audio[3] = np.inf if i == 1 else 0.0
+            yield SimpleNamespace(audio=audio, sample_rate=32000, chunk_index=i, is_final=i == 2)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_non_finite_audio_never_leaves_the_node(streaming):
+    handler, rec = make(NaNEngine(), STREAMING=str(streaming).lower(), SILENCE_ON_SKIP="false")
+    handler.on_input("text", pa.array(["Hello."]), {"i": 1})
+    assert handler.finish(10)
+    ((outcome, md),) = [(a.to_pylist()[0], m) for a, m in rec.of("segment_complete")]
+    assert outcome == "error" and "Fake" in md["error"] and "non-finite" in md["error"]
+    audio = rec.of("audio")
+    assert len(audio) == (1 if streaming else 0)  # (the stream's first chunk was fine)
+    for array, _ in audio:
+        assert np.isfinite(np.asarray(array.flatten() if hasattr(array, "flatten") else array)).all()
+
+
+@pytest.mark.parametrize("kind, value", [("text", "VOICE:" + "n" * 5_000_000 + "|Hello"),
+                                         ("control", "change_voice:" + "x" * 10_000),
+                                         ("text", "VOICE:Nobody" + "y" * 200 + "|Hello")])
+def test_errors_quote_a_bounded_part_of_the_input(kind, value):
+    """A 5 MB voice name gave 20 MB of outputs, a long change_voice name was quoted twice per message."""
+    handler, rec = make(FakeEngine())
+    handler.on_input(kind, pa.array([value]), {})
+    assert handler.finish(10)
+    sent = [(o, a.to_pylist(), m) for o, a, m in rec.sent if o in ("log", "status", "segment_complete")]
+    size = sum(len(json.dumps([a, m], default=str)) for _, a, m in sent)
+    assert size < 20_000, size
+    for _, array, md in sent:
+        fields = [v for a in array for v in (json.loads(a).values() if a.startswith("{") else [a])]
+        for text in map(str, [*fields, *md.values()]):
+            for letter in "xn":  # one quote of at most ECHO_CHARS of the input per message
+                assert text.count(letter * 10) <= ECHO_CHARS // 10
