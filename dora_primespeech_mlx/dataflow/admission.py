@@ -1,7 +1,7 @@
 """From the intake to the work queue: each text (a plain one, or a sentence of an utterance) is numbered, parsed
 (plain texts, with the LLM filter), checked once (:func:`.intake.check_once`) and queued, or answered at once when
-the node is stopping or the queue is full (``MAX_QUEUED_TEXTS``). Runs on the intake thread (numbering also on
-the input thread)."""
+the node is stopping or the queue is full (``MAX_QUEUED_TEXTS``). Runs on the intake thread; numbering and
+:meth:`Admission.refused` (a plain text answered on arrival) also on the input thread."""
 
 from __future__ import annotations
 
@@ -31,6 +31,28 @@ class Admission:
         with self._lock:
             self._seq += 1
             return self._seq
+
+    def refused(self, job: Job, cancelled: tuple[str, str] | None, waiting: int) -> bool:
+        """On the input thread, before the intake: answer a plain text at once (True) when the node is stopping,
+        when a reset or barge-in sent after it came first (``cancelled``: its reason and stage), or when the
+        queue and the ``waiting`` texts of the intake fill MAX_QUEUED_TEXTS; False: it goes on to the intake."""
+        if self.stopping.is_set():
+            self.out.counts.add("texts")
+            self.answers.fail(job, STOPPING, "stop")
+            return True
+        if cancelled is not None:
+            self.out.counts.add("texts")
+            with self.answers.lock:
+                if self.answers.fail(job, *cancelled):
+                    self.out.counts.add("cancelled")
+            return True
+        if self.jobs.texts() + waiting >= self.jobs.max_texts:  # answered at once, not later
+            self.out.counts.add("texts")
+            self.out.counts.add("busy")
+            self.answers.fail(job, f"busy: {self.jobs.max_texts} texts are already waiting (MAX_QUEUED_TEXTS)",
+                              "busy")
+            return True
+        return False
 
     def parse(self, job: Job, raw: str) -> None:
         """A plain text's request (LLM-cleaned), or its error."""

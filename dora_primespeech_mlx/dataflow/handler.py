@@ -203,24 +203,8 @@ class MessageHandler:
             job.error = str(exc)
         except Exception as exc:  # anything a hostile payload provokes
             job.error = f"unreadable text: {type(exc).__name__}"
-        if self._stopping.is_set():
-            self.counts.add("texts")
-            self.answers.fail(job, STOPPING, "stop")
-            return
-        cancelled = self.marks.cancelled(st)
-        if cancelled is not None:
-            self.counts.add("texts")
-            with self.answers.lock:
-                if self.answers.fail(job, *cancelled):
-                    self.counts.add("cancelled")
-            return
-        if self.jobs.texts() + self.intake.queued_texts() >= self.jobs.max_texts:  # answered at once, not later
-            self.counts.add("texts")
-            self.counts.add("busy")
-            self.answers.fail(job, f"busy: {self.jobs.max_texts} texts are already waiting (MAX_QUEUED_TEXTS)",
-                              "busy")
-            return
-        self.intake.put_text(job, job.raw or "")
+        if not self.admission.refused(job, self.marks.cancelled(st), self.intake.queued_texts()):
+            self.intake.put_text(job, job.raw or "")
 
     def _on_fragment(self, value: Any, md: dict, st: Stamp | None, key: tuple[str, str], fragment: Fragment) -> None:
         """A fragment of a streamed utterance: to the intake (answered with its utterance, never alone). A fragment

@@ -172,6 +172,20 @@ def test_admission_checks_once_and_answers_busy_and_stopping_at_once():
     assert "MAX_TEXT_CHARS=5" in long.error
 
 
+def test_a_text_is_refused_on_arrival_when_stopping_cancelled_or_over_the_bound():
+    transport, out, answers = parts()
+    jobs, stopping = JobQueue(max_texts=2), threading.Event()
+    admission = Admission(jobs, answers, None, stopping)
+    jobs.put(text_job(1))
+    assert not admission.refused(text_job(2), None, 0)
+    assert admission.refused(text_job(3), None, 1)
+    assert admission.refused(text_job(4), (CANCELLED, "reset"), 0)
+    stopping.set()
+    assert admission.refused(text_job(5), None, 0)
+    assert [md["error_stage"] for _, md in transport.of("segment_complete")] == ["busy", "reset", "stop"]
+    assert (out.counts["texts"], out.counts["busy"], out.counts["cancelled"]) == (3, 1, 1)
+
+
 def test_reset_and_barge_in_cancel_what_was_sent_before_them():
     transport, out, answers = parts()
     jobs = JobQueue()
