@@ -2,14 +2,15 @@
 
 :class:`Marks` remembers the latest reset and barge-in, so a message sent before one of them that arrives after
 it is cancelled on arrival. :func:`collect` takes what was sent before a stamp out of the intake and the work
-queue, signals the job in flight to stop (the engine stops at its next checkpoint) and returns it all, to be
-answered once each by the caller."""
+queue, signals the job in flight to stop (the engine stops at its next checkpoint) and returns it all;
+:class:`Canceller` answers each of them once and reports the reset or barge-in."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .order import Stamp
+from .utterance import without_convention
 
 CANCELLED = "cancelled by reset"
 FLUSHED = "cancelled by a barge-in (flush)"
@@ -60,3 +61,49 @@ def collect(intake, jobs, reason: str, stage: str, before: Stamp | None = None,
     for utterance in utterances:
         intake.forget(utterance.key)  # its late fragments are dropped
     return waiting, queued, utterances
+
+
+class Canceller:
+    """Reset, barge-in and STOP: cancels what :func:`collect` finds and answers each text and utterance once
+    (``answers``: :class:`.answers.Answers`); ``sessions``: the plain texts' LLM filters (forgotten on a reset or
+    barge-in), ``clock``: the playback clock (forgotten: the player drops what it holds)."""
+
+    def __init__(self, intake, jobs, answers, sessions, clock):
+        self.intake, self.jobs, self.answers = intake, jobs, answers
+        self.out = answers.out
+        self.sessions, self.clock = sessions, clock
+        self.marks = Marks()
+
+    def cancel(self, reason: str, stage: str, before: Stamp | None = None,
+               keep: tuple[str, str] | None = None) -> int:
+        """Cancel the texts and utterances sent before ``before`` (all when None) but the utterance ``keep``;
+        each text and utterance counts (and is answered) once. Returns how many."""
+        with self.intake.hold(), self.answers.lock:
+            waiting, queued, utterances = collect(self.intake, self.jobs, reason, stage, before, keep)
+            self.out.counts.add("texts", len(waiting))  # counted when admitted, which these never were
+            n = sum(self.answers.fail(job, reason, stage) for job in [*queued, *waiting])  # in flight first
+            n += sum(self.answers.utterance(u, (reason, stage)) for u in utterances)
+            self.out.counts.add("cancelled", n)
+            return n
+
+    def reset(self, md: dict, st: Stamp | None = None) -> None:
+        """``reset``: cancel every text sent before it and report how many on ``status``."""
+        if self.sessions is not None:
+            self.sessions.reset()  # open reasoning/code blocks are forgotten with the texts
+        self.marks.note("reset", st)
+        n = self.cancel(CANCELLED, "reset", st)
+        self.clock.forget()  # a player may drop what it holds on a reset: the next text plans without it
+        self.out.log("INFO", f"reset: {n} text(s) cancelled")
+        self.out.status("reset", md, message=f"reset: {n} text(s) cancelled", cancelled=n)
+
+    def barge_in(self, md: dict, st: Stamp | None, keep: tuple[str, str] | None) -> None:
+        """``flush: true``: cancel every text and utterance sent before this message (but the utterance it starts
+        or continues, ``keep``); the next audio carries ``flush: true`` so dora empties the player's queue."""
+        self.marks.note("flush", st)
+        n = self.cancel(FLUSHED, "flush", st, keep)
+        if self.sessions is not None:
+            self.sessions.reset()  # the plain texts' open reasoning/code blocks go with them (utterances: their own)
+        self.out.flush_next()
+        self.clock.forget()
+        self.out.log("INFO", f"flush: {n} text(s) cancelled")
+        self.out.status("flush", without_convention(md), message=f"flush: {n} text(s) cancelled", cancelled=n)

@@ -1,5 +1,6 @@
-"""Answers to the ``control`` commands that report or tidy (``stats``, ``list_voices``, ``cleanup``), each one
-``status`` message; a failing command is answered with an error status and the node goes on."""
+"""Answers to the ``control`` commands: those that report or tidy (``stats``, ``list_voices``, ``cleanup``) and
+``change_voice``, each one ``status`` message; a failing command is answered with an error status and the node
+goes on."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from .messages import ERROR_MAX_CHARS, clip
 
 
 def answer(cmd, md: dict, engine, voice, counts: dict, queued: int, status: Callable[..., None],
@@ -26,6 +29,27 @@ def answer(cmd, md: dict, engine, voice, counts: dict, queued: int, status: Call
     except Exception as exc:
         log("ERROR", f"control {cmd.name} failed: {exc}")
         status("error", md, level="ERROR", message=str(exc), error=str(exc), command=cmd.name)
+
+
+def change_voice(name: str, md: dict, st, voices, engine, jobs, status: Callable[..., None],
+                 log: Callable[[str, str], None]) -> None:
+    """Make ``name`` the current voice (:meth:`.voices.Voices.change`, in send order ``st``); the jobs queued then
+    (``jobs``: the :class:`.jobs.JobQueue`) resolve their voice again at their turn. On any failure the previous
+    voice stays current."""
+    old = voices.current
+    try:
+        log("INFO", f"loading voice {name} ...")
+        spec, old = voices.change(name, engine, st)
+    except Exception as exc:  # any failure: the previous voice stays current
+        error = clip(exc, ERROR_MAX_CHARS)
+        log("ERROR", f"change_voice failed, keeping {old.name}: {error}")
+        status("error", md, level="ERROR", message=error, error=error, command="change_voice", voice=old.name)
+        return
+    for job in jobs.queued():
+        job.voice = None  # resolved before this change: resolved again at its turn
+    log("INFO", f"voice changed to {spec.name} ({spec.language})")
+    status("voice_changed", md, voice=spec.name, language=spec.language, previous=old.name,
+           message=f"voice {spec.name}")
 
 
 def jsonable(x: Any) -> Any:

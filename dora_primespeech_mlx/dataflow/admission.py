@@ -1,0 +1,83 @@
+"""From the intake to the work queue: each text (a plain one, or a sentence of an utterance) is numbered, parsed
+(plain texts, with the LLM filter), checked once (:func:`.intake.check_once`) and queued, or answered at once when
+the node is stopping or the queue is full (``MAX_QUEUED_TEXTS``). Runs on the intake thread; numbering and
+:meth:`Admission.refused` (a plain text answered on arrival) also on the input thread."""
+
+from __future__ import annotations
+
+import threading
+
+from .answers import Answers
+from .cancellation import STOPPING
+from .intake import check_once, parse_request
+from .jobs import Job, JobQueue, QueueFull
+from .messages import TextRequest
+from .utterance import Utterance
+
+
+class Admission:
+    """``answers.out.settings`` gives MAX_TEXT_CHARS (read at each text); ``sessions``: the plain texts' LLM
+    filters (None without PRIMESPEECH_LLM_TEXT); ``stopping``: set once the node stops."""
+
+    def __init__(self, jobs: JobQueue, answers: Answers, sessions, stopping: threading.Event):
+        self.jobs, self.answers, self.out = jobs, answers, answers.out
+        self.sessions = sessions
+        self.stopping = stopping
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def next_seq(self) -> int:
+        """The next text number (texts on the input thread, sentences on the intake thread)."""
+        with self._lock:
+            self._seq += 1
+            return self._seq
+
+    def refused(self, job: Job, cancelled: tuple[str, str] | None, waiting: int) -> bool:
+        """On the input thread, before the intake: answer a plain text at once (True) when the node is stopping,
+        when a reset or barge-in sent after it came first (``cancelled``: its reason and stage), or when the
+        queue and the ``waiting`` texts of the intake fill MAX_QUEUED_TEXTS; False: it goes on to the intake."""
+        if self.stopping.is_set():
+            self.out.counts.add("texts")
+            self.answers.fail(job, STOPPING, "stop")
+            return True
+        if cancelled is not None:
+            self.out.counts.add("texts")
+            with self.answers.lock:
+                if self.answers.fail(job, *cancelled):
+                    self.out.counts.add("cancelled")
+            return True
+        if self.jobs.texts() + waiting >= self.jobs.max_texts:  # answered at once, not later
+            self.out.counts.add("texts")
+            self.out.counts.add("busy")
+            self.answers.fail(job, f"busy: {self.jobs.max_texts} texts are already waiting (MAX_QUEUED_TEXTS)",
+                              "busy")
+            return True
+        return False
+
+    def parse(self, job: Job, raw: str) -> None:
+        """A plain text's request (LLM-cleaned), or its error."""
+        parse_request(job, raw, self.sessions, self.out.settings.max_text_chars, self.out.log)
+
+    def sentence(self, utterance: Utterance, sentence: str) -> None:
+        """One complete sentence of ``utterance``, queued as a text of its own."""
+        self.out.counts.add("sentences")
+        job = Job("text", dict(utterance.metadata), seq=self.next_seq(), stamp=utterance.stamp, utterance=utterance,
+                  part=utterance.sentences - 1, request=TextRequest(text=sentence, overrides={"llm_text": False}))
+        self.admit(job)
+
+    def admit(self, job: Job) -> None:
+        """Check a text once (something to speak, within MAX_TEXT_CHARS) and queue it (a control job as it is)."""
+        if job.kind == "control":
+            self.jobs.put(job)
+            return
+        if job.utterance is None:
+            self.out.counts.add("texts")
+        check_once(job, self.out.settings.max_text_chars)
+        if self.stopping.is_set():
+            self.answers.fail(job, STOPPING, "stop")
+            return
+        try:
+            self.jobs.put(job)
+        except QueueFull as exc:
+            self.out.counts.add("busy")
+            self.answers.fail(job, str(exc), "busy")

@@ -1,0 +1,111 @@
+"""The one answer of each text and utterance: ``completed``, ``skipped`` or ``error``, with what goes before it
+(silence, a ``status``). Every answer claims its job (or utterance) first and is sent under one lock
+(:attr:`Answers.lock`), so no path answers twice and a reset on the input thread never overtakes the worker's
+answer to an earlier text. A sentence's outcome goes to its utterance, which answers once all its sentences have."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from .cancellation import CANCEL_STAGES
+from .jobs import Job
+from .messages import ERROR_MAX_CHARS, clip
+from .outputs import Outputs
+from .utterance import Utterance
+
+
+class Answers:
+    def __init__(self, outputs: Outputs):
+        self.out = outputs
+        self.lock = threading.RLock()  # segment_complete answers, in input order
+
+    def complete(self, job: Job, outcome: str, before: Callable[[], None] | None = None) -> bool:
+        """Claim the job, then send what goes with its answer (``before``: silence, a status) and its one
+        ``segment_complete`` (a sentence's outcome goes to its utterance instead); False (and nothing sent) if it
+        was answered already."""
+        with self.lock:
+            if not job.claim():
+                return False
+            if before is not None:
+                try:
+                    before()
+                except Exception as exc:  # the answer itself goes out whatever happened to what precedes it
+                    self.out.log("ERROR", f"text #{job.seq}: {type(exc).__name__}: {exc}")
+            if job.utterance is not None:
+                self.part_done(job, outcome)
+            else:
+                self.out.answer(job.metadata, outcome, None, None, f"text #{job.seq}")
+            return True
+
+    def skip(self, job: Job) -> None:
+        """Nothing to speak: ``skipped`` (a plain text's with its silence)."""
+        self.complete(job, "skipped", None if job.utterance is not None else lambda: self.out.silence(job))
+
+    def fail(self, job: Job, error: str, stage: str) -> bool:
+        """Answer ``job`` with an error: claimed first, so a text gets one ``status: error`` and one
+        ``segment_complete`` whoever else (worker, reset, STOP, supervisor) tries to answer it at the same time.
+        A sentence of an utterance reports to its utterance; cancelled with it, it sends nothing (False)."""
+        error = clip(error, ERROR_MAX_CHARS)
+        with self.lock:
+            if not job.claim():
+                return False
+            if job.utterance is not None and stage in CANCEL_STAGES:
+                return False
+            if stage not in CANCEL_STAGES and job.utterance is None:
+                self.out.silence(job)
+            level = "WARNING" if stage in (*CANCEL_STAGES, "busy") else "ERROR"
+            self.out.log(level, f"text #{job.seq} ({describe(job.metadata)}): {stage} error: {error}")
+            try:
+                self.out.status("error", job.metadata, level=level, message=error, error=error, error_stage=stage,
+                                seq=job.seq)
+            except Exception as exc:
+                self.out.log("ERROR", f"status for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
+            if job.utterance is not None:
+                self.part_done(job, "error", error, stage)
+            else:
+                self.out.answer(job.metadata, "error", error, stage, f"text #{job.seq}")
+            return True
+
+    def part_done(self, job: Job, outcome: str, error: str | None = None, stage: str | None = None) -> None:
+        """A sentence of an utterance is answered; the utterance is, once complete."""
+        if job.utterance.part_done(outcome, error, stage):
+            self.utterance(job.utterance)
+
+    def closed(self, utterance: Utterance) -> None:
+        """Intake: ``utterance`` takes no more sentences; answered here if all of them are."""
+        if utterance.complete:
+            self.utterance(utterance)
+
+    def utterance(self, utterance: Utterance, cancelled: tuple[str, str] | None = None) -> bool:
+        """The one ``segment_complete`` of an utterance (its metadata: the first fragment's), after a ``fin``
+        audio chunk if its last audio went out before its end was known, or its silence if nothing was spoken.
+        ``cancelled``: (reason, stage) of a reset, barge-in or STOP."""
+        with self.lock:
+            if not utterance.claim():
+                return False
+            self.out.counts.add("texts")
+            self.out.counts.add("utterances")
+            if cancelled is not None:
+                self.out.answer(utterance.metadata, "error", cancelled[0], cancelled[1], what(utterance))
+                return True
+            outcome, error, stage = utterance.outcome()
+            try:
+                if outcome != "completed":
+                    self.out.silence(None, utterance)
+                elif not utterance.fin_sent:
+                    self.out.silence(None, utterance, always=True)
+            except Exception as exc:  # the answer goes out whatever happened before it
+                self.out.log("ERROR", f"{what(utterance)}: {type(exc).__name__}: {exc}")
+            self.out.answer(utterance.metadata, outcome, error, stage, what(utterance))
+            return True
+
+
+def what(utterance: Utterance) -> str:
+    return f"session {utterance.key[0]!r} segment {utterance.key[1]!r}"
+
+
+def describe(md: dict) -> str:
+    """The ids a log line names a text by."""
+    keys = ("question_id", "session_id", "segment_index")
+    return ", ".join(f"{k}={md[k]}" for k in keys if k in md) or "no ids"

@@ -1,0 +1,148 @@
+"""Speaking one text on the worker: resolve its voice (once), run the engine (streamed chunk by chunk, or whole),
+send its audio and answer it (``completed``, ``skipped`` or ``error`` with the stage that failed). The texts
+queued behind it are offered to the engine, which may batch them into the running decode."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import (
+    ConfigError,
+    NothingToSpeakError,
+    PrimeSpeechError,
+    SynthesisCancelled,
+    SynthesisError,
+    VoiceNotFoundError,
+    VoiceNotInstalledError,
+)
+from .answers import Answers
+from .cancellation import CANCELLED
+from .jobs import Job, JobQueue
+from .messages import TextRequest
+from .voices import Voices
+
+
+class Speaker:
+    """``engine()`` is the engine (built by the worker); settings are read from ``answers.out.settings``."""
+
+    def __init__(self, engine: Callable[[], Any], jobs: JobQueue, voices: Voices, answers: Answers):
+        self.engine, self.jobs, self.voices, self.answers = engine, jobs, voices, answers
+        self.out = answers.out
+
+    def run(self, job: Job) -> None:
+        """Speak ``job`` and answer it, once."""
+        if job.answered:
+            return
+        if job.error is not None:
+            self.answers.fail(job, job.error, job.error_stage)
+            return
+        req = job.request
+        for w in req.warnings:
+            self.out.log("WARNING", f"text #{job.seq}: {w}")
+        text = req.text
+        if job.skip:
+            self.out.log("DEBUG", f"text #{job.seq}: nothing to speak ({text[:40]!r}), skipped")
+            self.answers.skip(job)
+            return
+        try:
+            voice = self.voice_of(job)
+        except (VoiceNotFoundError, VoiceNotInstalledError, ConfigError) as exc:
+            self.answers.fail(job, str(exc), "voice")
+            return
+        language = req.overrides.get("text_lang") or voice.language
+        where = {} if job.utterance is None else {"sentence": job.part}
+        self.out.status("synthesizing", job.metadata, seq=job.seq, voice=voice.name, language=language,
+                        characters=len(text), **where)
+        t0 = time.perf_counter()
+        try:
+            duration, chunks, timings = self._synthesize(job, text, voice, language, req)
+        except SynthesisCancelled:
+            duration = chunks = 0
+        except NothingToSpeakError as exc:
+            self.out.log("DEBUG", f"text #{job.seq}: nothing to speak ({exc}), skipped")
+            self.answers.skip(job)
+            return
+        except SynthesisError as exc:
+            stage = getattr(exc, "stage", "synthesis")
+            self.answers.fail(job, request_voice_error(req, exc, stage) or str(exc), stage)
+            return
+        except (PrimeSpeechError, ValueError) as exc:  # text front end, bad request parameters
+            self.answers.fail(job, f"{exc}", "text" if type(exc).__module__.endswith("text.errors") else "request")
+            return
+        if job.cancel.is_set():
+            self.answers.fail(job, job.error or CANCELLED, job.error_stage if job.error else "reset")
+            return
+        elapsed = time.perf_counter() - t0
+        if job.answered:  # a reset answered it while its last audio went out
+            return
+        if self.out.settings.log_timing:
+            self._log_timing(job, voice, duration, chunks, elapsed, timings)
+        self.answers.complete(job, "completed", lambda: self.out.status(
+            "done", job.metadata, seq=job.seq, voice=voice.name, duration=round(duration, 3),
+            elapsed=round(elapsed, 3), chunks=chunks, **where))
+
+    def _log_timing(self, job: Job, voice, duration: float, chunks: int, elapsed: float, timings: dict) -> None:
+        rtf = elapsed / duration if duration > 0 else math.inf
+        detail = ", ".join(f"{k} {v:.2f}s" for k, v in (timings or {}).items() if isinstance(v, (int, float)))
+        self.out.log("INFO", f"text #{job.seq}: {duration:.2f} s of audio in {elapsed:.2f} s (RTF {rtf:.2f}), "
+                             f"{chunks} chunk(s), voice {voice.name}" + (f"; {detail}" if detail else ""))
+
+    def _synthesize(self, job: Job, text: str, voice, language: str, req: TextRequest):
+        """(seconds of audio sent, chunks sent, the engine's timings)."""
+        overrides = dict(req.overrides)
+        total, n, timings = 0.0, 0, {}
+        engine = self.engine()
+        if self.out.settings.streaming:
+            for chunk in engine.synthesize_stream(text, voice=voice, cancel=job.cancel, key=job.seq,
+                                                  upcoming=self.upcoming, playing_until=self.out.clock.until,
+                                                  **overrides):
+                if job.cancel.is_set():
+                    break
+                total += self.out.audio(job, chunk.audio, chunk.sample_rate, voice, language,
+                                        chunk.chunk_index, bool(chunk.is_final), True, req.volume)
+                n += 1
+            return total, n, timings
+        result = engine.synthesize(text, voice=voice, cancel=job.cancel, **overrides)
+        if job.cancel.is_set():
+            return 0.0, 0, {}
+        total = self.out.audio(job, result.audio, result.sample_rate, voice, language, 0, True, False, req.volume)
+        return total, 1, dict(getattr(result, "timings", {}) or {})
+
+    def upcoming(self) -> list:
+        """The texts queued right behind the one being spoken, as the worker will ask the engine for them (its
+        continuous batching lets them join the running decode; engine/batching.py). Up to the first control job
+        (a ``change_voice`` keeps its place); texts that will fail or be skipped are left out."""
+        from ..engine.batching import Upcoming
+
+        out = []
+        for job in self.jobs.queued():
+            if job.kind != "text":
+                break
+            req = job.request
+            if job.answered or job.error is not None or job.skip or req is None or job.cancel.is_set():
+                continue
+            try:
+                voice = self.voice_of(job)
+            except Exception:  # noqa: BLE001 - its own turn reports it
+                continue
+            out.append(Upcoming(job.seq, req.text, voice, dict(req.overrides), job.cancel))
+        return out
+
+    def voice_of(self, job: Job):
+        """The voice ``job`` is spoken with, resolved once (a ``change_voice`` that runs clears it)."""
+        if job.voice is None:
+            job.voice = self.voices.for_request(job.request, job.stamp)
+        return job.voice
+
+
+def request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> str | None:
+    """For a voice built from a request's paths that fails to load: a message without the loader's details, which
+    may quote the file (its first bytes, say). None for every other failure (reported as it is)."""
+    if stage not in ("load", "reference") or req.voice is None or req.voice.kind not in ("custom", "trained"):
+        return None
+    cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else type(exc).__name__
+    return (f"VOICE:{req.voice.kind.upper()}: the files it names cannot be loaded as a voice ({cause}; the node's "
+            "operator can run `primespeech-mlx convert` on them to see why)")
