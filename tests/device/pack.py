@@ -39,6 +39,9 @@ WHEELS = ["mlx", "mlx-cuda-13", "soundfile", "cffi", "pycparser", "soxr", "pypin
 SDISTS = ["jieba_fast==0.53", "distance==0.1.3"]  # no wheels published: built here with a CPython 3.12
 # NLTK data the English front end reads (the device cannot download it), copied into the site's nltk_data/
 NLTK = ["taggers/averaged_perceptron_tagger_eng", "taggers/averaged_perceptron_tagger.zip", "corpora/cmudict"]
+# ... and the original's English dictionaries (PRIMESPEECH_TEXT_DATA), copied into the site's text-data/
+TEXT_DATA = ["cmudict.rep", "cmudict-fast.rep", "engdict-hot.rep", "namedict.json", "opencpop-strict.txt",
+             "SHA256SUMS"]
 # device call -> fixture globs (relative to the fixture root) it carries; the first part also carries the site
 PARTS: dict[str, list[str]] = {
     "core": ["models/cases.json", "models/README.md", "models/gpt/*", "models/chinese-hubert-tiny/*",
@@ -120,9 +123,10 @@ def prune_fatbins(path: Path, keep_arch: int) -> dict[str, int]:
     return {"kept": kept, "zeroed": zeroed}
 
 
-def build_site(wheels: list[Path], stage: Path, out: Path, keep_arch: int, nltk_data: Path) -> dict[str, int]:
-    """Install the wheels for 3.12 into ``stage`` with the NLTK data beside them (``nltk_data/``), shrink MLX's
-    library, write ``out`` (tar.xz)."""
+def build_site(wheels: list[Path], stage: Path, out: Path, keep_arch: int, nltk_data: Path,
+               text_data: Path) -> dict[str, int]:
+    """Install the wheels for 3.12 into ``stage`` with the NLTK data and the English dictionaries beside them
+    (``nltk_data/``, ``text-data/``), shrink MLX's library, write ``out`` (tar.xz)."""
     shutil.rmtree(stage, ignore_errors=True)
     plat = [a for p in PLATFORMS for a in ("--platform", p)] + ["--platform", "linux_x86_64"]
     pip(["install", "-q", "--no-index", "--no-deps", "--no-compile", "--only-binary=:all:", "--python-version",
@@ -131,6 +135,9 @@ def build_site(wheels: list[Path], stage: Path, out: Path, keep_arch: int, nltk_
         src, dst = nltk_data / rel, stage / "nltk_data" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
+    (stage / "text-data").mkdir()
+    for name in TEXT_DATA:
+        shutil.copy2(text_data / name, stage / "text-data" / name)
     lib = stage / "mlx" / "lib" / "libmlx.so"
     subprocess.run(["strip", "--strip-unneeded", str(lib)], check=True)
     info = prune_fatbins(lib, keep_arch)
@@ -166,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / ".devpack"))
     ap.add_argument("--fixtures", default=os.environ.get("PRIMESPEECH_FIXTURES", str(REPO.parent / "shared/fixtures")))
     ap.add_argument("--nltk-data", default=os.environ.get("NLTK_DATA", str(REPO.parent / "shared/nltk_data")))
+    ap.add_argument("--text-data", default=os.environ.get("PRIMESPEECH_TEXT_DATA",
+                                                          str(REPO.parent / "shared/data/gpt-sovits-text")))
     ap.add_argument("--python312", default=shutil.which("python3.12"), help="a CPython 3.12 to build sdists with")
     ap.add_argument("--keep-arch", type=int, default=90, help="CUDA architecture kept in MLX's library (default 90)")
     ap.add_argument("--skip-site", action="store_true", help="only the fixture parts")
@@ -176,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         wheels = download(out / "wheels", a.python312)
         for w in wheels:
             print(f"wheel {w.name}: {w.stat().st_size / 2**20:.1f} MiB")
-        info = build_site(wheels, out / "stage", out / "site.tar.xz", a.keep_arch, Path(a.nltk_data))
+        info = build_site(wheels, out / "stage", out / "site.tar.xz", a.keep_arch, Path(a.nltk_data),
+                          Path(a.text_data))
         print(f"libmlx.so fat binaries: kept {info['kept'] / 2**20:.1f} MiB, zeroed {info['zeroed'] / 2**20:.1f} MiB")
         shutil.rmtree(out / "wheels")
     site = (out / "site.tar.xz").stat().st_size if (out / "site.tar.xz").is_file() else 0

@@ -15,7 +15,8 @@ if [ ! -d .devsite/mlx ]; then
   exit 3
 fi
 [ -d ".devpack/fix-$part" ] || { echo "no .devpack/fix-$part: name it in carry"; exit 3; }
-export PYTHONPATH="$PWD/.devsite:$PWD" NLTK_DATA="$PWD/.devsite/nltk_data" PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD/.devsite:$PWD" NLTK_DATA="$PWD/.devsite/nltk_data" \
+  PRIMESPEECH_TEXT_DATA="$PWD/.devsite/text-data" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv > "$out/nvidia-smi.csv" 2>&1
 bigset=()
 [ "$part" = core ] && bigset=(--bigset)
