@@ -154,6 +154,9 @@ def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
                  "prompt_lang": inp["prompt_lang"], "reference": str(root / inp["ref_audio_path"]),
                  **{k: str(root / ck[k]) for k in ("gpt", "sovits", "hubert", "bert")}}
     else:
+        if not os.path.isfile(os.path.join(models, "ref_5s_32k.wav")):
+            raise SystemExit(f"no {models}/ref_5s_32k.wav: the original's side (--upstream) or the compare tools' "
+                             "sidebyside.py writes it on its first run")
         voice = {"name": "Big", "language": "zh", "prompt_text": "这是一段用于测试的参考音频。", "prompt_lang": "zh",
                  "reference": os.path.join(models, "ref_5s_32k.wav"),
                  "gpt": os.path.join(models, "gpt", "s1-v2-random.ckpt"),
@@ -260,6 +263,13 @@ class UpstreamSide:
             "bert_base_path": os.path.join(models, "chinese-roberta-wwm-ext-large"),
             "cnhuhbert_base_path": os.path.join(models, "chinese-hubert-base")}})
         cfg.configs_path = os.path.join(tempfile.gettempdir(), "conversation_tts_infer.yaml")
+        ref = os.path.join(models, "ref_5s_32k.wav")
+        if not os.path.exists(ref):  # the compare tools' reference clip (sidebyside.py writes the same)
+            import numpy as np
+            import soundfile as sf
+
+            wave = mf.synth_wave(32000, 5 * 32000, 99, f0=(120.0, 220.0), amp=0.7)
+            sf.write(ref, np.round(wave * 32767).astype(np.int16), 32000, subtype="PCM_16")
         self.tts = TTS(cfg)
         self.mf, self.segmenter = mf, LangSegmenter
         self.inputs = {"ref_audio_path": os.path.join(models, "ref_5s_32k.wav"),

@@ -14,6 +14,15 @@ if [ ! -d .devsite/mlx ]; then
   echo "call unpacked it on (a machine goes back 30 s after a call). Run the core call again, then this one."
   exit 3
 fi
+# MLX's library finds the CUDA libraries at $ORIGIN/../../nvidia/*/lib (its RPATH): the image's torch has them
+nv=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
+if [ -n "$nv" ]; then
+  ln -sfn "$nv" .devsite/nvidia
+  export LD_LIBRARY_PATH="$(printf '%s:' "$nv"/*/lib)${LD_LIBRARY_PATH:-}"
+else
+  echo "warning: no nvidia package in the image's python3: MLX may not find the CUDA libraries"
+fi
+[ -d /usr/local/cuda ] && export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 [ -d ".devpack/fix-$part" ] || { echo "no .devpack/fix-$part: name it in carry"; exit 3; }
 export PYTHONPATH="$PWD/.devsite:$PWD" NLTK_DATA="$PWD/.devsite/nltk_data" \
   PRIMESPEECH_TEXT_DATA="$PWD/.devsite/text-data" PYTHONUNBUFFERED=1
