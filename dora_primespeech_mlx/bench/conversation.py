@@ -172,7 +172,7 @@ def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
 class OursSide:
     """The node's message handler and engine of the checkout on PYTHONPATH, one engine for every run."""
 
-    def __init__(self, models: str | None, tiny: str | None, threads: int | None):
+    def __init__(self, models: str | None, tiny: str | None, threads: int | None, split: str):
         if threads:
             os.environ["PRIMESPEECH_THREADS"] = str(threads)
         from dora_primespeech_mlx.node import engine_factory
@@ -180,7 +180,8 @@ class OursSide:
 
         md, self.voice, self.language = voice_dir(models, tiny)
         self.base = {"VOICE_NAME": self.voice, "PRIMESPEECH_MODEL_DIR": md, "STREAMING": "true", "SEED": "1",
-                     "TOP_K": "15", "GPTSVITS_WARMUP": "false", "LOG_LEVEL": "WARNING"}
+                     "TOP_K": "15", "GPTSVITS_WARMUP": "false", "LOG_LEVEL": "WARNING",
+                     "TEXT_SPLIT_METHOD": split}
         self.settings = Settings.from_env(self.base)
         self.engine, self.spec = engine_factory(self.settings)(lambda _m: None)
         self.fragments: bool | None = None
@@ -245,7 +246,7 @@ class UpstreamSide:
     """The original's ``TTS`` (streaming_mode, 16-token chunks as sidebyside.py drives it) on the real-size set,
     with the compare tools' fixed front end (``tools``: the compare tools folder)."""
 
-    def __init__(self, models: str, tools: str, threads: int | None):
+    def __init__(self, models: str, tools: str, threads: int | None, split: str):
         sys.path.insert(0, tools)
         sys.argv = [sys.argv[0], "--preset", "public", "--out", os.path.join(tempfile.gettempdir(), "unused")]
         import make_fixtures as mf  # the compare tools: puts the original's checkout ($GSV_ROOT) on sys.path
@@ -274,7 +275,7 @@ class UpstreamSide:
         self.mf, self.segmenter = mf, LangSegmenter
         self.inputs = {"ref_audio_path": os.path.join(models, "ref_5s_32k.wav"),
                        "prompt_text": "这是一段用于测试的参考音频。", "prompt_lang": "all_zh", "top_k": 15, "top_p": 1,
-                       "temperature": 1, "text_split_method": "cut0",
+                       "temperature": 1, "text_split_method": split,
                        "batch_size": 1, "speed_factor": 1.0, "seed": 1, "repetition_penalty": 1.35,
                        "streaming_mode": True, "parallel_infer": False, "fixed_length_chunk": True,
                        "min_chunk_length": 16, "return_fragment": False}
@@ -317,8 +318,10 @@ def side_main(argv: list[str]) -> int:
     ap.add_argument("--models")
     ap.add_argument("--tiny")
     ap.add_argument("--tools")
+    ap.add_argument("--split", default="cut0")
     a = ap.parse_args(argv)
-    side = (OursSide(a.models, a.tiny, a.threads) if a.side == "ours" else UpstreamSide(a.models, a.tools, a.threads))
+    side = (OursSide(a.models, a.tiny, a.threads, a.split) if a.side == "ours"
+            else UpstreamSide(a.models, a.tools, a.threads, a.split))
     langs = a.langs.split(",")
     if a.tiny:  # the fixture voice speaks its own language only
         langs = [x for x in langs if x == side.language] or [side.language]
@@ -331,7 +334,7 @@ def side_main(argv: list[str]) -> int:
             for rate in rates:
                 res = side.run(llm_script(ANSWERS[lang][:a.sentences], lang, rate), lang, run_id)
                 run_id += 1
-                res.update(lang=lang, rate=rate, sentences=a.sentences, threads=a.threads,
+                res.update(lang=lang, rate=rate, sentences=a.sentences, threads=a.threads, split=a.split,
                            loadavg=os.getloadavg()[0])
                 print("CONV " + json.dumps(res), flush=True)
     return 0
@@ -343,7 +346,8 @@ def side_main(argv: list[str]) -> int:
 def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
     """side name -> (argv, environment) or the reason it cannot run."""
     here = str(Path(__file__).resolve())
-    common = ["--langs", args.langs, "--rates", args.rates, "--sentences", str(args.sentences), "--runs", "1"]
+    common = ["--langs", args.langs, "--rates", args.rates, "--sentences", str(args.sentences), "--runs", "1",
+              "--split", args.split]
     models = args.ref_big or os.environ.get("REF_BIG") or str(Path.home() / ".cache/primespeech-ref/ref-big")
     where = ["--tiny", args.tiny] if args.tiny else ["--models", models]
     out: dict[str, tuple[list[str], dict[str, str]] | str] = {}

@@ -67,7 +67,7 @@ def test_summary_table_and_sides(tmp_path):
     text = conv.table(s, {"upstream": "not run: why"})
     assert "| ours:a | zh | 20 | sentences | 3 | 2.00 |" in text and "- upstream: not run: why" in text
     args = SimpleNamespace(langs="zh", rates="20", sentences=3, ref_big=str(tmp_path), tiny=None,
-                           ours=[str(tmp_path)], upstream=sys.executable, compare_tools=None)
+                           ours=[str(tmp_path)], upstream=sys.executable, compare_tools=None, split="cut0")
     sides = conv.side_commands(args)
     assert sides[f"ours:{tmp_path.name}"].startswith("not run: no dora_primespeech_mlx package")
     assert sides["upstream"].startswith("not run")
