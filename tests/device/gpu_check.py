@@ -262,6 +262,9 @@ def environment(a) -> dict:
 
     import mlx.core as mx
 
+    if not hasattr(mx, "array"):  # the extension did not load: a namespace package of the site's folders
+        raise SystemExit(f"error: MLX did not load under Python {platform.python_version()} (the pack's site is "
+                         "built for CPython 3.12)")
     if a.device == "gpu" and not mx.is_available(mx.gpu):
         raise SystemExit("error: --device gpu but this MLX has no GPU backend (mlx-cuda-13 not installed?)")
     mx.set_default_device(mx.gpu if a.device == "gpu" else mx.cpu)
@@ -303,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown variants {sorted(unknown)} (use {', '.join(VARIANTS)})")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "check.jsonl").unlink(missing_ok=True)  # this run's lines only
     clock = Clock(a.budget_s)
     head = environment(a)
     write(out, head)
