@@ -210,6 +210,11 @@ def summary(rows: list[dict], head: dict) -> str:
     informational variants' errors) and the real-size set's table."""
     lines = [f"# GPU check: part {head.get('part')} on {head.get('device_name')}", "",
              f"MLX {head.get('mlx')}, Python {head.get('python')}, {head.get('seconds', 0):.0f} s.", ""]
+    for name, r in (head.get("smoke") or {}).items():
+        lines.append(f"- {name}: " + (r["error"] if "error" in r else
+                                      f"first call {r['first_s']} s, second {r['second_s']} s, "
+                                      f"max abs error {r['max_abs_err']:.2g}"))
+    lines += [""] if head.get("smoke") else []
     tests = [r for r in rows if r.get("phase") == "fixtures" and "test" in r]
     informational = {v for v, (_, i) in VARIANTS.items() if i}
     if tests:
@@ -251,10 +256,17 @@ def summary(rows: list[dict], head: dict) -> str:
 
 
 def failed(rows: list[dict]) -> bool:
+    """Whether the check failed: a smoke operation, a counted fixture test, a pytest run that broke, or a bigset
+    configuration (the informational variants' failures do not count)."""
     informational = {v for v, (_, i) in VARIANTS.items() if i}
-    return any(r.get("phase") == "fixtures" and r.get("outcome") == "failed" and r.get("variant") not in informational
-               for r in rows) or any(r.get("phase") == "pytest" and r.get("exit") not in (0, 1, 5) for r in rows) \
-        or any(r.get("phase") == "bigset" and r.get("outcome") == "failed" for r in rows)
+    checks = (
+        any("error" in v for r in rows if r.get("phase") == "environment" for v in (r.get("smoke") or {}).values()),
+        any(r.get("phase") == "fixtures" and r.get("outcome") == "failed" and r.get("variant") not in informational
+            for r in rows),
+        any(r.get("phase") == "pytest" and r.get("exit") not in (0, 1, 5) for r in rows),
+        any(r.get("phase") == "bigset" and r.get("outcome") == "failed" for r in rows),
+    )
+    return any(checks)
 
 
 def environment(a) -> dict:
@@ -271,6 +283,38 @@ def environment(a) -> dict:
     return {"phase": "environment", "part": a.part, "mlx": mx.__version__, "python": platform.python_version(),
             "device_name": str(mx.default_device()),
             "gpu": mx.device_info() if a.device == "gpu" and hasattr(mx, "device_info") else None}
+
+
+def smoke() -> dict:
+    """A few MLX operations on the default device, each timed on its first call (which compiles its kernels) and
+    its second, checked against numpy: the first thing to read when the fixture tests fail wholesale."""
+    import mlx.core as mx
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 96)).astype(np.float32), rng.standard_normal((96, 32)).astype(np.float32)
+    x, w = rng.standard_normal((1, 50, 8)).astype(np.float32), rng.standard_normal((4, 3, 8)).astype(np.float32)
+    ops = {
+        "matmul": (lambda: mx.matmul(mx.array(a), mx.array(b)), a @ b),
+        "matmul_float16": (lambda: mx.matmul(mx.array(a, mx.float16), mx.array(b, mx.float16)).astype(mx.float32),
+                           a @ b),
+        "conv1d": (lambda: mx.conv1d(mx.array(x), mx.array(w)),
+                   np.stack([np.einsum("tc,ktc->k", x[0, i:i + 3], w) for i in range(48)])[None]),
+        "compile": (mx.compile(lambda: mx.tanh(mx.array(a)) * 2 + 1), np.tanh(a) * 2 + 1),
+    }
+    out = {}
+    for name, (fn, want) in ops.items():
+        try:
+            times = []
+            for _ in range(2):
+                t = time.perf_counter()
+                got = np.array(fn())
+                times.append(round(time.perf_counter() - t, 4))
+            out[name] = {"first_s": times[0], "second_s": times[1],
+                         "max_abs_err": float(np.max(np.abs(got - want)))}
+        except Exception as exc:  # recorded, not raised: the summary names it
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "check.jsonl").unlink(missing_ok=True)  # this run's lines only
     clock = Clock(a.budget_s)
     head = environment(a)
+    head["smoke"] = smoke()
     write(out, head)
     parts = list(PART_TESTS) if a.part == "all" else [a.part]
     for part in parts:

@@ -91,6 +91,17 @@ def test_summary_counts_and_informational_failures():
     assert not gpu_check.failed(rows)  # the float16 variant's failure is informational
     rows.append({"phase": "fixtures", "variant": "default", "test": "d", "outcome": "failed", "errors": []})
     assert gpu_check.failed(rows)
+    broken = [{"phase": "environment", "smoke": {"matmul": {"error": "RuntimeError: no CUDA"}}}]
+    assert gpu_check.failed(broken)
+    assert "- matmul: RuntimeError: no CUDA" in gpu_check.summary(rows, dict(head, smoke=broken[0]["smoke"]))
+
+
+def test_smoke_checks_each_operation_against_numpy():
+    got = gpu_check.smoke()
+    assert set(got) == {"matmul", "matmul_float16", "conv1d", "compile"}
+    assert all("error" not in r for r in got.values()), got
+    assert got["matmul"]["max_abs_err"] < 1e-4 and got["conv1d"]["max_abs_err"] < 1e-4
+    assert got["compile"]["max_abs_err"] < 1e-5 and got["matmul_float16"]["max_abs_err"] < 0.1
 
 
 def _elf_with_fatbin(entries: list[tuple[int, int, bytes]]) -> tuple[bytes, int]:
