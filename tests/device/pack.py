@@ -49,9 +49,12 @@ PARTS: dict[str, list[str]] = {
              "models/golden/hubert.npz", "models/golden/e2e.npz", "models/ref_audio/*",
              "models-v2pro/cases.json", "models-v2pro/sv/*", "models-v2pro/golden/sv.npz"],
     "v2": ["models/**"],
-    "v2pro": ["models-v2pro/cases.json", "models-v2pro/sv/*", "models-v2pro/ref_audio/*",
+    # (the v2Pro sets' cases.json names the GPT and encoders in ../models/)
+    "v2pro": ["models/gpt/*", "models/chinese-hubert-tiny/*", "models/chinese-roberta-tiny/*",
+              "models-v2pro/cases.json", "models-v2pro/sv/*", "models-v2pro/ref_audio/*",
               "models-v2pro/sovits/*s2Gv2Pro-*", "models-v2pro/golden/v2Pro_*", "models-v2pro/golden/sv.npz"],
-    "v2proplus": ["models-v2pro/cases.json", "models-v2pro/sv/*", "models-v2pro/ref_audio/*",
+    "v2proplus": ["models/gpt/*", "models/chinese-hubert-tiny/*", "models/chinese-roberta-tiny/*",
+                  "models-v2pro/cases.json", "models-v2pro/sv/*", "models-v2pro/ref_audio/*",
                   "models-v2pro/sovits/*s2Gv2ProPlus-*", "models-v2pro/golden/v2ProPlus_*",
                   "models-v2pro/golden/sv.npz"],
 }
