@@ -435,8 +435,6 @@ def add_arguments(p) -> None:
     g.add_argument("--langs", default="zh,en", help="answer languages (default zh,en)")
     g.add_argument("--rates", default="20,60", help="LLM tokens per second (default 20,60)")
     g.add_argument("--sentences", type=int, default=4, choices=range(1, 6), help="sentences per answer (default 4)")
-    g.add_argument("--ref-big", metavar="DIR", help="the compare tools' real-size set (default $REF_BIG, else "
-                   "~/.cache/primespeech-ref/ref-big)")
     g.add_argument("--tiny", metavar="FIXTURES", help="the fixture set's tiny voice instead of the real-size set")
 
 
