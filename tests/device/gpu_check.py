@@ -40,7 +40,8 @@ _ENGINE_K = "golden or reference_prompt or stream_matches"
 PART_TESTS: dict[str, list[tuple[str, str | None]]] = {
     "core": [("models/test_t2s.py", None), ("models/test_t2s_batch.py", None), ("models/test_hubert.py", None),
              ("models/test_bert.py", None), ("models/test_v2pro.py", "sv")],
-    "v2": [("models/test_sovits.py", None), ("models/test_sovits_conv.py", None), ("engine/test_engine.py", _ENGINE_K)],
+    "v2": [("models/test_sovits.py", None), ("models/test_sovits_conv.py", None), ("engine/test_engine.py", _ENGINE_K),
+           ("engine/test_engine_stream.py", None), ("engine/test_engine_batch.py", None)],
     "v2pro": [("models/test_v2pro.py", None), ("engine/test_engine_v2pro.py", _ENGINE_K)],
     "v2proplus": [("models/test_v2pro.py", None), ("engine/test_engine_v2pro.py", _ENGINE_K)],
 }
@@ -52,7 +53,8 @@ VARIANTS: dict[str, tuple[dict[str, str], bool]] = {
     "gemm-conv": ({"PRIMESPEECH_CONV_IMPL": "gemm"}, False),
     "bert-float16": ({"PRIMESPEECH_BERT_HALF": "1"}, True),
 }
-ENGINE_ONLY = {"mlx-step", "gemm-conv", "bert-float16"}  # these variants change nothing in the model tests
+ENGINE_ONLY = {"mlx-step", "gemm-conv", "bert-float16"}  # these variants change nothing in the model tests: they
+VARIANT_FILES = {"engine/test_engine.py", "engine/test_engine_v2pro.py"}  # run the engine's golden tests only
 SENTENCE = "今天的天气特别好，我们一起去公园里散步聊天吧。"
 BATCH_ROWS = (1, 4, 8)
 
@@ -85,13 +87,14 @@ def run_fixtures(a, out: Path, clock: Clock) -> None:
     """Each variant's pytest run over the part's test files; the plugin writes the lines."""
     for variant in a.variants:
         settings, info = VARIANTS[variant]
-        targets = [(f, k) for f, k in PART_TESTS[a.part] if variant not in ENGINE_ONLY or f.startswith("engine/")]
+        targets = [(f, k) for f, k in PART_TESTS[a.part] if variant not in ENGINE_ONLY or f in VARIANT_FILES]
         if not targets:
             continue
-        if clock.left() < 20:
-            write(out, {"phase": "fixtures", "variant": variant, "outcome": "not run", "message": "time budget"})
-            continue
         for path, k in targets:
+            if clock.left() < 20:
+                write(out, {"phase": "fixtures", "variant": variant, "file": path, "outcome": "not run",
+                            "message": "time budget"})
+                continue
             select = " and ".join(f"({e})" for e in (k, a.select) if e)
             cmd = [sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "gpu_plugin", "-p", "no:cacheprovider",
                    "--rootdir", str(REPO), str(TESTS / path), *(["-k", select] if select else []),
@@ -104,8 +107,10 @@ def run_fixtures(a, out: Path, clock: Clock) -> None:
                 proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
                                       timeout=max(10.0, clock.left()))
                 code, tail = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
-            except subprocess.TimeoutExpired:
-                code, tail = "timeout", "stopped at the time budget"
+            except subprocess.TimeoutExpired:  # the tests it finished are in the lines; the rest did not run
+                write(out, {"phase": "fixtures", "variant": variant, "file": path, "outcome": "not run",
+                            "message": "stopped at the time budget"})
+                continue
             write(out, {"phase": "pytest", "variant": variant, "file": path, "informational": info, "exit": code,
                         "seconds": round(time.monotonic() - t, 1), "tail": tail if code not in (0, 5) else ""})
 
@@ -251,7 +256,8 @@ def summary(rows: list[dict], head: dict) -> str:
                          f"{r['sovits_s_per_audio_s']:.4f} |")
         lines += ["", "The original on CUDA: not run by this script (docs/gpu.md says what it needs)."]
     not_run = [r for r in rows if r.get("outcome") == "not run"]
-    lines += [f"- not run: {r.get('variant') or r.get('config')} ({r.get('message')})" for r in not_run]
+    lines += [f"- not run: {r.get('config') or r.get('variant') + ' ' + r.get('file', '')} ({r.get('message')})"
+              for r in not_run]
     return "\n".join(lines) + "\n"
 
 

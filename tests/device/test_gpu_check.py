@@ -82,12 +82,15 @@ def test_summary_counts_and_informational_failures():
          "stream_total_s": 1.1, "tokens": 100, "audio_s": 4.0, "gpt_tokens_per_s": 200.0,
          "sovits_s_per_audio_s": 0.01},
         {"phase": "bigset", "config": "8 sentence(s), batch 8", "outcome": "not run", "message": "time budget"},
+        {"phase": "fixtures", "variant": "gemm-conv", "file": "engine/test_engine.py", "outcome": "not run",
+         "message": "stopped at the time budget"},
     ]
     text = gpu_check.summary(rows, head)
     assert "| default | 1 | 0 | 1 |" in text
     assert "| bert-float16 (informational: float16 storage) | 0 | 1 | 0 |" in text
     assert "max_abs_err=3e-3" in text and "| 1 sentence(s), batch 1 | 1.000 | 0.200 |" in text
     assert "not run: 8 sentence(s), batch 8 (time budget)" in text
+    assert "not run: gemm-conv engine/test_engine.py (stopped at the time budget)" in text
     assert not gpu_check.failed(rows)  # the float16 variant's failure is informational
     rows.append({"phase": "fixtures", "variant": "default", "test": "d", "outcome": "failed", "errors": []})
     assert gpu_check.failed(rows)
