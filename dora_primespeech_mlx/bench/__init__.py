@@ -40,6 +40,10 @@ def run(args) -> int:
         from .compare import run_compare
 
         return run_compare(args)
+    if args.conversation:  # an LLM stand-in's answer spoken as it is written, each side in its own process
+        from .conversation import run_conversation
+
+        return run_conversation(args)
     if args.timeline:  # per-thread CPU through one request, in a fresh process per thread count
         from .timeline import run_timeline
 
@@ -112,6 +116,8 @@ def add_parser(subparsers) -> None:
                    "the stages running at each moment (Linux)")
     p.add_argument("--models-dir", help="where the random-weight models are written (default: user cache)")
     from .compare import add_arguments
+    from .conversation import add_arguments as add_conversation_arguments
 
     add_arguments(p)
+    add_conversation_arguments(p)
     p.set_defaults(func=run)

@@ -1,0 +1,445 @@
+"""``primespeech-mlx bench --conversation``: a simulated LLM answer spoken as it is written ("first words fast,
+then no gap").
+
+An LLM stand-in writes a 3-5 sentence answer (Chinese or English) at a fixed rate (``--rates``, tokens per second;
+one token is a Chinese character, or an English word or punctuation mark with its leading space). The TTS side
+gets it as it is written:
+
+- ``ours`` (this package, the node's message handler and engine in one process, as ``dora run`` drives them): the
+  tokens as fragments of one utterance (``session_id``/``segment_id``/``seq``/``fin`` metadata, docs/dataflow.md)
+  where the node joins fragments, else (probed once per process: an older node answers each fragment on its own)
+  each sentence as a ``text`` message the moment its end mark is written;
+- ``upstream`` (the original GPT-SoVITS, its ``streaming_mode``): each sentence as it completes, spoken one after
+  another by one worker (its ``TTS.run`` takes one text at a time).
+
+A player starts each audio chunk when it has arrived and the previous one has finished. Reported per run, in
+seconds: ``first_audio`` (from the first sentence's end mark to the first audio), ``gap_total`` / ``gap_worst``
+(the player's waits for late audio after the first chunk), ``last_audio`` (from the last token to the last audio
+chunk) and ``playback_end`` (from the last token to the end of playback).
+
+``--ours PATH`` (repeatable) runs the package of another checkout as a side of its own, in its own process, so a
+before/after comparison is one run; sides alternate within every round. The voice is the compare tools' real-size
+random-weight set (``$REF_BIG``, every sentence decodes exactly 100 tokens) or ``--tiny FIXTURES`` (the fixture
+set's tiny voice: its language only). Not a test: compare sides within one run.
+
+This file runs as a script in the side processes (``python conversation.py ours|upstream ...``), so it imports the
+package absolutely, from the checkout on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ANSWERS = {
+    "zh": ["好的，我们来看看这个周末可以去哪里玩。", "城市东边新开了一座植物园，里面有很多热带植物。",
+           "如果天气好，上午可以去植物园，下午去湖边散步。", "晚上再找一家安静的小饭馆，吃一顿简单的晚饭。",
+           "你觉得这个安排怎么样？"],
+    "en": ["Sure, let us see where we could go this weekend.",
+           "A new botanical garden has opened on the east side of the city, with many tropical plants.",
+           "If the weather is good, we can visit the garden in the morning and walk by the lake later.",
+           "In the evening we can find a quiet little restaurant for a simple dinner.",
+           "What do you think of this plan?"],
+}
+METRICS = ("first_audio", "gap_total", "gap_worst", "last_audio", "playback_end")
+
+
+@dataclass
+class Script:
+    """The LLM's answer: its tokens with the second each is written (from the answer's start), and the sentences
+    with the second of each one's end mark."""
+
+    tokens: list[str]
+    times: list[float]
+    sentences: list[str] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+
+
+def tokenize(text: str, lang: str) -> list[str]:
+    """LLM-like tokens: one per Chinese character; English words and punctuation marks, each with its leading
+    whitespace."""
+    if lang == "zh":
+        return list(text)
+    return re.findall(r"\s*\w+|\s*[^\w\s]", text)
+
+
+def llm_script(sentences: list[str], lang: str, rate: float) -> Script:
+    """The answer written at ``rate`` tokens per second: token ``i`` at ``(i + 1) / rate``."""
+    script = Script([], [])
+    for s in sentences:
+        for tok in tokenize(s if lang == "zh" or not script.tokens else " " + s, lang):
+            script.tokens.append(tok)
+            script.times.append(len(script.tokens) / rate)
+        script.sentences.append(s)
+        script.ends.append(script.times[-1])
+    return script
+
+
+def playback(arrivals: list[tuple[float, float]]) -> tuple[list[float], float]:
+    """(the wait before each chunk after the first, the end of playback) for chunks (arrival s, duration s) in
+    arrival order, each played when it has arrived and the one before has finished."""
+    gaps, until = [], None
+    for at, duration in arrivals:
+        if until is not None:
+            gaps.append(max(0.0, at - until))
+        until = max(at, until if until is not None else at) + duration
+    return gaps, until if until is not None else 0.0
+
+
+def metrics(script: Script, arrivals: list[tuple[float, float]]) -> dict[str, float]:
+    """The run's figures (seconds; see the module docstring) from its script and audio timeline (both measured
+    from the answer's start)."""
+    if not arrivals:
+        raise ValueError("no audio arrived")
+    gaps, end = playback(arrivals)
+    last_token = script.times[-1]
+    return {"first_audio": arrivals[0][0] - script.ends[0], "gap_total": sum(gaps),
+            "gap_worst": max(gaps, default=0.0), "gaps": sum(g > 0 for g in gaps), "chunks": len(arrivals),
+            "last_audio": arrivals[-1][0] - last_token, "playback_end": end - last_token,
+            "audio_s": sum(d for _, d in arrivals)}
+
+
+def feed(script: Script, send, fragments: bool, t0: float) -> None:
+    """Call ``send(text, metadata)`` as the LLM writes: each token (fragments) or each sentence at its end mark."""
+    items = ([(t, tok, {"seq": i, "fin": i == len(script.tokens) - 1}) for i, (t, tok) in
+              enumerate(zip(script.times, script.tokens))] if fragments else
+             [(t, s, {"question_id": f"s{i}"}) for i, (t, s) in enumerate(zip(script.ends, script.sentences))])
+    for at, text, meta in items:
+        delay = t0 + at - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send(text, meta)
+
+
+# ---- this package's side (a process of its own, the checkout's package on PYTHONPATH) ---------------------------
+
+
+class Player:
+    """The handler's ``send``: audio arrival times and durations, and the answers counted."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.audio: list[tuple[float, float]] = []
+        self.completed = 0
+
+    def __call__(self, output, array, metadata):
+        with self.cv:
+            if output == "audio" and not metadata.get("silent"):
+                self.audio.append((time.perf_counter(), float(metadata["duration"])))
+            elif output == "segment_complete":
+                self.completed += 1
+            self.cv.notify_all()
+
+
+def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
+    """(model dir with the voice, voice name, its language): the real-size set as "Big", or the fixture voice."""
+    import yaml
+
+    md = tempfile.mkdtemp(prefix="conversation-")
+    if tiny:
+        root = Path(tiny) / "models"
+        cases = json.loads((root / "cases.json").read_text(encoding="utf-8"))
+        ck, inp = cases["checkpoints"], next(c for c in cases["cases"] if c["name"] == "e2e")["inputs"]
+        voice = {"name": "Tiny", "language": inp["text_lang"], "prompt_text": inp["prompt_text"],
+                 "prompt_lang": inp["prompt_lang"], "reference": str(root / inp["ref_audio_path"]),
+                 **{k: str(root / ck[k]) for k in ("gpt", "sovits", "hubert", "bert")}}
+    else:
+        if not os.path.isfile(os.path.join(models, "ref_5s_32k.wav")):
+            raise SystemExit(f"no {models}/ref_5s_32k.wav: the original's side (--upstream) or the compare tools' "
+                             "sidebyside.py writes it on its first run")
+        voice = {"name": "Big", "language": "zh", "prompt_text": "这是一段用于测试的参考音频。", "prompt_lang": "zh",
+                 "reference": os.path.join(models, "ref_5s_32k.wav"),
+                 "gpt": os.path.join(models, "gpt", "s1-v2-random.ckpt"),
+                 "sovits": os.path.join(models, "sovits", "s2G-v2-random.pth"),
+                 "hubert": os.path.join(models, "chinese-hubert-base"),
+                 "bert": os.path.join(models, "chinese-roberta-wwm-ext-large")}
+    folder = Path(md) / "voices" / voice["name"]
+    folder.mkdir(parents=True)
+    (folder / "voice.yaml").write_text(yaml.safe_dump(voice, allow_unicode=True), encoding="utf-8")
+    return md, voice["name"], voice["language"]
+
+
+class OursSide:
+    """The node's message handler and engine of the checkout on PYTHONPATH, one engine for every run."""
+
+    def __init__(self, models: str | None, tiny: str | None, threads: int | None, split: str):
+        if threads:
+            os.environ["PRIMESPEECH_THREADS"] = str(threads)
+        from dora_primespeech_mlx.node import engine_factory
+        from dora_primespeech_mlx.settings import Settings
+
+        md, self.voice, self.language = voice_dir(models, tiny)
+        self.base = {"VOICE_NAME": self.voice, "PRIMESPEECH_MODEL_DIR": md, "STREAMING": "true", "SEED": "1",
+                     "TOP_K": "15", "GPTSVITS_WARMUP": "false", "LOG_LEVEL": "WARNING",
+                     "TEXT_SPLIT_METHOD": split}
+        self.settings = Settings.from_env(self.base)
+        self.engine, self.spec = engine_factory(self.settings)(lambda _m: None)
+        self.fragments: bool | None = None
+
+    def handler(self, lang: str, player: Player):
+        from dora_primespeech_mlx.dataflow.handler import MessageHandler
+        from dora_primespeech_mlx.dataflow.transport import DirectTransport
+        from dora_primespeech_mlx.settings import Settings
+
+        settings = Settings.from_env({**self.base, "TEXT_LANG": lang})
+        h = MessageHandler(settings, lambda _p: (self.engine, self.spec), DirectTransport(player))
+        h.start()
+        if not h.ready.wait(120) or h.startup_error is not None:
+            raise RuntimeError(f"the handler did not start: {h.startup_error}")
+        return h
+
+    def probe_fragments(self, lang: str) -> bool:
+        """Whether this node joins fragments into one utterance: two fragments of one segment get one answer
+        (a node without token streams answers each as a text of its own)."""
+        import pyarrow as pa
+
+        player = Player()
+        h = self.handler(lang, player)
+        first, second = ("你好，", "谢谢。") if lang == "zh" else ("Hello,", " thanks.")
+        for seq, (text, fin) in enumerate(((first, False), (second, True))):
+            h.on_input("text", pa.array([text]), {"session_id": "probe", "segment_id": 0, "seq": seq, "fin": fin})
+        with player.cv:
+            player.cv.wait_for(lambda: player.completed >= 1, 120)
+        h.finish(60)  # speaks what is still queued: the second answer of a node that answers each fragment
+        return player.completed == 1
+
+    def run(self, script: Script, lang: str, run_id: int) -> dict:
+        import pyarrow as pa
+
+        if self.fragments is None:
+            self.fragments = self.probe_fragments(lang)
+        player = Player()
+        h = self.handler(lang, player)
+        expected = 1 if self.fragments else len(script.sentences)
+
+        def send(text, meta):
+            meta = {"session_id": "conversation", **meta}
+            if self.fragments:
+                meta["segment_id"] = run_id
+            h.on_input("text", pa.array([text]), meta)
+
+        t0 = time.perf_counter()
+        feed(script, send, self.fragments, t0)
+        with player.cv:
+            if not player.cv.wait_for(lambda: player.completed >= expected, 600):
+                raise RuntimeError(f"{player.completed} of {expected} answers after 600 s")
+        h.finish(60)
+        out = metrics(script, [(at - t0, d) for at, d in player.audio])
+        out["fed"] = "fragments" if self.fragments else "sentences"
+        return out
+
+
+# ---- the original's side (its venv's python, the compare tools' set-up) -----------------------------------------
+
+
+class UpstreamSide:
+    """The original's ``TTS`` (streaming_mode, 16-token chunks as sidebyside.py drives it) on the real-size set,
+    with the compare tools' fixed front end (``tools``: the compare tools folder)."""
+
+    def __init__(self, models: str, tools: str, threads: int | None, split: str):
+        sys.path.insert(0, tools)
+        sys.argv = [sys.argv[0], "--preset", "public", "--out", os.path.join(tempfile.gettempdir(), "unused")]
+        import make_fixtures as mf  # the compare tools: puts the original's checkout ($GSV_ROOT) on sys.path
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        from text.LangSegmenter import LangSegmenter
+        from TTS_infer_pack.TTS import TTS, TTS_Config
+
+        cfg = TTS_Config({"custom": {
+            "device": "cpu", "is_half": False, "version": "v2",
+            "t2s_weights_path": os.path.join(models, "gpt", "s1-v2-random.ckpt"),
+            "vits_weights_path": os.path.join(models, "sovits", "s2G-v2-random.pth"),
+            "bert_base_path": os.path.join(models, "chinese-roberta-wwm-ext-large"),
+            "cnhuhbert_base_path": os.path.join(models, "chinese-hubert-base")}})
+        cfg.configs_path = os.path.join(tempfile.gettempdir(), "conversation_tts_infer.yaml")
+        ref = os.path.join(models, "ref_5s_32k.wav")
+        if not os.path.exists(ref):  # the compare tools' reference clip (sidebyside.py writes the same)
+            import numpy as np
+            import soundfile as sf
+
+            wave = mf.synth_wave(32000, 5 * 32000, 99, f0=(120.0, 220.0), amp=0.7)
+            sf.write(ref, np.round(wave * 32767).astype(np.int16), 32000, subtype="PCM_16")
+        self.tts = TTS(cfg)
+        self.mf, self.segmenter = mf, LangSegmenter
+        self.inputs = {"ref_audio_path": os.path.join(models, "ref_5s_32k.wav"),
+                       "prompt_text": "这是一段用于测试的参考音频。", "prompt_lang": "all_zh", "top_k": 15, "top_p": 1,
+                       "temperature": 1, "text_split_method": split,
+                       "batch_size": 1, "speed_factor": 1.0, "seed": 1, "repetition_penalty": 1.35,
+                       "streaming_mode": True, "parallel_infer": False, "fixed_length_chunk": True,
+                       "min_chunk_length": 16, "return_fragment": False}
+        self.fragments = False
+
+    def run(self, script: Script, lang: str, run_id: int) -> dict:
+        self.tts.text_preprocessor.clean_text_inf = self.mf.fixed_frontend_for(lang)
+        self.segmenter.getTexts = staticmethod(lambda text, default_lang="": [{"lang": lang, "text": text}])
+        texts: queue.Queue = queue.Queue()
+        audio: list[tuple[float, float]] = []
+
+        def worker():
+            while (text := texts.get()) is not None:
+                for sr, chunk in self.tts.run(dict(self.inputs, text=text, text_lang=f"all_{lang}"
+                                                   if lang == "zh" else lang)):
+                    audio.append((time.perf_counter(), len(chunk) / sr))
+
+        thread = threading.Thread(target=worker, daemon=True)
+        thread.start()
+        t0 = time.perf_counter()
+        feed(script, lambda text, _meta: texts.put(text), False, t0)
+        texts.put(None)
+        thread.join()
+        out = metrics(script, [(at - t0, d) for at, d in audio])
+        out["fed"] = "sentences"
+        return out
+
+
+def side_main(argv: list[str]) -> int:
+    """A side's process: one warm-up, then every (language, rate) ``--runs`` times; one ``CONV {json}`` line each."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("side", choices=["ours", "upstream"])
+    ap.add_argument("--langs", default="zh,en")
+    ap.add_argument("--rates", default="20,60")
+    ap.add_argument("--sentences", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--models")
+    ap.add_argument("--tiny")
+    ap.add_argument("--tools")
+    ap.add_argument("--split", default="cut0")
+    a = ap.parse_args(argv)
+    side = (OursSide(a.models, a.tiny, a.threads, a.split) if a.side == "ours"
+            else UpstreamSide(a.models, a.tools, a.threads, a.split))
+    langs = a.langs.split(",")
+    if a.tiny:  # the fixture voice speaks its own language only
+        langs = [x for x in langs if x == side.language] or [side.language]
+    rates = [float(r) for r in a.rates.split(",")]
+    warm = llm_script(ANSWERS[langs[0]][:2], langs[0], max(rates))
+    side.run(warm, langs[0], 0)  # loads, compiles and caches the reference
+    run_id = 1
+    for _ in range(a.runs):
+        for lang in langs:
+            for rate in rates:
+                res = side.run(llm_script(ANSWERS[lang][:a.sentences], lang, rate), lang, run_id)
+                run_id += 1
+                res.update(lang=lang, rate=rate, sentences=a.sentences, threads=a.threads, split=a.split,
+                           loadavg=os.getloadavg()[0])
+                print("CONV " + json.dumps(res), flush=True)
+    return 0
+
+
+# ---- the orchestrator (``primespeech-mlx bench --conversation``) ------------------------------------------------
+
+
+def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
+    """side name -> (argv, environment) or the reason it cannot run."""
+    here = str(Path(__file__).resolve())
+    common = ["--langs", args.langs, "--rates", args.rates, "--sentences", str(args.sentences), "--runs", "1",
+              "--split", args.split]
+    models = args.ref_big or os.environ.get("REF_BIG") or str(Path.home() / ".cache/primespeech-ref/ref-big")
+    where = ["--tiny", args.tiny] if args.tiny else ["--models", models]
+    out: dict[str, tuple[list[str], dict[str, str]] | str] = {}
+    checkouts = args.ours or [str(Path(__file__).resolve().parents[2])]
+    for i, path in enumerate(checkouts):
+        name = f"ours:{Path(path).name}" + (f"#{i}" if checkouts.count(path) > 1 or len(checkouts) > 1 else "")
+        if not (Path(path) / "dora_primespeech_mlx").is_dir():
+            out[name] = f"not run: no dora_primespeech_mlx package in {path}"
+            continue
+        pythonpath = os.pathsep.join([str(Path(path).resolve()), os.environ.get("PYTHONPATH", "")])
+        env = dict(os.environ, PYTHONPATH=pythonpath)
+        out[name] = ([sys.executable, here, "ours", *common, *where], env)
+    if args.upstream:
+        from .compare import find_tools
+
+        tools = find_tools(args.compare_tools)
+        if args.tiny:
+            out["upstream"] = "not run: the original's side needs the real-size set (--models), not --tiny"
+        elif tools is None:
+            out["upstream"] = "not run: no compare tools (shared/tools/compare; --compare-tools)"
+        elif not Path(models, "gpt", "s1-v2-random.ckpt").is_file():
+            out["upstream"] = f"not run: no real-size set in {models} (make_big.py)"
+        else:
+            out["upstream"] = ([args.upstream, here, "upstream", *common, "--models", models, "--tools", str(tools)],
+                               dict(os.environ))
+    return out
+
+
+def summarize(rows: list[dict]) -> dict[tuple[str, str, float], dict[str, float]]:
+    """(side, language, rate) -> the median of each figure over the runs."""
+    groups: dict[tuple[str, str, float], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["side"], r["lang"], r["rate"]), []).append(r)
+    return {k: {m: statistics.median(x[m] for x in v) for m in METRICS} | {"runs": len(v), "fed": v[0]["fed"]}
+            for k, v in groups.items()}
+
+
+def table(summary: dict[tuple[str, str, float], dict[str, float]], not_run: dict[str, str]) -> str:
+    lines = ["| side | lang | tokens/s | fed | runs | first audio s | gap total s | worst gap s | last token -> "
+             "last audio s | last token -> playback end s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (side, lang, rate), m in sorted(summary.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+        lines.append(f"| {side} | {lang} | {rate:g} | {m['fed']} | {m['runs']} | {m['first_audio']:.2f} | "
+                     f"{m['gap_total']:.2f} | {m['gap_worst']:.2f} | {m['last_audio']:.2f} | {m['playback_end']:.2f} |")
+    lines += [f"- {side}: {why}" for side, why in not_run.items()]
+    return "\n".join(lines)
+
+
+def run_conversation(args) -> int:
+    sides = side_commands(args)
+    runnable = {k: v for k, v in sides.items() if not isinstance(v, str)}
+    not_run = {k: v for k, v in sides.items() if isinstance(v, str)}
+    rows: list[dict] = []
+    threads = [int(t) for t in str(args.threads).split(",")] if args.threads else [None]
+    for rnd in range(args.rounds):
+        order = list(runnable.items())
+        if rnd % 2:
+            order.reverse()  # alternate which side goes first
+        for n in threads:
+            for name, (argv, env) in order:
+                cmd = argv + (["--threads", str(n)] if n else [])
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.side_timeout)
+                got = [json.loads(x[5:]) for x in proc.stdout.splitlines() if x.startswith("CONV ")]
+                if proc.returncode or not got:
+                    not_run[name] = f"failed (exit {proc.returncode}): " + " ".join(proc.stderr.split()[-40:])
+                label = f"{name}@{n}t" if n and len(threads) > 1 else name
+                for r in got:
+                    r.update(side=label, round=rnd)
+                    print("CONV " + json.dumps(r), file=sys.stderr, flush=True)
+                rows += got
+    if args.json:
+        print(json.dumps({"rows": rows, "not_run": not_run}, indent=2))
+    else:
+        print(table(summarize(rows), not_run) if rows else "\n".join(f"- {k}: {v}" for k, v in not_run.items()))
+    return 0 if rows else 1
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("conversation (--conversation)")
+    g.add_argument("--conversation", action="store_true",
+                   help="an LLM stand-in's answer spoken as it is written: first audio after the first sentence, "
+                   "playback gaps, last token to last audio (this package, other checkouts, the original)")
+    g.add_argument("--ours", action="append", metavar="PATH",
+                   help="a checkout whose package is one side (repeatable; default: this one)")
+    g.add_argument("--upstream", metavar="PYTHON", help="also the original (its venv's python; compare tools' set-up)")
+    g.add_argument("--langs", default="zh,en", help="answer languages (default zh,en)")
+    g.add_argument("--rates", default="20,60", help="LLM tokens per second (default 20,60)")
+    g.add_argument("--sentences", type=int, default=4, choices=range(1, 6), help="sentences per answer (default 4)")
+    g.add_argument("--tiny", metavar="FIXTURES", help="the fixture set's tiny voice instead of the real-size set")
+
+
+if __name__ == "__main__":
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+    code = side_main(sys.argv[1:])
+    sys.stdout.flush()
+    os._exit(code)  # not the interpreter's teardown: the engine's native threads may still be winding down
