@@ -172,7 +172,8 @@ def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
 class OursSide:
     """The node's message handler and engine of the checkout on PYTHONPATH, one engine for every run."""
 
-    def __init__(self, models: str | None, tiny: str | None, threads: int | None, split: str):
+    def __init__(self, models: str | None, tiny: str | None, threads: int | None, split: str,
+                 settings: dict[str, str] | None = None):
         if threads:
             os.environ["PRIMESPEECH_THREADS"] = str(threads)
         from dora_primespeech_mlx.node import engine_factory
@@ -181,7 +182,7 @@ class OursSide:
         md, self.voice, self.language = voice_dir(models, tiny)
         self.base = {"VOICE_NAME": self.voice, "PRIMESPEECH_MODEL_DIR": md, "STREAMING": "true", "SEED": "1",
                      "TOP_K": "15", "GPTSVITS_WARMUP": "false", "LOG_LEVEL": "WARNING",
-                     "TEXT_SPLIT_METHOD": split}
+                     "TEXT_SPLIT_METHOD": split, **(settings or {})}
         self.settings = Settings.from_env(self.base)
         self.engine, self.spec = engine_factory(self.settings)(lambda _m: None)
         self.fragments: bool | None = None
@@ -319,8 +320,9 @@ def side_main(argv: list[str]) -> int:
     ap.add_argument("--tiny")
     ap.add_argument("--tools")
     ap.add_argument("--split", default="cut0")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting of this side")
     a = ap.parse_args(argv)
-    side = (OursSide(a.models, a.tiny, a.threads, a.split) if a.side == "ours"
+    side = (OursSide(a.models, a.tiny, a.threads, a.split, dict(kv.split("=", 1) for kv in a.set)) if a.side == "ours"
             else UpstreamSide(a.models, a.tools, a.threads, a.split))
     langs = a.langs.split(",")
     if a.tiny:  # the fixture voice speaks its own language only
@@ -349,17 +351,19 @@ def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
     common = ["--langs", args.langs, "--rates", args.rates, "--sentences", str(args.sentences), "--runs", "1",
               "--split", args.split]
     models = args.ref_big or os.environ.get("REF_BIG") or str(Path.home() / ".cache/primespeech-ref/ref-big")
-    where = ["--tiny", args.tiny] if args.tiny else ["--models", models]
+    where = ["--tiny", str(Path(args.tiny).resolve())] if args.tiny else ["--models", str(Path(models).resolve())]
     out: dict[str, tuple[list[str], dict[str, str]] | str] = {}
     checkouts = args.ours or [str(Path(__file__).resolve().parents[2])]
-    for i, path in enumerate(checkouts):
-        name = f"ours:{Path(path).name}" + (f"#{i}" if checkouts.count(path) > 1 or len(checkouts) > 1 else "")
+    for i, given in enumerate(checkouts):
+        path, _, sets = given.partition("@")  # PATH@NAME=VALUE+NAME=VALUE: that checkout with those settings
+        extra = [f"--set={kv}" for kv in sets.split("+") if kv]
+        name = f"ours:{Path(path).resolve().name}" + (f"@{sets}" if sets else "") + (f"#{i}" if len(checkouts) > 1 else "")
         if not (Path(path) / "dora_primespeech_mlx").is_dir():
             out[name] = f"not run: no dora_primespeech_mlx package in {path}"
             continue
         pythonpath = os.pathsep.join([str(Path(path).resolve()), os.environ.get("PYTHONPATH", "")])
         env = dict(os.environ, PYTHONPATH=pythonpath)
-        out[name] = ([sys.executable, here, "ours", *common, *where], env)
+        out[name] = ([sys.executable, here, "ours", *common, *where, *extra], env)
     if args.upstream:
         from .compare import find_tools
 
@@ -429,8 +433,9 @@ def add_arguments(p) -> None:
     g.add_argument("--conversation", action="store_true",
                    help="an LLM stand-in's answer spoken as it is written: first audio after the first sentence, "
                    "playback gaps, last token to last audio (this package, other checkouts, the original)")
-    g.add_argument("--ours", action="append", metavar="PATH",
-                   help="a checkout whose package is one side (repeatable; default: this one)")
+    g.add_argument("--ours", action="append", metavar="PATH[@NAME=VALUE+...]",
+                   help="a checkout whose package is one side, optionally with settings (e.g. "
+                        ".@PRIMESPEECH_STREAM_START=earliest; repeatable; default: this one)")
     g.add_argument("--upstream", metavar="PYTHON", help="also the original (its venv's python; compare tools' set-up)")
     g.add_argument("--langs", default="zh,en", help="answer languages (default zh,en)")
     g.add_argument("--rates", default="20,60", help="LLM tokens per second (default 20,60)")
