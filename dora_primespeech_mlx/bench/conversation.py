@@ -28,10 +28,12 @@ package absolutely, from the checkout on ``PYTHONPATH``.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -146,6 +148,7 @@ def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
     import yaml
 
     md = tempfile.mkdtemp(prefix="conversation-")
+    atexit.register(shutil.rmtree, md, ignore_errors=True)  # the converted models (2 GB with the real-size set)
     if tiny:
         root = Path(tiny) / "models"
         cases = json.loads((root / "cases.json").read_text(encoding="utf-8"))
@@ -357,7 +360,8 @@ def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
     for i, given in enumerate(checkouts):
         path, _, sets = given.partition("@")  # PATH@NAME=VALUE+NAME=VALUE: that checkout with those settings
         extra = [f"--set={kv}" for kv in sets.split("+") if kv]
-        name = f"ours:{Path(path).resolve().name}" + (f"@{sets}" if sets else "") + (f"#{i}" if len(checkouts) > 1 else "")
+        name = f"ours:{Path(path).resolve().name}" + (f"@{sets}" if sets else "")
+        name += f"#{i}" if len(checkouts) > 1 else ""
         if not (Path(path) / "dora_primespeech_mlx").is_dir():
             out[name] = f"not run: no dora_primespeech_mlx package in {path}"
             continue
