@@ -20,9 +20,11 @@ usage: python tests/device/gpu_check.py --part core --device gpu --fixtures .dev
 
 from __future__ import annotations
 
+import atexit
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -145,7 +147,9 @@ def measure_engine(sentences: int, repeat: int, models: Path | None, fixtures: P
     from dora_primespeech_mlx.engine import GPTSoVITSEngine
 
     spec, text, opts = engine_voice(models, fixtures, sentences)
-    engine = GPTSoVITSEngine(model_dir=tempfile.mkdtemp(prefix="gpu-check-"), device=os.environ.get("DEVICE", "auto"))
+    scratch = tempfile.mkdtemp(prefix="gpu-check-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # the models converted there (this process's own)
+    engine = GPTSoVITSEngine(model_dir=scratch, device=os.environ.get("DEVICE", "auto"))
     engine.load_voice(spec)
     engine.synthesize(text, voice=spec, **opts)  # warm-up: loads, compiles, caches the reference
     whole, rates = [], []
