@@ -20,8 +20,8 @@ usage: python tests/device/gpu_check.py --part core --device gpu --fixtures .dev
 
 from __future__ import annotations
 
-import atexit
 import argparse
+import atexit
 import json
 import os
 import shutil
