@@ -177,8 +177,6 @@ class OursSide:
 
     def __init__(self, models: str | None, tiny: str | None, threads: int | None, split: str,
                  settings: dict[str, str] | None = None):
-        if threads:
-            os.environ["PRIMESPEECH_THREADS"] = str(threads)
         from dora_primespeech_mlx.node import engine_factory
         from dora_primespeech_mlx.settings import Settings
 
@@ -353,7 +351,10 @@ def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
     here = str(Path(__file__).resolve())
     common = ["--langs", args.langs, "--rates", args.rates, "--sentences", str(args.sentences), "--runs", "1",
               "--split", args.split]
-    models = args.ref_big or os.environ.get("REF_BIG") or str(Path.home() / ".cache/primespeech-ref/ref-big")
+    from ..settings import child_env
+
+    base_env = child_env()  # each side's process: this one's environment, its threads set per run
+    models = args.ref_big or base_env.get("REF_BIG") or str(Path.home() / ".cache/primespeech-ref/ref-big")
     where = ["--tiny", str(Path(args.tiny).resolve())] if args.tiny else ["--models", str(Path(models).resolve())]
     out: dict[str, tuple[list[str], dict[str, str]] | str] = {}
     checkouts = args.ours or [str(Path(__file__).resolve().parents[2])]
@@ -365,8 +366,8 @@ def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
         if not (Path(path) / "dora_primespeech_mlx").is_dir():
             out[name] = f"not run: no dora_primespeech_mlx package in {path}"
             continue
-        pythonpath = os.pathsep.join([str(Path(path).resolve()), os.environ.get("PYTHONPATH", "")])
-        env = dict(os.environ, PYTHONPATH=pythonpath)
+        pythonpath = os.pathsep.join([str(Path(path).resolve()), base_env.get("PYTHONPATH", "")])
+        env = dict(base_env, PYTHONPATH=pythonpath)
         out[name] = ([sys.executable, here, "ours", *common, *where, *extra], env)
     if args.upstream:
         from .compare import find_tools
@@ -380,7 +381,7 @@ def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
             out["upstream"] = f"not run: no real-size set in {models} (make_big.py)"
         else:
             out["upstream"] = ([args.upstream, here, "upstream", *common, "--models", models, "--tools", str(tools)],
-                               dict(os.environ))
+                               dict(base_env))
     return out
 
 
@@ -416,7 +417,8 @@ def run_conversation(args) -> int:
         for n in threads:
             for name, (argv, env) in order:
                 cmd = argv + (["--threads", str(n)] if n else [])
-                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.side_timeout)
+                run_env = {**env, "PRIMESPEECH_THREADS": str(n)} if n else env  # read at the side's start (BLAS)
+                proc = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=args.side_timeout)
                 got = [json.loads(x[5:]) for x in proc.stdout.splitlines() if x.startswith("CONV ")]
                 if proc.returncode or not got:
                     not_run[name] = f"failed (exit {proc.returncode}): " + " ".join(proc.stderr.split()[-40:])
