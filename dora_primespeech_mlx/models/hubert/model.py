@@ -170,6 +170,7 @@ class FeatureExtractor(nn.Module):
         x = wav[:, :, None]  # (B, N, 1)
         for layer in self.conv_layers:
             x = layer(x)
+            mx.eval(x)  # layer by layer: the long early activations are freed before the next layer runs
         return x  # (B, T, conv_dim[-1])
 
 
