@@ -21,6 +21,7 @@ from __future__ import annotations
 from ..text import llm
 
 SENTENCE_ENDS = frozenset("。！？!?…")
+FULL_WIDTH_ENDS = frozenset("。！？")
 CLOSERS = frozenset("\"'”’)）」』】》]")
 MAX_SENTENCE_CHARS = 500  # a run without a sentence end is cut here (at its last space or pause mark)
 MAX_HELD_CHARS = 2000  # raw text held for the LLM stage without a line or sentence end is fed anyway
@@ -53,12 +54,18 @@ class LlmFeed:
         return self._feed(piece) if piece else ""
 
     def _feed(self, piece: str) -> str:
-        if self.stream is None:
-            return piece
-        spoken = self.stream.feed(piece)
+        spoken = piece if self.stream is None else self.stream.feed(piece)
         if spoken and piece[-1].isspace() and not spoken[-1].isspace():
             spoken += "\n" if piece.endswith("\n") else " "  # keep the next piece apart from this one
+        elif spoken and _full_width_end(piece) and not spoken[-1].isspace():
+            spoken += " "  # its sentence is complete (the next character was seen): the cutter need not wait
         return spoken
+
+
+def _full_width_end(piece: str) -> bool:
+    """Whether ``piece`` ends with a full-width end mark (and any closers after it)."""
+    core = piece.rstrip("".join(CLOSERS))
+    return bool(core) and core[-1] in FULL_WIDTH_ENDS
 
 
 def _next_piece(raw: str) -> int:
@@ -71,6 +78,12 @@ def _next_piece(raw: str) -> int:
         for i in range(1, len(line)):
             if line[i].isspace() and _sentence_end(line, i - 1, len(line), False) == i and not line[:i].count("`") % 2:
                 return i + 1
+            # a full-width end mark (Chinese, Japanese) is followed by no space: its sentence is complete once
+            # the next character (not a closer or another mark) is there
+            if line[i - 1] in FULL_WIDTH_ENDS and not line[:i].count("`") % 2:
+                end = _sentence_end(line, i - 1, len(line), False)
+                if end is not None and 0 < end < len(line):
+                    return end
     return nl + 1
 
 

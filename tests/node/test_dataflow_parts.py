@@ -51,6 +51,22 @@ def test_sentences_are_cut_at_sentence_ends_and_lines():
     assert sentences(TEXTS[1], []) == ["Bold words.", "A link here.", "Done"]
 
 
+@pytest.mark.parametrize("llm_text", [True, False])
+def test_a_full_width_sentence_goes_when_the_next_character_comes(llm_text):
+    """Chinese and Japanese sentences end with no space after them: each is complete, and goes out, as soon as the
+    next character (not a closer) is there, not at the end of the line or the utterance."""
+    text = "今天的天气特别好。我们一起去公园里散步吧！他说：“好。”然后走了。"
+    feed, cutter = LlmFeed(llm.StreamFilter() if llm_text else None), SentenceCutter()
+    released = {}
+    for k, ch in enumerate(text):
+        for sentence in cutter.push(feed.push(ch)):
+            released[sentence] = k
+    rest = cutter.push(feed.finish()) + cutter.finish()
+    assert released == {"今天的天气特别好。": text.index("我"), "我们一起去公园里散步吧！": text.index("他"),
+                        "他说：“好。”": text.index("然")}
+    assert rest == ["然后走了。"]
+
+
 def test_a_run_without_a_sentence_end_is_cut():
     text = ("word, " * 200).strip()
     out = sentences(text, [], llm_text=False)
