@@ -103,7 +103,7 @@ class Canceller:
         n = self.cancel(FLUSHED, "flush", st, keep)
         if self.sessions is not None:
             self.sessions.reset()  # the plain texts' open reasoning/code blocks go with them (utterances: their own)
-        self.out.flush_next()
         self.clock.forget()
         self.out.log("INFO", f"flush: {n} text(s) cancelled")
-        self.out.status("flush", without_convention(md), message=f"flush: {n} text(s) cancelled", cancelled=n)
+        self.out.flush_next(lambda: self.out.status("flush", without_convention(md),
+                                                    message=f"flush: {n} text(s) cancelled", cancelled=n))

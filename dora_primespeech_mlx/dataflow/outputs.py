@@ -95,18 +95,21 @@ class Outputs:
                 print(f"[{NODE_NAME}] ERROR segment_complete of {what} not sent (try {attempt + 1}): "
                       f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
-    def flush_next(self) -> None:
-        """A barge-in: the next ``audio`` carries ``flush: true``."""
+    def flush_next(self, announce: Callable[[], None] | None = None) -> None:
+        """A barge-in: the next ``audio`` carries ``flush: true``. ``announce`` (the ``flush`` status) is sent under
+        the same lock as every audio, so the first audio sent after it is the one that carries the mark."""
         with self._lock:
             self._flush_next = True
+            if announce is not None:
+                announce()
 
     def emit_audio(self, audio: np.ndarray, md: dict) -> None:
         """Send one ``audio`` message; the first after a barge-in carries ``flush: true``."""
-        with self._lock:
+        array = pa.array(audio) if self.settings.audio_format == "flat" else pa.array([audio])
+        with self._lock:  # (marked and sent in one step: never a plain audio between the mark and its status)
             if self._flush_next:
                 md["flush"], self._flush_next = True, False
-        array = pa.array(audio) if self.settings.audio_format == "flat" else pa.array([audio])
-        self.send("audio", array, md)
+            self.send("audio", array, md)
 
     def audio(self, job, audio, sample_rate: int, voice, language: str, index: int, final: bool, streaming: bool,
               volume: float | None) -> float:
