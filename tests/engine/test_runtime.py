@@ -11,7 +11,8 @@ import importlib.util
 
 import numpy as np
 import pytest
-from conftest import load_cases_json, model_cases, param_or_missing, require_fixture
+from conftest import model_cases, param_or_missing
+from test_engine import fixture_voice
 
 from dora_primespeech_mlx.assets.catalog import VoiceSpec
 from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig
@@ -29,22 +30,6 @@ EAGER = Runtime(t2s_decode="mlx", t2s_compile=False, conv_impl="native", vocoder
 FAST = Runtime(t2s_decode="numpy", conv_impl="gemm", vocoder="onnx" if HAS_ORT else "mlx")
 
 
-def _voice(case: dict) -> VoiceSpec:
-    ck = load_cases_json()["checkpoints"]
-    inp = case["inputs"]
-    return VoiceSpec(
-        name="fixture-runtime",
-        language=inp["text_lang"],
-        prompt_text=inp["prompt_text"],
-        prompt_lang=inp["prompt_lang"],
-        speed_factor=float(inp.get("speed_factor", 1.0)),
-        gpt=require_fixture("models/" + ck["gpt"]),
-        sovits=require_fixture("models/" + ck["sovits"]),
-        reference=require_fixture("models/" + inp["ref_audio_path"]),
-        hubert=require_fixture("models/" + ck["hubert"]),
-        bert=require_fixture("models/" + ck["bert"]),
-        source="custom",
-    )
 
 
 def _engine(model_dir, runtime: Runtime, voice: VoiceSpec) -> GPTSoVITSEngine:
@@ -67,7 +52,7 @@ def _loaded(eng: GPTSoVITSEngine, kind: str):
 
 @pytest.mark.parametrize("case", E2E_PARAMS)
 def test_two_runtimes_side_by_side_match_each_alone(case, tmp_path):
-    voice = _voice(case)
+    voice = fixture_voice(case, name="fixture-runtime")
     alone = {}
     for name, runtime in (("eager", EAGER), ("fast", FAST)):
         eng = _engine(tmp_path, runtime, voice)
