@@ -139,11 +139,14 @@ def cmd_zenoh_overlay(args) -> int:
 
 
 def cmd_phones(args) -> int:
-    from . import settings
-    from .text import phones_json
+    from .settings import Settings
+    from .text import TextData, phones_json
 
-    llm = settings.read("llm_text") and not args.raw  # PRIMESPEECH_LLM_TEXT: what the node and `say` speak
-    print(json.dumps(phones_json(args.text, args.lang, version=args.version, llm=llm), ensure_ascii=False, indent=2))
+    settings = Settings.from_env()
+    llm = settings.llm_text and not args.raw  # PRIMESPEECH_LLM_TEXT: what the node and `say` speak
+    data = TextData.from_settings(settings, args.model_dir)  # PRIMESPEECH_TEXT_DATA, PRIMESPEECH_G2PW ...
+    out = phones_json(args.text, args.lang, version=args.version, llm=llm, data=data)
+    print(json.dumps(out, ensure_ascii=False, indent=2))
     return 0
 
 

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dora_primespeech_mlx.dataflow.handler import NODE_NAME, WATCH_S, MessageHandler
 from dora_primespeech_mlx.dataflow.transport import DirectTransport, OutboxTransport
@@ -42,6 +42,9 @@ from dora_primespeech_mlx.dataflow.transport import DirectTransport, OutboxTrans
 # Absolute imports: the operator runtime loads this file by path, as a top-level module.
 from dora_primespeech_mlx.errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
 from dora_primespeech_mlx.settings import Settings, use_reliable_zenoh
+
+if TYPE_CHECKING:
+    from dora_primespeech_mlx.text.options import TextData
 
 POLL_S = 0.05  # how often the 0.3.x node form drains the outbox while the worker is busy
 STOP_GRACE_S = 0.7  # after STOP, how long the worker may take to reach a cancellation point (exit within 1 s)
@@ -82,7 +85,8 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
         progress(f"loading voice {spec.name} (device {settings.device}, encoders {settings.encoders}) ...")
         t0 = time.perf_counter()
         engine = GPTSoVITSEngine(config=config, progress=progress, settings=settings)  # its runtime: the settings'
-        freeze_front_ends(spec.language if settings.warmup else None, progress)  # (the engine loads no model yet)
+        freeze_front_ends(spec.language if settings.warmup else None, progress,  # (the engine loads no model yet)
+                          engine.text_data)
         engine.load_voice(spec)
         progress(f"voice {spec.name} loaded in {time.perf_counter() - t0:.1f} s")
         if settings.warmup:
@@ -95,9 +99,9 @@ def engine_factory(settings: Settings) -> Callable[[Callable[[str], None]], tupl
     return build
 
 
-def freeze_front_ends(language: str | None, progress: Callable[[str], None]) -> None:
-    """Load the text front ends ``language`` needs (None: none now), then move every object alive into the
-    collector's permanent generation (``gc.freeze``).
+def freeze_front_ends(language: str | None, progress: Callable[[str], None], data: TextData) -> None:
+    """Load the text front ends ``language`` needs (None: none now; ``data``: the engine's folders), then move
+    every object alive into the collector's permanent generation (``gc.freeze``).
 
     Why: the front ends' dictionaries are ~600 000 Python lists that live as long as the process, and a full
     collection walks them all while holding the GIL (~0.5 s on a 2-core machine): every model load
@@ -109,7 +113,7 @@ def freeze_front_ends(language: str | None, progress: Callable[[str], None]) -> 
         from dora_primespeech_mlx.text.warmup import warm_up
 
         t0 = time.perf_counter()
-        front_ends = warm_up(language)
+        front_ends = warm_up(language, data=data)
         detail = ", ".join(f"{lang} {s:.1f} s" for lang, s in front_ends.items())
         progress(f"text front ends loaded in {time.perf_counter() - t0:.1f} s ({detail})")
     gc.collect()

@@ -2,10 +2,8 @@
 
 This module is imported by every layer (text, models, engine), so it knows nothing but paths. The folders inside a
 model directory take that directory (``root``) from the caller (the CLI, the node and the engine read the model
-directory from the settings and pass it down). The one exception is the text front end's data
-(:func:`text_data_dir`, :func:`nltk_data_dir`): its dictionaries and NLTK's search path are loaded once per
-process by module-level functions that no engine calls with arguments, so these two read their settings
-(``PRIMESPEECH_TEXT_DATA``, ``PRIMESPEECH_MODEL_DIR``) when asked.
+directory from the settings and pass it down); the text front end's folders come the same way
+(:class:`~dora_primespeech_mlx.text.options.TextData`).
 """
 
 from __future__ import annotations
@@ -15,25 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import RequestPathError
-from .settings import DEFAULT_MODEL_DIR, expand, read
+from .settings import DEFAULT_MODEL_DIR, expand
 
-__all__ = ["DEFAULT_MODEL_DIR", "expand", "mlx_cache_dir", "nltk_data_dir", "originals_dir",
-           "request_path", "request_roots", "text_data_dir", "user_voices_dir"]
-
-
-def text_data_dir() -> Path:
-    """Directory holding the original front end's dictionaries (cmudict.rep, ...), for the whole process.
-
-    ``$PRIMESPEECH_TEXT_DATA`` names an existing folder (tests, offline installs); otherwise
-    ``<$PRIMESPEECH_MODEL_DIR>/text-data``, filled on first use.
-    """
-    return read("text_data") or read("model_dir") / "text-data"
-
-
-def nltk_data_dir() -> Path:
-    """Where the package downloads NLTK data when none is found on NLTK's own search path
-    (``<$PRIMESPEECH_MODEL_DIR>/nltk_data``; NLTK's search path is process-wide)."""
-    return read("model_dir") / "nltk_data"
+__all__ = ["DEFAULT_MODEL_DIR", "expand", "mlx_cache_dir", "originals_dir", "request_path", "request_roots",
+           "user_voices_dir"]
 
 
 def originals_dir(root: Path) -> Path:

@@ -37,6 +37,23 @@ if "NLTK_DATA" not in os.environ and (_SHARED / "nltk_data").is_dir():
 if "PRIMESPEECH_TEXT_DATA" not in os.environ and (_SHARED / "data" / "gpt-sovits-text").is_dir():
     os.environ["PRIMESPEECH_TEXT_DATA"] = str(_SHARED / "data" / "gpt-sovits-text")
 
+
+def load_text_data():
+    """The text front end's data for tests (:class:`~dora_primespeech_mlx.text.options.TextData`), from the
+    environment this module sets (``PRIMESPEECH_TEXT_DATA``, ``PRIMESPEECH_MODEL_DIR``, ``PRIMESPEECH_G2PW``);
+    the same value every call. For module-level use; tests take the ``text_data`` fixture."""
+    from dora_primespeech_mlx.settings import Settings
+    from dora_primespeech_mlx.text.options import TextData
+
+    return TextData.from_settings(Settings.from_env())
+
+
+@pytest.fixture(scope="session", name="text_data")
+def text_data_fixture():
+    """The text front end's data (see :func:`load_text_data`)."""
+    return load_text_data()
+
+
 # The models package gives MLX the fast CBLAS the package runs with (``_blas.preload``). That has to happen
 # before any test module imports mlx; otherwise MLX keeps the netlib reference BLAS for the whole session, and
 # float32 results (other summation orders) would depend on which test file happens to be collected first.

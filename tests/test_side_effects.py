@@ -78,10 +78,9 @@ def test_environment_is_read_only_in_settings():
     assert offenders == [], f"environment access outside settings.py: {offenders}"
 
 
-# Modules that read settings from the environment: the entry points, which pass the values down as arguments.
-# paths.py: the text front end's data folders only (its dictionaries and NLTK's path are process-wide, loaded by
-# module-level functions that no engine calls with arguments; see its docstring).
-READS_SETTINGS = {"settings.py", "cli.py", "node.py", "paths.py"}
+# Modules that read settings from the environment: the entry points, which pass the values down as arguments
+# (the text front end's folders too: text/options.py's TextData, built from the caller's Settings).
+READS_SETTINGS = {"settings.py", "cli.py", "node.py"}
 # Settings.from_env(): the entry points, the engine when made without settings (GPTSoVITSEngine(), the documented
 # Python API of docs/python-api.md) and the benchmark's entry.
 # bench/conversation.py: its side processes are entry points that run the node's handler as node.py does.

@@ -91,6 +91,15 @@ def bench_runtime(**levers):
     return Runtime.from_settings(Settings.from_env(), **levers)
 
 
+def bench_text_data():
+    """The text front end's folders and g2pW choice the bench uses: the settings' (``PRIMESPEECH_TEXT_DATA``,
+    ``PRIMESPEECH_MODEL_DIR``, ``PRIMESPEECH_G2PW``), read here, at the bench's entry."""
+    from ..settings import Settings
+    from ..text.options import TextData
+
+    return TextData.from_settings(Settings.from_env())
+
+
 def _preload_blas() -> None:
     """The fast CBLAS before mlx loads (importing the package no longer does it; without this the bench
     measured MLX on the netlib reference BLAS: a 256² matmul in 5.4 ms instead of 0.33 ms)."""

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 from ..text.frontend import get_phones
+from ..text.options import TextData
+from .measure import bench_text_data
 
 SAMPLES = {
     "all_zh": ["今天是2024年3月15日，我用了3个小时写程序。", "你好，很高兴认识你！"],
@@ -41,19 +43,19 @@ def load_cases(paths: list[Path]) -> dict[str, list[str]]:
     return by_option
 
 
-def bench(by_option: dict[str, list[str]], repeat: int) -> list[dict]:
+def bench(by_option: dict[str, list[str]], repeat: int, data: TextData) -> list[dict]:
     rows = []
     for option, texts in by_option.items():
         start = time.perf_counter()
-        get_phones(texts[0], option)
+        get_phones(texts[0], option, data=data)
         load_s = time.perf_counter() - start
         for text in texts:  # warm-up pass
-            get_phones(text, option)
+            get_phones(text, option, data=data)
         means = []
         for _ in range(repeat):
             start = time.perf_counter()
             for text in texts:
-                get_phones(text, option)
+                get_phones(text, option, data=data)
             means.append((time.perf_counter() - start) * 1000 / len(texts))
         chars = sum(len(t) for t in texts) / len(texts)
         rows.append({
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", "--repeat", type=int, default=5, help="timed runs per sentence (default: 5)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args(argv)
-    rows = bench(load_cases(args.files) if args.files else SAMPLES, max(1, args.repeat))
+    rows = bench(load_cases(args.files) if args.files else SAMPLES, max(1, args.repeat), bench_text_data())
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -38,6 +38,7 @@ from ..models.gpt.batch import DecodeBatch
 from ..runtime import Runtime
 from ..settings import Settings
 from ..text import llm as llm_text
+from ..text.options import TextData
 from . import batching, overlap, pacing, pipeline
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference
@@ -83,7 +84,7 @@ class GPTSoVITSEngine:
         self.device = _pick_device(self.runtime.device)
         self.device_name = str(self.device if self.device is not None else mx.default_device())
         self.encoders = self.runtime.encoders  # CoreML on macOS ("auto"/"coreml"), MLX otherwise; see encoders.py
-        _text_options(self.settings, self.model_dir)
+        self.text_data = TextData.from_settings(self.settings, self.model_dir)  # the text front end's folders, g2pW
         self.config = config if config is not None else SynthesisConfig()
         if not isinstance(self.config, SynthesisConfig):
             raise ConfigError(f"config must be a SynthesisConfig, not {type(self.config).__name__}")
@@ -91,7 +92,7 @@ class GPTSoVITSEngine:
         self.voice: VoiceSpec | None = None
         self._stats = EngineStats()
         self.store = VoiceStore(self.runtime, self.model_dir, self.settings.max_cached_voices, self._stats, self._say,
-                                self.settings.max_converted_models)
+                                self.settings.max_converted_models, self.text_data)
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
@@ -154,7 +155,7 @@ class GPTSoVITSEngine:
             text = llm_text.clean(text, lang)  # speak an LLM's prose, not its markup and reasoning
         bert_s = timer.timings.get("bert", 0.0)
         chunks = pipeline.text_chunks(text, lang, cfg.text_split_method, spec, models, timer, bert_upto,
-                                      cancel, self.settings.max_text_seconds)
+                                      cancel, self.settings.max_text_seconds, data=self.text_data)
         bert_s = timer.timings.get("bert", 0.0) - bert_s  # (a stream's pacer counts it for its later sentences)
         self.rates.note_start("bert", bert_s, sum(len(c.phones) for c in chunks if c.bert is not None))
         speed = float(cfg.speed_factor if cfg.speed_factor is not None else spec.speed_factor)
@@ -357,7 +358,8 @@ class GPTSoVITSEngine:
             models = self.store.models(spec)
             models.gpt.decoder.warmup()  # numpy views (CPU) / compiled decode buckets (GPU)
             with stage("text"):
-                front_ends = warm_up(self.config.text_lang or spec.language, models.symbol_version)
+                front_ends = warm_up(self.config.text_lang or spec.language, models.symbol_version,
+                                     data=self.text_data)
         with self._lock, self._stats.paused():
             self.synthesize(text, fragment_interval=0.0)
         return front_ends
@@ -398,14 +400,6 @@ def _one_thread_beside_lane(hold_blas: bool, busy: bool) -> None:
     half_gemv.set_threads(1 if busy else None)
     if hold_blas:
         _blas.hold_one_thread(busy)
-
-
-def _text_options(settings: Settings, model_dir: Path) -> None:
-    """The text front end's g2pW choice (``PRIMESPEECH_G2PW``, the export in ``<model_dir>/G2PWModel``;
-    text/g2pw.py keeps it for the process, as the Chinese front end's runtime is built once)."""
-    from ..text import g2pw
-
-    g2pw.configure(settings.g2pw, settings.g2pw_vocab, g2pw.g2pw_dir(model_dir))
 
 
 def _pick_device(device: str) -> mx.Device | None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..assets.catalog import VoiceSpec
 from ..errors import NothingToSpeakError, SynthesisCancelled, SynthesisError
+from ..text.options import TextData
 from .config import SynthesisConfig
 from .stats import Timer, stage
 
@@ -71,13 +72,14 @@ def check_cancel(cancel: threading.Event | None) -> None:
 
 def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Models, timer: Timer,
                 bert_upto: int | None = None, cancel: threading.Event | None = None,
-                budget_s: float | None = None) -> list[TextChunk]:
+                budget_s: float | None = None, *, data: TextData) -> list[TextChunk]:
     """The text's sentences as phone ids and BERT features (NothingToSpeakError when there are none, or when
     their phones are only punctuation: text the language cannot read, e.g. Chinese as ``en``). With
     ``bert_upto`` only the first ``bert_upto`` sentences get their BERT features now (:func:`fill_bert` adds
     the others): a stream's first audio then waits for one sentence's BERT, not the whole text's. The front
     end stops at its next checkpoint once ``cancel`` is set or after ``budget_s`` seconds
-    (:class:`~..text.errors.TextFrontendError` naming MAX_TEXT_SECONDS)."""
+    (:class:`~..text.errors.TextFrontendError` naming MAX_TEXT_SECONDS). ``data``: the front end's folders and
+    g2pW choice (the engine's :class:`~..text.options.TextData`)."""
     from .. import text as text_mod
     from ..text.budget import checks
 
@@ -98,7 +100,7 @@ def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Mode
                 f"MAX_TEXT_SECONDS={budget_s:g}): shorten it or raise MAX_TEXT_SECONDS")
 
     with stage("text", timer), checks(check):
-        results = text_mod.preprocess(text, lang, method, models.symbol_version)
+        results = text_mod.preprocess(text, lang, method, models.symbol_version, data=data)
     if not results:
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r}")
     if all(ph in UNSPOKEN for c in results for ph in c.phones):

@@ -14,6 +14,7 @@ import numpy as np
 from ..assets.catalog import VoiceSpec, check_prompt_text
 from ..errors import ConfigError
 from ..models import audio
+from ..text.options import TextData
 from .pipeline import Models, bert_features
 from .stats import Timer, stage
 
@@ -39,7 +40,9 @@ def _length_error(path, seconds: float) -> ConfigError:
 class ReferenceBuilder:
     """Computes a voice's :class:`Reference` (the engine caches it; see ``engine.cache``)."""
 
-    def build(self, spec: VoiceSpec, models: Models, prompt_lang: str, timer: Timer) -> Reference:
+    def build(self, spec: VoiceSpec, models: Models, prompt_lang: str, timer: Timer,
+              text_data: TextData) -> Reference:
+        """The reference of ``spec``; its prompt text is phonemised with ``text_data`` (the engine's)."""
         from .. import text as text_mod
 
         check_prompt_text(spec.prompt_text or "", f"voice {spec.name!r}")  # before any work on the voice
@@ -51,7 +54,8 @@ class ReferenceBuilder:
             ge = self.ref_embedding(models.sovits, wav32k, self.sv_embedding(models, wav32k))
         # an empty prompt text means reference-free mode (gpt-sovits-v2.md §8.3): no prompt at all
         with stage("text", timer):
-            result = text_mod.prompt_phones(spec.prompt_text or "", prompt_lang, models.symbol_version)
+            result = text_mod.prompt_phones(spec.prompt_text or "", prompt_lang, models.symbol_version,
+                                            data=text_data)
         if result is None:
             return Reference(None, None, None, "", ge, seconds)
         with stage("bert", timer):

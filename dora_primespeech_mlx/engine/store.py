@@ -16,6 +16,7 @@ import mlx.core as mx
 from ..assets.catalog import VoiceSpec
 from ..errors import VoiceNotInstalledError
 from ..runtime import Runtime
+from ..text.options import TextData
 from . import pipeline
 from .cache import VoiceCache, encoders_key, file_identity
 from .reference import Reference, ReferenceBuilder
@@ -26,8 +27,9 @@ class VoiceStore:
     """A voice's models and reference features, cached per voice (see the module docstring)."""
 
     def __init__(self, runtime: Runtime, model_dir: Path, max_cached_voices: int, stats: EngineStats,
-                 say: Callable[[str], None], keep_converted: int):
+                 say: Callable[[str], None], keep_converted: int, text_data: TextData):
         self.runtime, self.model_dir, self.stats, self.say = runtime, model_dir, stats, say
+        self.text_data = text_data  # the text front end's folders and g2pW choice (the reference text's phones)
         self.keep_converted = keep_converted  # per-request checkpoints kept converted (PRIMESPEECH_CONVERTED_CACHE)
         self.cache = VoiceCache(max_cached_voices, on_release=release_memory)
         self.references = ReferenceBuilder()
@@ -99,7 +101,7 @@ class VoiceStore:
 
         def create() -> Reference:
             self.say(f"computing the reference features of voice {spec.name!r}")
-            ref = self.references.build(spec, models, prompt_lang, timer)
+            ref = self.references.build(spec, models, prompt_lang, timer, self.text_data)
             self.stats.count("reference_computations")
             if self.runtime.trim_after_reference:  # CNHubert's temporaries, once per voice (README, "Memory")
                 trim_after_request()

@@ -18,6 +18,7 @@ from .frontend import (
     prompt_text_input,
 )
 from .language_segments import SUPPORTED_OPTIONS, check_option, split_languages
+from .options import TextData
 from .segmentation import get_method, split_text
 from .speakable import has_speakable
 from .symbols import cleaned_text_to_sequence, symbol_to_id
@@ -27,6 +28,7 @@ __all__ = [
     "Chunk",
     "PhoneResult",
     "Segment",
+    "TextData",
     "TextFrontendError",
     "UnsupportedLanguageError",
     "check_option",

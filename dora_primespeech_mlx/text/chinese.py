@@ -10,7 +10,7 @@ Two public functions, called by the pipeline once per Chinese segment:
 
 Pinyin comes from pypinyin (``lazy_pinyin`` on each jieba word), then tone sandhi
 (:mod:`.tone_sandhi`) and erhua; this is upstream's ``is_g2pw = False`` branch, which the reference
-fixtures use. With g2pW switched on (``g2pw.configure``) and a g2pW model installed, polyphonic
+fixtures use. With g2pW switched on (``TextData.g2pw``) and a g2pW model installed, polyphonic
 characters are predicted by g2pW instead (:mod:`.g2pw`).
 
 Not done here: upstream's ``cleaner.clean_text`` handles ``￥`` and ``^`` in a Chinese segment by
@@ -33,6 +33,7 @@ from pypinyin import Style, lazy_pinyin
 
 from .budget import checkpoint
 from .errors import TextFrontendError
+from .options import G2PWOptions, TextData
 from .pinyin_map import pinyin_to_phones
 from .tone_sandhi import ToneSandhi
 from .zh_normalization import normalize
@@ -125,7 +126,7 @@ class _Runtime:
     pinyin_predictor: G2PWPredictor | None  # set when g2pW is switched on and usable
 
 
-_runtime: _Runtime | None = None
+_runtimes: dict[G2PWOptions, _Runtime] = {}  # by g2pW choice (jieba itself is loaded once per process)
 _runtime_lock = threading.Lock()
 
 
@@ -138,13 +139,14 @@ def _quiet_jieba(jieba_fast) -> None:
     jieba_logger.setLevel(logging.INFO)
 
 
-def runtime() -> _Runtime:
-    """jieba (dictionary loaded), the tone sandhi rules and the optional g2pW predictor; built
-    once per process, thread-safe."""
-    global _runtime
-    if _runtime is None:
+def runtime(options: G2PWOptions) -> _Runtime:
+    """jieba (dictionary loaded), the tone sandhi rules and the g2pW predictor ``options`` ask for (None:
+    pypinyin); built once per g2pW choice, thread-safe."""
+    rt = _runtimes.get(options)
+    if rt is None:
         with _runtime_lock:
-            if _runtime is None:
+            rt = _runtimes.get(options)
+            if rt is None:
                 import jieba_fast
                 import jieba_fast.posseg as posseg
 
@@ -152,12 +154,12 @@ def runtime() -> _Runtime:
 
                 _quiet_jieba(jieba_fast)
                 jieba_fast.initialize()
-                _runtime = _Runtime(
+                rt = _runtimes[options] = _Runtime(
                     posseg_cut=posseg.lcut,
                     sandhi=ToneSandhi(jieba_fast.cut_for_search),
-                    pinyin_predictor=load_predictor(),
+                    pinyin_predictor=load_predictor(options),
                 )
-    return _runtime
+    return rt
 
 
 @lru_cache(maxsize=8192)
@@ -226,11 +228,11 @@ def _sentence_syllables(sentence: str, rt: _Runtime) -> tuple[list[str], list[st
     return initials, finals
 
 
-def g2p(norm_text: str) -> tuple[list[str], list[int]]:
+def g2p(norm_text: str, *, data: TextData) -> tuple[list[str], list[int]]:
     """Phones of normalised Chinese text (the output of :func:`text_normalize`) and ``word2ph``:
     for every character of ``norm_text`` the number of its phones (2 for a syllable, 1 for
-    punctuation). Raises :class:`TextFrontendError` for text it cannot map."""
-    rt = runtime()
+    punctuation). ``data.g2pw``: g2pW or pypinyin. Raises :class:`TextFrontendError` for text it cannot map."""
+    rt = runtime(data.g2pw)
     sentences = [s for s in _SENTENCE_SPLIT_RE.split(norm_text) if s.strip()]
     phones: list[str] = []
     word2ph: list[int] = []

@@ -2,7 +2,7 @@
 
 The English (and Chinese) front ends read dictionaries that the original GPT-SoVITS ships in
 ``GPT_SoVITS/text/``. They are not part of this package. :func:`data_file` returns the path of one
-of them inside :func:`~dora_primespeech_mlx.paths.text_data_dir` (``$PRIMESPEECH_TEXT_DATA`` or
+of them inside the caller's :attr:`TextData.folder <.options.TextData>` (``PRIMESPEECH_TEXT_DATA`` or
 ``<model_dir>/text-data``), downloading it on first use from the pinned upstream commit. Every file
 is checked against the SHA-256 pinned below; a mismatch is an error, never a silent wrong result.
 
@@ -12,7 +12,7 @@ with a restricted unpickler (plain dict/list/str/tuple only, so no code can run)
 
 NLTK data (the POS tagger used for English homographs, and what ``g2p_en`` checks for on import) is
 handled by :func:`ensure_nltk_data`: NLTK's own search path first (``$NLTK_DATA`` ...), then a
-download into :func:`~dora_primespeech_mlx.paths.nltk_data_dir`.
+download into the caller's :attr:`TextData.nltk_folder <.options.TextData>`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..paths import nltk_data_dir, text_data_dir
 from .errors import TextFrontendError
+from .options import TextData
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 @dataclass(frozen=True)
 class DataFile:
-    name: str  # file name inside text_data_dir()
+    name: str  # file name inside TextData.folder
     sha256: str  # checksum of the file as stored there (after `convert`)
     source: str  # file name in upstream's GPT_SoVITS/text/
     convert: Callable[[bytes], bytes] | None = None  # upstream bytes -> stored bytes
@@ -104,13 +104,14 @@ DATA_FILES: dict[str, DataFile] = {
 }
 
 
-def data_file(name: str) -> Path:
-    """Path of the verified data file ``name`` (a key of :data:`DATA_FILES`), downloading it if absent.
+def data_file(name: str, *, data: TextData) -> Path:
+    """Path of the verified data file ``name`` (a key of :data:`DATA_FILES`) in ``data.folder``, downloading it
+    if absent.
 
     Raises :class:`TextFrontendError` when the file is corrupt (checksum mismatch) or cannot be obtained.
     """
     spec = _spec(name)
-    path = text_data_dir() / name
+    path = Path(data.folder) / name
     if path.is_file():
         _verify_stored(path, spec)
         return path
@@ -119,14 +120,15 @@ def data_file(name: str) -> Path:
     return path
 
 
-def install_file(name: str, source_path: str | os.PathLike) -> Path:
-    """Install ``name`` from a local copy of its upstream file (for machines without network).
+def install_file(name: str, source_path: str | os.PathLike, *, data: TextData) -> Path:
+    """Install ``name`` into ``data.folder`` from a local copy of its upstream file (for machines without
+    network).
 
     ``source_path`` is upstream's ``GPT_SoVITS/text/<source>`` (e.g. ``namedict_cache.pickle`` for
     ``namedict.json``); it is converted and checked like a download.
     """
     spec = _spec(name)
-    path = text_data_dir() / name
+    path = Path(data.folder) / name
     _store(spec, Path(source_path).read_bytes(), path, origin=str(source_path))
     return path
 
@@ -154,13 +156,13 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _manual_hint(spec: DataFile) -> str:
-    target = text_data_dir() / spec.name
+def _manual_hint(spec: DataFile, target: Path) -> str:
     if spec.convert is not None:
         how = (
-            f'download {spec.url} and convert it into {target} with `python -c "from '
-            f"dora_primespeech_mlx.text.data import install_file; install_file('{spec.name}', "
-            f"'<path to {spec.source}>')\"`"
+            f'download {spec.url} and convert it into {target} with `python -c "from pathlib import Path; '
+            f"from dora_primespeech_mlx.text.data import install_file; from dora_primespeech_mlx.text.options "
+            f"import TextData; install_file('{spec.name}', '<path to {spec.source}>', "
+            f"data=TextData(Path('{target.parent}'), Path('{target.parent}')))\"`"
         )
     else:
         how = f"download {spec.url} and save it as {target}"
@@ -177,7 +179,7 @@ def _verify_stored(path: Path, spec: DataFile) -> None:
     raise TextFrontendError(
         f"text data file {path} is corrupt or of the wrong version: its sha256 differs from the pinned "
         f"{spec.sha256} (upstream {UPSTREAM_REPO}@{UPSTREAM_COMMIT[:7]}). Delete it to download it again. "
-        + _manual_hint(spec)
+        + _manual_hint(spec, path)
     )
 
 
@@ -194,7 +196,7 @@ def _download(spec: DataFile, path: Path) -> bytes:
     except Exception as err:  # any transport failure (offline, DNS, HTTP error, timeout)
         raise TextFrontendError(
             f"text data file {spec.name} is not in {path.parent} and downloading it from {spec.url} failed "
-            f"({type(err).__name__}: {err}). " + _manual_hint(spec)
+            f"({type(err).__name__}: {err}). " + _manual_hint(spec, path)
         ) from err
 
 
@@ -204,13 +206,13 @@ def _store(spec: DataFile, raw: bytes, path: Path, origin: str) -> None:
     if digest != spec.sha256:
         raise TextFrontendError(
             f"{spec.name} obtained from {origin} has sha256 {digest}, expected {spec.sha256}; "
-            f"nothing was written. " + _manual_hint(spec)
+            f"nothing was written. " + _manual_hint(spec, path)
         )
     try:
         _atomic_write(path, data)
     except OSError as err:
         raise TextFrontendError(
-            f"cannot write text data file {path} ({type(err).__name__}: {err}). " + _manual_hint(spec)
+            f"cannot write text data file {path} ({type(err).__name__}: {err}). " + _manual_hint(spec, path)
         ) from err
 
 
@@ -268,18 +270,24 @@ def nltk_download(package: str, download_dir: str) -> bool:
     return bool(nltk.download(package, download_dir=download_dir, quiet=True, raise_on_error=True))
 
 
-@functools.lru_cache(maxsize=4)
-def ensure_nltk_data(packages: tuple[str, ...] | None = None, user: str = "the English front end") -> None:
+def ensure_nltk_data(packages: tuple[str, ...] | None = None, user: str = "the English front end", *,
+                     data: TextData) -> None:
     """Make sure NLTK finds the data the English front end needs (or only ``packages`` of
     :data:`NLTK_PACKAGES`, for ``user``); download what is missing.
 
     NLTK's own search path (``$NLTK_DATA``, ``~/nltk_data``, ...) is used first; missing packages are
-    downloaded into :func:`~dora_primespeech_mlx.paths.nltk_data_dir`, which is added to the path.
-    Raises :class:`TextFrontendError` when a package is missing and cannot be downloaded.
+    downloaded into ``data.nltk_folder``, which is added to the path (NLTK's path is process-wide).
+    Raises :class:`TextFrontendError` when a package is missing and cannot be downloaded. Done once per
+    folder, packages and user.
     """
+    _ensure_nltk_data(Path(data.nltk_folder), packages, user)
+
+
+@functools.lru_cache(maxsize=4)
+def _ensure_nltk_data(folder: Path, packages: tuple[str, ...] | None, user: str) -> None:
     import nltk
 
-    target = str(nltk_data_dir())
+    target = str(folder)
     if target not in nltk.data.path:
         nltk.data.path.append(target)
     for package, resource in NLTK_PACKAGES:

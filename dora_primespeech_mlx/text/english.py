@@ -23,11 +23,13 @@ import functools
 import json
 import logging
 import re
+from pathlib import Path
 
 from .budget import checkpoint
 from .data import data_file, ensure_nltk_data
 from .en_normalization import normalize
 from .errors import TextFrontendError
+from .options import TextData
 
 logger = logging.getLogger(__name__)
 
@@ -73,20 +75,26 @@ _REMOVED_WORDS = ("ae", "ai", "ar", "ios", "hud", "os")  # misread abbreviations
 _CMU_FIRST_LINE = 57  # cmudict.rep: lines before this are the licence header
 
 
-@functools.lru_cache(maxsize=1)
-def english_dictionary() -> dict[str, list[str]]:
-    """Lower-case word -> phones, built like upstream ``get_dict()`` (first pronunciation only)."""
+def english_dictionary(*, data: TextData) -> dict[str, list[str]]:
+    """Lower-case word -> phones, built like upstream ``get_dict()`` (first pronunciation only), from the
+    dictionaries in ``data.folder``; built once per folder."""
+    return _english_dictionary(Path(data.folder))
+
+
+@functools.lru_cache(maxsize=4)
+def _english_dictionary(folder: Path) -> dict[str, list[str]]:
+    data = TextData(folder, folder)  # only its dictionary folder is used
     words: dict[str, list[str]] = {}
-    with open(data_file("cmudict.rep"), encoding="utf-8") as f:
+    with open(data_file("cmudict.rep", data=data), encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if number >= _CMU_FIRST_LINE:
                 fields = line.strip().split("  ")  # word, two spaces, phones
                 words[fields[0].lower()] = fields[1].split(" ")
-    with open(data_file("cmudict-fast.rep"), encoding="utf-8") as f:
+    with open(data_file("cmudict-fast.rep", data=data), encoding="utf-8") as f:
         for line in f:
             fields = line.strip().split(" ")
             words.setdefault(fields[0].lower(), fields[1:])
-    with open(data_file("engdict-hot.rep"), encoding="utf-8") as f:
+    with open(data_file("engdict-hot.rep", data=data), encoding="utf-8") as f:
         for line in f:
             fields = line.strip().split(" ")
             words[fields[0].lower()] = fields[1:]
@@ -95,10 +103,15 @@ def english_dictionary() -> dict[str, list[str]]:
     return words
 
 
-@functools.lru_cache(maxsize=1)
-def name_dictionary() -> dict[str, list[str]]:
-    """Lower-case name -> phones (first pronunciation) from upstream's name dictionary."""
-    with open(data_file("namedict.json"), encoding="utf-8") as f:
+def name_dictionary(*, data: TextData) -> dict[str, list[str]]:
+    """Lower-case name -> phones (first pronunciation) from upstream's name dictionary in ``data.folder``;
+    built once per folder."""
+    return _name_dictionary(Path(data.folder))
+
+
+@functools.lru_cache(maxsize=4)
+def _name_dictionary(folder: Path) -> dict[str, list[str]]:
+    with open(data_file("namedict.json", data=TextData(folder, folder)), encoding="utf-8") as f:
         names = json.load(f)
     return {name: prons[0] for name, prons in names.items()}
 
@@ -117,15 +130,15 @@ _SIBILANT = frozenset({"S", "Z", "SH", "ZH", "CH", "JH"})  # 's -> AH0 Z; anythi
 class EnglishG2p:
     """Word-level pronunciation with upstream's lookup order. Build it with :func:`english_g2p`."""
 
-    def __init__(self) -> None:
-        ensure_nltk_data()  # before g2p_en is imported: it downloads missing NLTK data on import
+    def __init__(self, data: TextData) -> None:
+        ensure_nltk_data(data=data)  # before g2p_en is imported: it downloads missing NLTK data on import
         import nltk
         from g2p_en import G2p
         from nltk.tokenize import TweetTokenizer
 
         self._model = G2p()  # the neural predictor and the homograph table
-        self.cmu = english_dictionary()
-        self.names = name_dictionary()
+        self.cmu = english_dictionary(data=data)
+        self.names = name_dictionary(data=data)
         self.homographs = dict(self._model.homograph2features)
         self.homographs["read"] = (["R", "IY1", "D"], ["R", "EH1", "D"], "VBP")
         self.homographs["complex"] = (
@@ -200,10 +213,15 @@ class EnglishG2p:
             raise TextFrontendError(f"no pronunciation for the letter {ch!r}") from None
 
 
-@functools.lru_cache(maxsize=1)
-def english_g2p() -> EnglishG2p:
-    """The shared :class:`EnglishG2p` (loads dictionaries, NLTK data and the neural model once)."""
-    return EnglishG2p()
+def english_g2p(*, data: TextData) -> EnglishG2p:
+    """The shared :class:`EnglishG2p` of ``data``'s folders (loads dictionaries, NLTK data and the neural model
+    once per pair of folders)."""
+    return _english_g2p(Path(data.folder), Path(data.nltk_folder))
+
+
+@functools.lru_cache(maxsize=4)
+def _english_g2p(folder: Path, nltk_folder: Path) -> EnglishG2p:
+    return EnglishG2p(TextData(folder, nltk_folder))
 
 
 @functools.lru_cache(maxsize=1)
@@ -218,14 +236,15 @@ def _segment(word: str) -> list[str]:
     return _wordsegment().segment(word)
 
 
-def g2p(norm_text: str) -> list[str]:
+def g2p(norm_text: str, *, data: TextData) -> list[str]:
     """Phones of normalised English text, as v2 symbols (upstream ``english.g2p`` + ``replace_phs``).
 
     ``<unk>`` becomes ``UNK``, ``'`` becomes ``-``, separators/``UW``/sentence marks and anything else
     outside the v2 table are dropped. The ``","`` prefix for fewer than 4 phones is the caller's job.
+    ``data``: where the dictionaries and NLTK data are.
     """
     phones: list[str] = []
-    for ph in english_g2p()(norm_text):
+    for ph in english_g2p(data=data)(norm_text):
         if ph in _NOT_PHONES:
             continue
         if ph == "<unk>":

@@ -9,6 +9,9 @@
 * :func:`prompt_phones` — the reference-text path of ``TTS.run``.
 * :func:`phones_json` — everything above as a JSON-ready dict (``primespeech-mlx phones``).
 
+Every phonemising function takes ``data`` (:class:`~.options.TextData`): where the dictionaries and NLTK
+data are, and the g2pW choice; the caller builds it from its settings.
+
 Every failure is a :class:`~.errors.TextFrontendError` (unknown language options:
 :class:`~.errors.UnsupportedLanguageError`; a Japanese, Korean or Cantonese front end whose pip extra is
 not installed: :class:`~.errors.MissingExtraError`). Those three load their libraries on first use.
@@ -16,12 +19,14 @@ not installed: :class:`~.errors.MissingExtraError`). Those three load their libr
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
 from .budget import checkpoint, stops
 from .errors import TextFrontendError, UnsupportedLanguageError
 from .language_segments import LANGUAGES, check_option, split_languages
+from .options import TextData
 from .segmentation import MAX_CHUNK_CHARS, split_text, splits
 from .symbols import cleaned_text_to_sequence, symbols, table_version
 
@@ -29,6 +34,8 @@ from .symbols import cleaned_text_to_sequence, symbols, table_version
 MIN_PHONES = 6
 #: Fewer English phones than this in a segment: upstream puts "," in front.
 MIN_EN_PHONES = 4
+#: Languages whose ``g2p`` takes the front end's data (dictionaries, NLTK data, g2pW).
+_G2P_TAKES_DATA = frozenset({"zh", "en", "ko"})
 #: Special marks in Chinese text: the mark becomes "," and every "," phone of the segment this symbol.
 SPECIAL_MARKS = (("￥", "SP2"), ("^", "SP3"))
 
@@ -123,6 +130,11 @@ def _language_module(lang: str):
     return english
 
 
+def _g2p(lang: str, module, data: TextData):
+    """``module.g2p`` of ``lang``, given ``data`` where it takes it."""
+    return functools.partial(module.g2p, data=data) if lang in _G2P_TAKES_DATA else module.g2p
+
+
 def _call(lang: str, what: str, fn, arg):
     try:
         return fn(arg)
@@ -134,17 +146,19 @@ def _call(lang: str, what: str, fn, arg):
         raise TextFrontendError(f"{lang} {what} failed on {arg[:60]!r}: {type(exc).__name__}: {exc}") from exc
 
 
-def _clean_special(text: str, mark: str, target: str, table: frozenset) -> tuple[list[str], list[int], str]:
+def _clean_special(text: str, mark: str, target: str, table: frozenset,
+                   data: TextData) -> tuple[list[str], list[int], str]:
     chinese = _language_module("zh")
     norm_text = _call("zh", "text_normalize", chinese.text_normalize, text.replace(mark, ","))
-    phones, word2ph = _call("zh", "g2p", chinese.g2p, norm_text)
+    phones, word2ph = _call("zh", "g2p", _g2p("zh", chinese, data), norm_text)
     for ph in phones:
         if ph not in table:
             raise TextFrontendError(f"zh g2p produced {ph!r}, which is not a v2 symbol (in {norm_text!r})")
     return [target if ph == "," else ph for ph in phones], list(word2ph), norm_text
 
 
-def clean_text(text: str, lang: str, version: str = "v2") -> tuple[list[str], list[int] | None, str]:
+def clean_text(text: str, lang: str, version: str = "v2", *,
+               data: TextData) -> tuple[list[str], list[int] | None, str]:
     """Phones, word2ph (zh only, else None) and normalised text of one segment (``cleaner.clean_text``).
 
     ``lang`` is "zh", "en", "ja", "ko" or "yue" (word2ph for zh and yue); any other label that upstream's
@@ -159,28 +173,28 @@ def clean_text(text: str, lang: str, version: str = "v2") -> tuple[list[str], li
     if lang == "zh":
         for mark, target in SPECIAL_MARKS:
             if mark in text:
-                return _clean_special(text, mark, target, table)
+                return _clean_special(text, mark, target, table, data)
     module = _language_module(lang)
     norm_text = _call(lang, "text_normalize", module.text_normalize, text)
     word2ph: list[int] | None
     if lang in ("zh", "yue"):
-        phones, word2ph = _call(lang, "g2p", module.g2p, norm_text)
+        phones, word2ph = _call(lang, "g2p", _g2p(lang, module, data), norm_text)
         phones, word2ph = list(phones), list(word2ph)
         if len(phones) != sum(word2ph) or len(norm_text) != len(word2ph):
             raise TextFrontendError(
                 f"{lang} g2p gave {len(phones)} phones / word2ph {word2ph} for {norm_text!r} (inconsistent)"
             )
     else:
-        phones = list(_call(lang, "g2p", module.g2p, norm_text))
+        phones = list(_call(lang, "g2p", _g2p(lang, module, data), norm_text))
         if lang == "en" and len(phones) < MIN_EN_PHONES:
             phones = [",", *phones]
         word2ph = None
     return [ph if ph in table else "UNK" for ph in phones], word2ph, norm_text
 
 
-def _segment(lang: str, text: str, version: str) -> Segment:
+def _segment(lang: str, text: str, version: str, data: TextData) -> Segment:
     checkpoint()
-    phones, word2ph, norm_text = clean_text(text, lang, version)
+    phones, word2ph, norm_text = clean_text(text, lang, version, data=data)
     return Segment(
         lang=lang,
         text=text,
@@ -191,7 +205,7 @@ def _segment(lang: str, text: str, version: str) -> Segment:
     )
 
 
-def get_phones(text: str, language: str, version: str = "v2") -> PhoneResult:
+def get_phones(text: str, language: str, version: str = "v2", *, data: TextData) -> PhoneResult:
     """Phonemes of ``text`` for a language option (:data:`~.language_segments.SUPPORTED_OPTIONS`).
 
     Upstream ``get_phones_and_bert``: runs of spaces collapse to one, the text is split by language,
@@ -199,15 +213,15 @@ def get_phones(text: str, language: str, version: str = "v2") -> PhoneResult:
     """
     text = sanitize(text)
     check_option(language)
-    return _get_phones(text, language, version, retry=True)
+    return _get_phones(text, language, version, data, retry=True)
 
 
-def _get_phones(original: str, language: str, version: str, retry: bool) -> PhoneResult:
+def _get_phones(original: str, language: str, version: str, data: TextData, retry: bool) -> PhoneResult:
     text = _SPACES_RE.sub(" ", original)
-    segments = tuple(_segment(lang, part, version) for lang, part in split_languages(text, language))
+    segments = tuple(_segment(lang, part, version, data) for lang, part in split_languages(text, language))
     phones = tuple(ph for s in segments for ph in s.phones)
     if retry and len(phones) < MIN_PHONES:
-        result = _get_phones("." + text, language, version, retry=False)
+        result = _get_phones("." + text, language, version, data, retry=False)
         return PhoneResult(
             text=original,
             phone_ids=result.phone_ids,
@@ -228,7 +242,8 @@ def _get_phones(original: str, language: str, version: str, retry: bool) -> Phon
     )
 
 
-def preprocess(text: str, language: str, method: str = "cut5", version: str = "v2") -> list[Chunk]:
+def preprocess(text: str, language: str, method: str = "cut5", version: str = "v2", *,
+               data: TextData) -> list[Chunk]:
     """The target-text path (upstream ``TextPreprocessor.preprocess``): cut ``text`` with ``method``
     (:func:`~.segmentation.split_text`), phonemise every chunk, drop chunks whose normalised text is
     empty. A text with nothing to speak gives ``[]`` (or raises, where upstream's ``filter_text``
@@ -244,7 +259,7 @@ def preprocess(text: str, language: str, method: str = "cut5", version: str = "v
                 f"the text has a run of more than {MAX_CHUNK_CHARS} characters without a split mark "
                 "(，。？！,.?!~:：—…), which the front end does not read: add punctuation"
             )
-        result = _get_phones(part, language, version, retry=True)
+        result = _get_phones(part, language, version, data, retry=True)
         if result.norm_text:
             chunks.append(Chunk(text=part, result=result))
     return chunks
@@ -263,13 +278,14 @@ def prompt_text_input(prompt_text: str | None, language: str) -> str | None:
     return text
 
 
-def prompt_phones(prompt_text: str | None, language: str, version: str = "v2") -> PhoneResult | None:
+def prompt_phones(prompt_text: str | None, language: str, version: str = "v2", *,
+                  data: TextData) -> PhoneResult | None:
     """Phonemes of a reference ("prompt") text, or None when it is empty (reference-free synthesis)."""
     check_option(language)
     text = prompt_text_input(prompt_text, language)
     if text is None:
         return None
-    return _get_phones(text, language, version, retry=True)
+    return _get_phones(text, language, version, data, retry=True)
 
 
 def _segment_json(s: Segment) -> dict:
@@ -294,7 +310,8 @@ def _result_json(r: PhoneResult) -> dict:
     }
 
 
-def phones_json(text: str, language: str, version: str = "v2", method: str | None = None, llm: bool = False) -> dict:
+def phones_json(text: str, language: str, version: str = "v2", method: str | None = None, llm: bool = False, *,
+                data: TextData) -> dict:
     """A JSON-ready description of how ``text`` is phonemised (the layout of the text fixtures).
 
     With ``method`` (e.g. "cut5") the target-text chunks of :func:`preprocess` are included. With ``llm`` the text
@@ -309,9 +326,9 @@ def phones_json(text: str, language: str, version: str = "v2", method: str | Non
         if not text.strip():
             raise TextFrontendError("nothing to speak: the LLM text stage leaves nothing of this text (reasoning, "
                                     "tool calls, code or markup only)")
-    out.update(_result_json(get_phones(text, language, version)))
+    out.update(_result_json(get_phones(text, language, version, data=data)))
     if method is not None:
-        chunks = preprocess(text, language, method, version)
+        chunks = preprocess(text, language, method, version, data=data)
         out["preprocess"] = {
             "method": method,
             "chunks": [{"input": c.text, **_result_json(c.result)} for c in chunks],
@@ -323,6 +340,7 @@ __all__ = [
     "Chunk",
     "PhoneResult",
     "Segment",
+    "TextData",
     "TextFrontendError",
     "UnsupportedLanguageError",
     "clean_text",

@@ -1,12 +1,12 @@
 """Optional g2pW polyphone prediction (upstream's ``G2PWPinyin``, ``is_g2pw = True`` branch).
 
 Off by default: the reference fixtures and this package's default use pypinyin. It is used only when
-the application switches it on (:func:`configure` with the model folder, ``<model_dir>/G2PWModel``
-(:func:`g2pw_dir`), before the first Chinese sentence: the front end builds its runtime once; the engine
-does this from its settings), ``onnxruntime`` is installed and that folder holds the
+the caller switches it on (:class:`G2PWOptions` with the model folder, ``<model_dir>/G2PWModel``
+(:func:`g2pw_dir`), passed to the front end in its :class:`~.options.TextData`; the engine builds it from
+its settings), ``onnxruntime`` is installed and that folder holds the
 g2pW export (``g2pW.onnx``, ``POLYPHONIC_CHARS.txt``, ``MONOPHONIC_CHARS.txt``,
 ``bopomofo_to_pinyin_wo_tune_dict.json``, ``char_bopomofo_dict.json``, ``config.py``) plus a BERT
-``vocab.txt`` (in that folder, or another one given to :func:`configure`). Upstream's word fixes
+``vocab.txt`` (in that folder, or another one named by :attr:`G2PWOptions.vocab`). Upstream's word fixes
 (``polyphonic.rep``, ``polyphonic-fix.rep``) are applied when they are in that folder too, and
 ``opencc`` (s2tw, as upstream) when it is installed.
 
@@ -57,23 +57,8 @@ class G2PWOptions:
     folder: str | None = None  # the g2pW export (g2pw_dir of the model directory); None: none given
 
 
-_options = G2PWOptions()
-
-
-def configure(enabled: bool = False, vocab: str | os.PathLike | None = None,
-              folder: str | os.PathLike | None = None) -> None:
-    """Switch g2pW on or off (default off) for the process, with the folder of its export (:func:`g2pw_dir`)
-    and optionally its ``vocab.txt``. Takes effect when the Chinese front end builds its runtime (once, at the
-    first Chinese sentence): the choice is process-wide because that runtime is."""
-    global _options
-    _options = G2PWOptions(bool(enabled), None if vocab is None else os.fspath(vocab),
-                           None if folder is None else os.fspath(folder))
-
-
-def load_predictor(options: G2PWOptions | None = None) -> G2PWPredictor | None:
-    """A predictor when g2pW is switched on (``options``, default: what :func:`configure` set) and
-    usable; otherwise ``None`` (pypinyin is used)."""
-    options = options if options is not None else _options
+def load_predictor(options: G2PWOptions) -> G2PWPredictor | None:
+    """A predictor when ``options`` switch g2pW on and it is usable; otherwise ``None`` (pypinyin is used)."""
     if not options.enabled:
         logger.info("g2pW is not in use (switched off): Chinese pinyin comes from pypinyin")
         return None

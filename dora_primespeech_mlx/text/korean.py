@@ -27,6 +27,7 @@ import threading
 
 from .errors import TextFrontendError
 from .extras import import_extra, missing
+from .options import TextData
 from .symbols import symbols
 
 _LATIN_NAMES = {
@@ -52,7 +53,7 @@ _lock = threading.Lock()
 _runtime: tuple | None = None  # (g2pk2.G2p instance, jamo.h2j, jamo.j2hcj)
 
 
-def _load():
+def _load(data: TextData):
     global _runtime
     with _lock:
         if _runtime is None:
@@ -63,7 +64,7 @@ def _load():
 
             # NLTK's cmudict: g2pk2 loads it (for English words, which never reach it here: Latin letters
             # are spelled out first) and would download it itself on import when missing.
-            ensure_nltk_data(("cmudict",), "the Korean front end (g2pk2)")
+            ensure_nltk_data(("cmudict",), "the Korean front end (g2pk2)", data=data)
             g2pk2 = import_extra("ko", "g2pk2")
             with contextlib.redirect_stdout(io.StringIO()):  # g2pk2 prints "mecab installed"
                 g2p = g2pk2.G2p()
@@ -101,8 +102,9 @@ def fix_g2pk2_error(text: str) -> str:
     return "".join(out)
 
 
-def g2p(norm_text: str) -> list[str]:
-    g2pk, h2j, j2hcj = _load()
+def g2p(norm_text: str, *, data: TextData) -> list[str]:
+    """Phones of Korean text (g2pk2, then jamo); ``data``: where NLTK data is downloaded when missing."""
+    g2pk, h2j, j2hcj = _load(data)
     table = frozenset(symbols("v2"))
     text = g2pk(latin_to_hangul(norm_text))
     if not isinstance(text, str):

@@ -8,6 +8,7 @@ import time
 
 from .errors import MissingExtraError
 from .frontend import preprocess
+from .options import TextData
 
 # One sentence per language that reaches every lazily loaded part of its front end (numbers, an unknown
 # word for the neural G2P, a compound for wordsegment, mixed scripts).
@@ -28,14 +29,14 @@ def languages_for(option: str) -> list[str]:
     return [base] + (["en"] if base != "en" else [])
 
 
-def warm_up(option: str, version: str = "v2") -> dict[str, float]:
+def warm_up(option: str, version: str = "v2", *, data: TextData) -> dict[str, float]:
     """Run each front end ``option`` needs once; seconds per language (languages whose optional extra is
     missing are skipped: their first use reports the missing extra as usual)."""
     out = {}
     for lang in languages_for(option):
         t0 = time.perf_counter()
         try:
-            preprocess(SAMPLES[lang], lang, "cut5", version)
+            preprocess(SAMPLES[lang], lang, "cut5", version, data=data)
         except MissingExtraError:
             continue
         out[lang] = time.perf_counter() - t0

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import load_cases_json, model_cases, param_or_missing, require_case, require_fixture
+from conftest import load_cases_json, load_text_data, model_cases, param_or_missing, require_case, require_fixture
 
 import dora_primespeech_mlx.models.gpt.generate as t2s_generate
 from dora_primespeech_mlx.assets.catalog import VoiceSpec
@@ -23,6 +23,8 @@ from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig, Synthe
 from dora_primespeech_mlx.errors import ConfigError, NothingToSpeakError, SynthesisError
 from dora_primespeech_mlx.models.hubert.model import PROMPT_TAIL_SAMPLES
 from dora_primespeech_mlx.text import TextFrontendError, UnsupportedLanguageError
+
+DATA = load_text_data()  # the text front end's folders (tests/conftest.py)
 
 E2E_CASES = model_cases("e2e")
 E2E_PARAMS = param_or_missing(E2E_CASES, lambda c: c["name"], "models/cases.json e2e case")
@@ -331,7 +333,7 @@ def test_chunks_postprocessed_and_concatenated(engine, voice):
     from dora_primespeech_mlx.text import preprocess
 
     text = "Hello world, this is a test. Another sentence follows here!"
-    n_chunks = len(preprocess(text, voice.language, "cut5"))  # the request's language: the voice's
+    n_chunks = len(preprocess(text, voice.language, "cut5", data=DATA))  # the request's language: the voice's
     assert n_chunks >= 2
     r = engine.synthesize(text, text_split_method="cut5", speed_factor=1.0, fragment_interval=0.25, seed=3)
     gap = int(r.sample_rate * 0.25)
@@ -431,7 +433,7 @@ def test_chinese_segments_get_bert_features_in_one_batch(engine, voice):
             return model(*a, **kw)
 
     encoders = EncoderBackends(mode="mlx", mlx_bert=lambda: (Counting(), tokenizer))
-    chunks = preprocess("你好world，再见。好的", "zh", "cut5")
+    chunks = preprocess("你好world，再见。好的", "zh", "cut5", data=DATA)
     assert len(chunks) >= 2
     feats = pipeline.bert_features(chunks, voice, encoders)
     assert len(calls) == 1

@@ -41,7 +41,7 @@ def batched(engine, monkeypatch):
 
 def _sentences(engine, text) -> int:
     return len(pipeline.text_chunks(text, engine.voice.language, "cut5", engine.voice,
-                                    engine.store.models(engine.voice), pipeline.Timer()))
+                                    engine.store.models(engine.voice), pipeline.Timer(), data=engine.text_data))
 
 
 def test_whole_synthesis_batched_equals_one_by_one(engine, batched, monkeypatch):

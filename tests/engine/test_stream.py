@@ -53,7 +53,7 @@ def streams(monkeypatch) -> list[Stream]:
 
 def _sentences(engine, text) -> list[pipeline.TextChunk]:
     return pipeline.text_chunks(text, engine.voice.language, "cut5", engine.voice, engine.store.models(engine.voice),
-                                pipeline.Timer())
+                                pipeline.Timer(), data=engine.text_data)
 
 
 def _stream(engine, monkeypatch, text: str, start: str, streams: list[Stream]) -> tuple[Stream, list, dict]:

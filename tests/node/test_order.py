@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import load_text_data
 from test_handler import Recorder, make_handler
 from tiny_voice import make_model_dir
 
@@ -21,6 +22,8 @@ from dora_primespeech_mlx.dataflow.handler import CANCELLED, MessageHandler
 from dora_primespeech_mlx.dataflow.transport import DirectTransport
 from dora_primespeech_mlx.errors import SynthesisError
 from dora_primespeech_mlx.settings import Settings
+
+DATA = load_text_data()  # the text front end's folders (tests/conftest.py)
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -382,12 +385,12 @@ def test_the_front_end_never_holds_the_gil_for_long():
     run every few milliseconds: the input thread is never starved."""
     from dora_primespeech_mlx.text import preprocess
 
-    preprocess("Hello qwzrtpxkvb world.", "en")  # loads what the front end loads once (dictionaries, predictor)
+    preprocess("Hello qwzrtpxkvb world.", "en", data=DATA)  # loads what the front end loads once (dictionaries, model)
     idle = _worst_wake_up(lambda: time.sleep(1.0))
     for name, text in SLOW_TEXTS.items():
         t0 = time.perf_counter()
         piece = text if name != "oov-words" else text[:1500]
-        busy = _worst_wake_up(lambda piece=piece: preprocess(piece, "en"))
+        busy = _worst_wake_up(lambda piece=piece: preprocess(piece, "en", data=DATA))
         print(f"{name}: {time.perf_counter() - t0:.2f} s of front end, worst wake-up {busy * 1000:.1f} ms "
               f"(idle {idle * 1000:.1f} ms)")
         assert busy < 0.1 + idle, name

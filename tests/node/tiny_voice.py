@@ -8,6 +8,7 @@ named in ``models/cases.json`` (``checkpoints``) and to the reference clip, prom
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -56,11 +57,22 @@ def write_voice(model_dir: Path, name: str = VOICE, speed_factor: float = 1.0) -
 
 
 def make_model_dir(root: Path) -> Path:
-    """A model directory with the two tiny voices."""
+    """A model directory with the two tiny voices and the text front end's dictionaries (``text-data``)."""
     root.mkdir(parents=True, exist_ok=True)
     write_voice(root, VOICE)
     write_voice(root, VOICE_2, speed_factor=1.25)
+    link_text_data(root)
     return root
+
+
+def link_text_data(root: Path) -> None:
+    """``<root>/text-data``, where an installed model directory keeps the original front end's dictionaries: a
+    link to the copy the tests use (``PRIMESPEECH_TEXT_DATA``, set by tests/conftest.py), so that settings built
+    from a test's own variables (no ``PRIMESPEECH_TEXT_DATA`` among them) find them offline."""
+    shared = os.environ.get("PRIMESPEECH_TEXT_DATA")
+    target = root / "text-data"
+    if shared and not target.exists():
+        target.symlink_to(Path(shared).resolve(), target_is_directory=True)
 
 
 __all__ = ["VOICE", "VOICE_2", "checkpoint", "e2e_case", "fixtures_root", "make_model_dir", "reference_wav"]

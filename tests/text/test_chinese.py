@@ -9,13 +9,18 @@ end (no ASCII letters, so the language splitter returns a single ``zh`` segment)
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
-from conftest import case_rows, param_or_missing, require_case
+from conftest import case_rows, load_text_data, param_or_missing, require_case
 
+from dora_primespeech_mlx.settings import Settings
 from dora_primespeech_mlx.text import chinese
 from dora_primespeech_mlx.text.chinese import g2p, text_normalize
 from dora_primespeech_mlx.text.errors import TextFrontendError
+from dora_primespeech_mlx.text.options import TextData
+
+DATA = load_text_data()  # the text front end's folders (tests/conftest.py)
 
 CASES = "text/cases_v2.jsonl"
 _ROWS = case_rows(CASES)
@@ -30,10 +35,10 @@ def clean_zh(text: str) -> tuple[str, list[str], list[int]]:
     for symbol, pause in _SPECIAL:
         if symbol in text:
             norm = text_normalize(text.replace(symbol, ","))
-            phones, word2ph = g2p(norm)
+            phones, word2ph = g2p(norm, data=DATA)
             return norm, [pause if p == "," else p for p in phones], word2ph
     norm = text_normalize(text)
-    phones, word2ph = g2p(norm)
+    phones, word2ph = g2p(norm, data=DATA)
     return norm, phones, word2ph
 
 
@@ -111,17 +116,17 @@ def test_zh_chunk_matches_reference(item):
     ],
 )
 def test_pinyin_and_tone_sandhi(text, phones):
-    got, word2ph = g2p(text)
+    got, word2ph = g2p(text, data=DATA)
     assert " ".join(got) == phones
     assert word2ph == [2] * len(text)
 
 
 def test_erhua_copies_the_previous_tone_except_listed_words():
-    phones, _ = g2p("小孩儿")
+    phones, _ = g2p("小孩儿", data=DATA)
     assert phones[-4:] == ["h", "ai2", "EE", "er2"]
-    phones, _ = g2p("一会儿")
+    phones, _ = g2p("一会儿", data=DATA)
     assert phones[-4:] == ["h", "ui4", "EE", "er4"]
-    phones, _ = g2p("女儿")
+    phones, _ = g2p("女儿", data=DATA)
     assert phones == ["n", "v3", "EE", "er2"]
 
 
@@ -145,7 +150,7 @@ def test_text_normalize(text, norm):
 
 
 def test_word2ph_counts_punctuation_once():
-    phones, word2ph = g2p("你好,世界.")
+    phones, word2ph = g2p("你好,世界.", data=DATA)
     assert word2ph == [2, 2, 1, 2, 2, 1]
     assert phones[4] == "," and phones[-1] == "."
 
@@ -153,16 +158,22 @@ def test_word2ph_counts_punctuation_once():
 @pytest.mark.parametrize("bad", ["你好1", "hello", "你好ㄅ"])
 def test_g2p_rejects_text_that_is_not_normalised(bad):
     with pytest.raises(TextFrontendError):
-        g2p(bad)
+        g2p(bad, data=DATA)
 
 
 def test_empty_text():
     assert text_normalize("") == ""
-    assert g2p("") == ([], [])
+    assert g2p("", data=DATA) == ([], [])
 
 
-def test_runtime_is_built_once():
-    assert chinese.runtime() is chinese.runtime()
+def test_runtime_is_built_once_per_g2pw_choice():
+    from dora_primespeech_mlx.text.g2pw import G2PWOptions
+
+    off, on_without_model = G2PWOptions(), G2PWOptions(enabled=True)  # (the second falls back to pypinyin)
+    assert chinese.runtime(off) is chinese.runtime(off)
+    assert chinese.runtime(on_without_model) is not chinese.runtime(off)
+    text = "你好,世界."
+    assert g2p(text, data=replace(DATA, g2pw=on_without_model)) == g2p(text, data=replace(DATA, g2pw=off))
 
 
 def test_concurrent_use_gives_the_same_phones():
@@ -182,8 +193,9 @@ def test_g2pw_is_off_by_default(monkeypatch, caplog):
     from dora_primespeech_mlx.text import g2pw
 
     with caplog.at_level("INFO", logger=g2pw.__name__):
-        assert g2pw.load_predictor() is None
+        assert g2pw.load_predictor(g2pw.G2PWOptions()) is None
     assert "not in use" in caplog.text
+    assert not TextData.from_settings(Settings.from_env({})).g2pw.enabled  # PRIMESPEECH_G2PW unset: off
 
 
 def test_g2pw_without_model_falls_back(monkeypatch, tmp_path, caplog):
@@ -194,10 +206,11 @@ def test_g2pw_without_model_falls_back(monkeypatch, tmp_path, caplog):
     assert "no g2pW model folder" in caplog.text
     assert g2pw.load_predictor(g2pw.G2PWOptions(enabled=True, folder=str(folder))) is None
     assert "g2pW.onnx" in caplog.text
-    monkeypatch.setattr(g2pw, "_options", g2pw.G2PWOptions())
-    g2pw.configure(enabled=True, vocab=tmp_path / "vocab.txt", folder=folder)
-    assert g2pw._options == g2pw.G2PWOptions(True, str(tmp_path / "vocab.txt"), str(folder))
-    assert g2pw.load_predictor() is None  # configured on, but no model here
+    env = {"PRIMESPEECH_G2PW": "1", "PRIMESPEECH_G2PW_VOCAB": str(tmp_path / "vocab.txt"),
+           "PRIMESPEECH_MODEL_DIR": str(tmp_path)}
+    options = TextData.from_settings(Settings.from_env(env)).g2pw  # the folder: <model_dir>/G2PWModel
+    assert options == g2pw.G2PWOptions(True, str(tmp_path / "vocab.txt"), str(folder))
+    assert g2pw.load_predictor(options) is None  # switched on, but no model here
 
 
 def test_g2pw_helpers(tmp_path):

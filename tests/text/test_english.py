@@ -8,6 +8,7 @@ Upstream's ``cleaner.clean_text`` returns, for an English segment, ``english.g2p
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -16,11 +17,14 @@ from pathlib import Path
 
 import nltk
 import pytest
-from conftest import case_rows, fixtures_required, param_or_missing, require_fixture
+from conftest import case_rows, fixtures_required, load_text_data, param_or_missing, require_fixture
 
 from dora_primespeech_mlx.text import data
 from dora_primespeech_mlx.text.en_normalization import normalize
 from dora_primespeech_mlx.text.errors import TextFrontendError
+from dora_primespeech_mlx.text.options import TextData
+
+DATA = load_text_data()  # the text front end's folders (tests/conftest.py)
 
 CASES = "text/cases_v2.jsonl"
 SYMBOLS = "text/symbols_v2.json"
@@ -53,7 +57,7 @@ def english():
     ):
         _skip_or_fail("English dictionaries not found: set PRIMESPEECH_TEXT_DATA (see tests/conftest.py)")
     try:
-        data.ensure_nltk_data()
+        data.ensure_nltk_data(data=DATA)
     except TextFrontendError as err:
         _skip_or_fail(f"NLTK data not available offline: {err}")
     from dora_primespeech_mlx.text import english
@@ -75,7 +79,7 @@ def test_segment_matches_upstream(seg, english):
         pytest.skip(f"{CASES} has no English segments")
     norm_text = english.text_normalize(seg["text"])
     assert norm_text == seg["norm_text"]
-    phones = _with_comma_rule(english.g2p(norm_text))
+    phones = _with_comma_rule(english.g2p(norm_text, data=DATA))
     assert phones == seg["phones"]
 
 
@@ -86,7 +90,7 @@ def test_phone_ids_use_the_v2_table(english):
     if not segments:
         pytest.skip(f"{CASES} has no English segments")
     for seg in segments:
-        phones = _with_comma_rule(english.g2p(english.text_normalize(seg["text"])))
+        phones = _with_comma_rule(english.g2p(english.text_normalize(seg["text"]), data=DATA))
         assert [table[p] for p in phones] == seg["phone_ids"], seg["text"]
 
 
@@ -95,9 +99,9 @@ def test_kept_symbols_are_the_v2_symbols_the_dictionaries_use(english):
     v2 = set(json.loads(require_fixture(SYMBOLS).read_text(encoding="utf-8"))["symbols"])
     kept = english._V2_ENGLISH
     assert kept <= v2
-    used = {ph for phones in english.english_dictionary().values() for ph in phones}
-    used |= {ph for phones in english.name_dictionary().values() for ph in phones}
-    used |= set(english.english_g2p()._model.phonemes)
+    used = {ph for phones in english.english_dictionary(data=DATA).values() for ph in phones}
+    used |= {ph for phones in english.name_dictionary(data=DATA).values() for ph in phones}
+    used |= set(english.english_g2p(data=DATA)._model.phonemes)
     assert (used & v2) <= kept
 
 
@@ -165,7 +169,7 @@ def test_normalize_keeps_only_plain_characters():
 
 
 def test_g2p_letters_and_homographs(english):
-    g2p = english.g2p
+    g2p = functools.partial(english.g2p, data=DATA)
     assert g2p("A") == ["EY1"]
     assert g2p("a") == ["AH0"]
     # upstream's fixes: "read" tagged VBP reads R IY1 D; "complex" as an adjective K AH0 M P L EH1 K S
@@ -175,13 +179,13 @@ def test_g2p_letters_and_homographs(english):
 
 
 def test_g2p_rules(english):
-    g2p, cmu = english.g2p, english.english_dictionary()
+    g2p, cmu = functools.partial(english.g2p, data=DATA), english.english_dictionary(data=DATA)
     assert g2p("'") == ["-"]
     assert g2p("xqz") == cmu["x"] + cmu["q"] + cmu["z"]  # short unknown word is spelled
     assert g2p("OS") == ["OW1", "EH1", "S"]  # removed from the dictionary, so spelled
     assert g2p("conda") == ["K", "AA1", "N", "D", "AH0"]  # engdict-hot.rep
     assert g2p("hello, world.") == cmu["hello"] + [","] + cmu["world"] + ["."]
-    word = english.english_g2p().word
+    word = english.english_g2p(data=DATA).word
     # possessive 's: S after a voiceless consonant, AH0 Z after a sibilant, Z otherwise
     assert word("mailman's") == cmu["mailman"] + ["Z"]
     assert word("bigbox's") == cmu["big"] + cmu["box"] + ["AH0", "Z"]
@@ -191,9 +195,9 @@ def test_g2p_rules(english):
 
 
 def test_g2p_names_only_for_title_case(english):
-    names, cmu = english.name_dictionary(), english.english_dictionary()
+    names, cmu = english.name_dictionary(data=DATA), english.english_dictionary(data=DATA)
     name = next(n for n in names if n not in cmu and len(n) > 3 and n.isalpha())
-    assert english.english_g2p().word(name.title()) == names[name]
+    assert english.english_g2p(data=DATA).word(name.title()) == names[name]
 
 
 # --------------------------------------------------------------------------------------- data layer
@@ -206,22 +210,27 @@ def _shared_file(name: str) -> Path:
     return path
 
 
+def _data_in(folder: Path) -> TextData:
+    """The front end's data with both folders at ``folder`` (g2pW off)."""
+    return TextData(folder, folder)
+
+
 def test_checksum_mismatch_raises(tmp_path, monkeypatch):
-    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path))
+    here = _data_in(tmp_path)
     (tmp_path / "cmudict.rep").write_text("not the dictionary\n")
     with pytest.raises(TextFrontendError, match=r"cmudict\.rep.*sha256.*PRIMESPEECH_TEXT_DATA"):
-        data.data_file("cmudict.rep")
+        data.data_file("cmudict.rep", data=here)
 
 
 def test_missing_file_without_network_gives_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path))
+    here = _data_in(tmp_path)
 
     def offline(url):
         raise urllib.error.URLError("network is unreachable")
 
     monkeypatch.setattr(data, "fetch_url", offline)
     with pytest.raises(TextFrontendError) as info:
-        data.data_file("cmudict-fast.rep")
+        data.data_file("cmudict-fast.rep", data=here)
     msg = str(info.value)
     assert "cmudict-fast.rep" in msg and data.UPSTREAM_COMMIT in msg and "PRIMESPEECH_TEXT_DATA" in msg
     assert list(tmp_path.iterdir()) == []
@@ -229,15 +238,15 @@ def test_missing_file_without_network_gives_clear_error(tmp_path, monkeypatch):
 
 def test_download_is_verified_and_atomic(tmp_path, monkeypatch):
     good = _shared_file("engdict-hot.rep").read_bytes()
-    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path))
+    here = _data_in(tmp_path)
     urls = []
     monkeypatch.setattr(data, "fetch_url", lambda url: urls.append(url) or good + b"tampered")
     with pytest.raises(TextFrontendError, match="expected"):
-        data.data_file("engdict-hot.rep")
+        data.data_file("engdict-hot.rep", data=here)
     assert list(tmp_path.iterdir()) == []  # nothing half-written or wrong is left behind
 
     monkeypatch.setattr(data, "fetch_url", lambda url: urls.append(url) or good)
-    path = data.data_file("engdict-hot.rep")
+    path = data.data_file("engdict-hot.rep", data=here)
     assert path == tmp_path / "engdict-hot.rep" and path.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["engdict-hot.rep"]
     assert urls[-1] == (
@@ -247,9 +256,9 @@ def test_download_is_verified_and_atomic(tmp_path, monkeypatch):
 
 def test_namedict_is_converted_from_the_pickle(tmp_path, monkeypatch):
     names = json.loads(_shared_file("namedict.json").read_text(encoding="utf-8"))
-    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path))
+    here = _data_in(tmp_path)
     monkeypatch.setattr(data, "fetch_url", lambda url: pickle.dumps(names, protocol=4))
-    path = data.data_file("namedict.json")
+    path = data.data_file("namedict.json", data=here)
     assert json.loads(path.read_text(encoding="utf-8")) == names
 
 
@@ -257,12 +266,12 @@ def test_install_file_from_a_local_copy(tmp_path, monkeypatch):
     names = json.loads(_shared_file("namedict.json").read_text(encoding="utf-8"))
     local = tmp_path / "namedict_cache.pickle"
     local.write_bytes(pickle.dumps(names, protocol=4))
-    monkeypatch.setenv("PRIMESPEECH_TEXT_DATA", str(tmp_path / "data"))
-    path = data.install_file("namedict.json", local)
+    here = _data_in(tmp_path / "data")
+    path = data.install_file("namedict.json", local, data=here)
     assert path == tmp_path / "data" / "namedict.json"
-    assert data.data_file("namedict.json") == path
+    assert data.data_file("namedict.json", data=here) == path
     with pytest.raises(TextFrontendError, match="expected"):
-        data.install_file("cmudict.rep", local)
+        data.install_file("cmudict.rep", local, data=here)
 
 
 def test_namedict_unpickler_refuses_code():
@@ -279,7 +288,6 @@ def test_namedict_unpickler_refuses_code():
 
 def test_nltk_data_missing_and_offline_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setattr(nltk.data, "path", list(nltk.data.path))
-    monkeypatch.setattr(data, "nltk_data_dir", lambda: tmp_path)
     monkeypatch.setattr(data, "_nltk_has", lambda resource: False)
 
     def offline(package, download_dir):
@@ -287,14 +295,13 @@ def test_nltk_data_missing_and_offline_is_an_error(monkeypatch, tmp_path):
 
     monkeypatch.setattr(data, "nltk_download", offline)
     with pytest.raises(TextFrontendError, match=r"averaged_perceptron_tagger_eng.*NLTK_DATA"):
-        data.ensure_nltk_data.__wrapped__()
+        data.ensure_nltk_data(data=_data_in(tmp_path))
 
 
 def test_nltk_data_is_downloaded_into_the_model_dir(monkeypatch, tmp_path):
     monkeypatch.setattr(nltk.data, "path", list(nltk.data.path))
     present: set[str] = set()
     calls = []
-    monkeypatch.setattr(data, "nltk_data_dir", lambda: tmp_path)
     monkeypatch.setattr(data, "_nltk_has", lambda resource: resource in present)
 
     def download(package, download_dir):
@@ -303,6 +310,6 @@ def test_nltk_data_is_downloaded_into_the_model_dir(monkeypatch, tmp_path):
         return True
 
     monkeypatch.setattr(data, "nltk_download", download)
-    data.ensure_nltk_data.__wrapped__()
+    data.ensure_nltk_data(data=_data_in(tmp_path))
     assert str(tmp_path) in nltk.data.path
     assert calls == [(p, str(tmp_path)) for p, _ in data.NLTK_PACKAGES]

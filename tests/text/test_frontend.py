@@ -17,7 +17,7 @@ import re
 import sys
 
 import pytest
-from conftest import case_rows, fixtures_required, require_case
+from conftest import case_rows, fixtures_required, load_text_data, require_case
 
 from dora_primespeech_mlx.text import (
     TextFrontendError,
@@ -34,6 +34,8 @@ from dora_primespeech_mlx.text import (
 )
 from dora_primespeech_mlx.text.errors import MissingExtraError
 from dora_primespeech_mlx.text.frontend import clean_text
+
+DATA = load_text_data()  # the text front end's folders (tests/conftest.py)
 
 CASES = "text/cases_v2.jsonl"
 CASES_JKC = "text/cases_v2_jkc.jsonl"
@@ -102,9 +104,9 @@ def test_get_phones(row):
     row = _case(row)
     if "error" in row:
         with pytest.raises(TextFrontendError):
-            get_phones(row["text"], row["language"])
+            get_phones(row["text"], row["language"], data=DATA)
         return
-    result = get_phones(row["text"], row["language"])
+    result = get_phones(row["text"], row["language"], data=DATA)
     got_segments = [
         {
             "lang": s.lang,
@@ -130,11 +132,11 @@ def test_preprocess(item):
     row, rec = _case(item)
     if "error" in rec:
         with pytest.raises(TextFrontendError):
-            preprocess(row["text"], row["language"], rec["method"])
+            preprocess(row["text"], row["language"], rec["method"], data=DATA)
         return
     assert split_text(row["text"], rec["method"], row["language"]) == rec["pre_seg_text"]
     assert [c["input"] for c in rec["chunks"]] == rec["pre_seg_text"]
-    chunks = preprocess(row["text"], row["language"], rec["method"])
+    chunks = preprocess(row["text"], row["language"], rec["method"], data=DATA)
     kept = [c for c in rec["chunks"] if c["kept"]]
     assert [c.text for c in chunks] == [c["input"] for c in kept]
     for got, want in zip(chunks, kept):
@@ -142,7 +144,7 @@ def test_preprocess(item):
         assert list(got.phones) == want["phones"]
         assert list(got.phone_ids) == want["phone_ids"]
     for dropped in (c for c in rec["chunks"] if not c["kept"]):
-        assert get_phones(dropped["input"], row["language"]).norm_text == ""
+        assert get_phones(dropped["input"], row["language"], data=DATA).norm_text == ""
 
 
 @pytest.mark.parametrize("row", _PARAMS)
@@ -151,9 +153,9 @@ def test_prompt(row):
     want = row["as_prompt"]
     if "error" in want:
         with pytest.raises(TextFrontendError):
-            prompt_phones(row["text"], row["language"])
+            prompt_phones(row["text"], row["language"], data=DATA)
         return
-    result = prompt_phones(row["text"], row["language"])
+    result = prompt_phones(row["text"], row["language"], data=DATA)
     if "skipped" in want:
         assert result is None
         return
@@ -170,9 +172,9 @@ def test_prompt(row):
 @pytest.mark.parametrize("option", ["fr", "", "ZH", "all_en", "auto_ja", "cantonese"])
 def test_unsupported_options(option):
     for fn in (
-        lambda: get_phones("你好，世界。", option),
-        lambda: preprocess("你好，世界。", option),
-        lambda: prompt_phones("你好，世界。", option),
+        lambda: get_phones("你好，世界。", option, data=DATA),
+        lambda: preprocess("你好，世界。", option, data=DATA),
+        lambda: prompt_phones("你好，世界。", option, data=DATA),
     ):
         with pytest.raises(UnsupportedLanguageError, match=f"language {option!r} is not supported"):
             fn()
@@ -184,10 +186,10 @@ def test_auto_routes_by_script():
     assert split_languages("こんにちは、世界。", "auto")[0] == ("ja", "こんにちは、")  # "世界。": zh by script
     assert split_languages("你好，안녕하세요。", "auto") == [("zh", "你好，"), ("ko", "안녕하세요。")]
     assert split_languages("你好，안녕하세요。", "auto_yue") == [("yue", "你好，"), ("ko", "안녕하세요。")]
-    mixed = get_phones("今日はいい天気ですね。你好，안녕하세요。Hello!", "auto")
+    mixed = get_phones("今日はいい天気ですね。你好，안녕하세요。Hello!", "auto", data=DATA)
     assert [s.lang for s in mixed.segments] == ["ja", "zh", "ko", "en"]
     for seg in mixed.segments:
-        assert list(seg.phones) == clean_text(seg.text, seg.lang)[0]
+        assert list(seg.phones) == clean_text(seg.text, seg.lang, data=DATA)[0]
     # with a Chinese option the same text is read as Chinese (kana/hangul are dropped by normalisation)
     for text in ("こんにちは、世界。", "你好，안녕하세요。"):
         assert {lang for lang, _ in split_languages(text, "zh")} == {"zh"}
@@ -207,7 +209,7 @@ def test_missing_extra_names_it(monkeypatch, lang, frontend, attr, library, text
     monkeypatch.setattr(frontend, attr, None)
     monkeypatch.setitem(sys.modules, library, None)  # "import library" now raises ImportError
     with pytest.raises(MissingExtraError, match=rf"pip install 'dora-primespeech-mlx\[{lang}\]'"):
-        clean_text(text, lang)
+        clean_text(text, lang, data=DATA)
 
 
 def test_upstream_examples():
@@ -222,15 +224,15 @@ def test_upstream_examples():
 
 def test_non_str_input():
     with pytest.raises(TextFrontendError, match="str"):
-        get_phones(None, "zh")  # type: ignore[arg-type]
+        get_phones(None, "zh", data=DATA)  # type: ignore[arg-type]
     with pytest.raises(TextFrontendError, match="str"):
-        preprocess(b"abc", "zh")  # type: ignore[arg-type]
+        preprocess(b"abc", "zh", data=DATA)  # type: ignore[arg-type]
 
 
 def test_phones_json_matches_get_phones():
     text = "我用ChatGPT写了3个程序。"
-    out = phones_json(text, "zh", method="cut5")
-    result = get_phones(text, "zh")
+    out = phones_json(text, "zh", method="cut5", data=DATA)
+    result = get_phones(text, "zh", data=DATA)
     assert out["phone_ids"] == list(result.phone_ids)
     assert [s["lang"] for s in out["segments"]] == [s.lang for s in result.segments]
     assert [c["input"] for c in out["preprocess"]["chunks"]] == split_text(text, "cut5", "zh")
@@ -244,13 +246,13 @@ def test_long_run_without_punctuation(text, language):
     stands (upstream's split_big_text yields an empty first chunk and then the whole run: Chinese failed on the
     empty chunk, English read a 4 800-letter "word" for 28 s and +800 MB)."""
     with pytest.raises(TextFrontendError, match="without a split mark"):
-        preprocess(text, language, "cut5")
+        preprocess(text, language, "cut5", data=DATA)
 
 
 def test_an_overlong_word_is_refused():
     """A 100-letter "word" (no dictionary has it) is refused instead of running the neural predictor for seconds."""
     with pytest.raises(TextFrontendError, match="up to 64"):
-        preprocess("Say " + "qwrtzp" * 17 + " now.", "en", "cut5")
+        preprocess("Say " + "qwrtzp" * 17 + " now.", "en", "cut5", data=DATA)
 
 
 class _Stop(Exception):
@@ -272,5 +274,5 @@ def test_checkpoints_stop_the_front_end_with_the_callers_exception(text, languag
             raise _Stop("stop")
 
     with checks(check), pytest.raises(_Stop):
-        preprocess(text, language, "cut5")
-    assert preprocess(text, language, "cut5")  # outside the block: no checks
+        preprocess(text, language, "cut5", data=DATA)
+    assert preprocess(text, language, "cut5", data=DATA)  # outside the block: no checks

@@ -14,6 +14,7 @@ import signal
 import time
 
 import pytest
+from conftest import load_text_data
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,8 @@ from dora_primespeech_mlx.text import (
 )
 from dora_primespeech_mlx.text.segmentation import METHODS
 from dora_primespeech_mlx.text.symbols import symbols
+
+DATA = load_text_data()  # the text front end's folders (tests/conftest.py)
 
 OPTIONS = SUPPORTED_OPTIONS  # all_zh zh en auto all_ja ja all_ko ko all_yue yue auto_yue
 N_SYMBOLS = len(symbols("v2"))
@@ -81,9 +84,9 @@ def time_limit(seconds: float):
 def _warm_up():
     """Load jieba, pypinyin, the English G2P and the ja/ko/yue libraries once, outside the per-example
     deadline (a missing extra fails here: the dev install has them all)."""
-    get_phones("你好，世界。Hello world.", "zh")
+    get_phones("你好，世界。Hello world.", "zh", data=DATA)
     for option, text in (("ja", "こんにちは。"), ("ko", "안녕하세요."), ("yue", "你好。")):
-        get_phones(text, option)
+        get_phones(text, option, data=DATA)
 
 
 def check_result(result):
@@ -103,7 +106,7 @@ def check_result(result):
 
 def phones_or_error(text, option):
     try:
-        result = get_phones(text, option)
+        result = get_phones(text, option, data=DATA)
     except TextFrontendError:
         return
     check_result(result)
@@ -111,7 +114,7 @@ def phones_or_error(text, option):
 
 def preprocess_or_error(text, option, method):
     try:
-        chunks = preprocess(text, option, method)
+        chunks = preprocess(text, option, method, data=DATA)
     except TextFrontendError:
         return
     for chunk in chunks:
@@ -138,7 +141,7 @@ def test_preprocess_total(text, option, method):
 def test_prompt_total(text, option):
     with time_limit(60):
         try:
-            result = prompt_phones(text, option)
+            result = prompt_phones(text, option, data=DATA)
         except TextFrontendError:
             return
         if result is not None:
@@ -206,11 +209,11 @@ PARAGRAPH = (
 def test_long_realistic_text_is_linear():
     """100 000 characters of ordinary mixed text: phonemised whole and chunked, in bounded time."""
     text = (PARAGRAPH * (100_000 // len(PARAGRAPH) + 1))[:100_000]
-    one = get_phones(PARAGRAPH, "zh")
+    one = get_phones(PARAGRAPH, "zh", data=DATA)
     start = time.perf_counter()
     with time_limit(240):
-        result = get_phones(text, "zh")
-        chunks = preprocess(text, "zh", "cut5")
+        result = get_phones(text, "zh", data=DATA)
+        chunks = preprocess(text, "zh", "cut5", data=DATA)
     check_result(result)
     repeats = 100_000 // len(PARAGRAPH)
     assert len(result.phones) >= repeats * len(one.phones)
@@ -234,11 +237,11 @@ def test_long_realistic_text_jkc(option):
     """100 000 characters of Japanese / Korean / Cantonese: phonemised whole and chunked, in bounded time."""
     paragraph = PARAGRAPHS_JKC[option]
     text = (paragraph * (100_000 // len(paragraph) + 1))[:100_000]
-    one = get_phones(paragraph, option)
+    one = get_phones(paragraph, option, data=DATA)
     start = time.perf_counter()
     with time_limit(240):
-        result = get_phones(text, option)
-        chunks = preprocess(text, option, "cut5")
+        result = get_phones(text, option, data=DATA)
+        chunks = preprocess(text, option, "cut5", data=DATA)
     check_result(result)
     repeats = 100_000 // len(paragraph)
     # chunking drops the spaces/marks at chunk borders, so the chunks may hold a few phones less

@@ -15,11 +15,14 @@ import statistics
 import time
 
 import pytest
+from conftest import load_text_data
 
 from dora_primespeech_mlx.text import en_normalization as en
 from dora_primespeech_mlx.text import get_phones, split_languages, split_text
 from dora_primespeech_mlx.text.llm import StreamFilter, clean
 from dora_primespeech_mlx.text.zh_normalization import normalizer as zh
+
+DATA = load_text_data()  # the text front end's folders (tests/conftest.py)
 
 SIZES = (1000, 4000)
 MAX_RATIO = 10.0
@@ -84,9 +87,9 @@ STAGES = {
     "language split": lambda t: split_languages(t, "auto"),
     **{f"segmentation {m}": functools.partial(_segment, method=m) for m in ("cut0", "cut1", "cut2", "cut3", "cut4",
                                                                              "cut5")},
-    "get_phones zh": lambda t: get_phones(t, "zh"),
-    "get_phones en": lambda t: get_phones(t, "en"),
-    "get_phones auto": lambda t: get_phones(t, "auto"),
+    "get_phones zh": lambda t: get_phones(t, "zh", data=DATA),
+    "get_phones en": lambda t: get_phones(t, "en", data=DATA),
+    "get_phones auto": lambda t: get_phones(t, "auto", data=DATA),
 }
 
 

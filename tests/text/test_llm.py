@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import load_text_data
 
 from dora_primespeech_mlx.text.llm import (
     MAX_BLOCK_CHARS,
@@ -22,6 +23,8 @@ from dora_primespeech_mlx.text.llm import (
     language_family,
 )
 from dora_primespeech_mlx.text.speakable import has_speakable
+
+DATA = load_text_data()  # the text front end's folders (tests/conftest.py)
 
 CORPUS = [json.loads(line) for line in Path(__file__).with_name("llm_corpus.jsonl").read_text("utf-8").splitlines()
           if line.strip()]
@@ -191,7 +194,7 @@ def test_list_items_read_apart_by_the_front_end(row):
     """Through the front end: no ordinal, and a pause between each item's last word and the next one's first."""
     from dora_primespeech_mlx.text import get_phones
 
-    norm = get_phones(clean(row["input"], row["lang"]), row["lang"]).norm_text
+    norm = get_phones(clean(row["input"], row["lang"]), row["lang"], data=DATA).norm_text
     assert not re.search(r"\b(first|second|third)\b", norm, re.IGNORECASE), norm
     lines = [ln.strip() for ln in clean(row["input"], row["lang"]).split("\n") if ln.strip()]
     for line, following in zip(lines, lines[1:]):

@@ -13,10 +13,12 @@ import re
 import unicodedata
 
 import pytest
-from conftest import case_rows, fixtures_required, load_jsonl, require_case
+from conftest import case_rows, fixtures_required, load_jsonl, load_text_data, require_case
 
 from dora_primespeech_mlx.text import TextFrontendError, get_phones, preprocess, split_text
 from dora_primespeech_mlx.text.llm import StreamFilter, clean
+
+DATA = load_text_data()  # the text front end's folders (tests/conftest.py)
 
 CASE_FILES = ("text/cases_v2.jsonl", "text/cases_v2_jkc.jsonl")
 SPLITS = "text/splits.jsonl"
@@ -83,15 +85,15 @@ def test_fixture_phones_through_the_stage(row):
         pytest.skip("the stage rewrites this sentence (it documents how): upstream's phones are of the raw text")
     if "error" in row:
         with pytest.raises(TextFrontendError):
-            get_phones(cleaned, lang)
+            get_phones(cleaned, lang, data=DATA)
         return
-    assert list(get_phones(cleaned, lang).phone_ids) == row["phone_ids"], cleaned
+    assert list(get_phones(cleaned, lang, data=DATA).phone_ids) == row["phone_ids"], cleaned
     for rec in row.get("preprocess", []):
         if "chunks" not in rec:  # upstream raised
             with pytest.raises(TextFrontendError):
-                preprocess(cleaned, lang, rec["method"])
+                preprocess(cleaned, lang, rec["method"], data=DATA)
             continue
-        chunks = preprocess(cleaned, lang, rec["method"])
+        chunks = preprocess(cleaned, lang, rec["method"], data=DATA)
         kept = [c for c in rec["chunks"] if c.get("norm_text")]
         assert [list(c.phone_ids) for c in chunks] == [c["phone_ids"] for c in kept], rec["method"]
 

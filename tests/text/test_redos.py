@@ -108,11 +108,14 @@ def _reexec(module) -> None:
 
 
 def _run_stages() -> None:
+    from conftest import load_text_data
+
     from dora_primespeech_mlx.text import get_phones, split_languages, split_text
     from dora_primespeech_mlx.text.llm import StreamFilter, clean
 
+    data = load_text_data()
     stages = (clean, lambda t: StreamFilter().feed(t), lambda t: split_languages(t, "auto"),
-              lambda t: split_text(t, "cut5", "zh"), lambda t: get_phones(clean(t), "auto"))
+              lambda t: split_text(t, "cut5", "zh"), lambda t: get_phones(clean(t), "auto", data=data))
     for text in _SAMPLE:
         for stage in stages:
             try:

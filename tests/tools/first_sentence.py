@@ -53,17 +53,19 @@ def front_end_trial(order: int, warmup: bool) -> dict:
     """A Chinese voice's case, in the text front end alone (the fixture voice cannot speak Chinese): warm the
     front ends a ``zh`` voice warms (``warm_up("zh")``: Chinese and English), then time two English
     sentences through ``preprocess``."""
-    import conftest  # noqa: F401  (NLTK_DATA / PRIMESPEECH_TEXT_DATA from ../shared, as the tests use them)
+    from conftest import load_text_data  # (NLTK_DATA / PRIMESPEECH_TEXT_DATA from ../shared, as the tests use them)
 
     from dora_primespeech_mlx.text.frontend import preprocess
     from dora_primespeech_mlx.text.warmup import warm_up
 
+    data = load_text_data()
+
     t0 = time.perf_counter()
-    front_ends = warm_up("zh") if warmup else {}
+    front_ends = warm_up("zh", data=data) if warmup else {}
     out = {"order": order, "warmup_s": round(time.perf_counter() - t0, 3), "front_ends": front_ends, "runs": []}
     for text in (SENTENCES if order == 0 else SENTENCES[::-1]):
         t0 = time.perf_counter()
-        preprocess(text, "en", "cut5", "v2")
+        preprocess(text, "en", "cut5", "v2", data=data)
         dt = time.perf_counter() - t0
         out["runs"].append({"text": text[:20], "total_s": dt, "text_s": dt, "audio_s": 0.0})
     return out
