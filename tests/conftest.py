@@ -48,6 +48,14 @@ def load_text_data():
     return TextData.from_settings(Settings.from_env())
 
 
+def text_data_env() -> dict[str, str]:
+    """The settings that give a :class:`~dora_primespeech_mlx.settings.Settings` built from a table of its own
+    (``Settings.from_env({...})``) the tests' text front-end data: ``PRIMESPEECH_TEXT_DATA`` when this
+    environment has it (empty otherwise: the model directory's ``text-data``, downloaded on first use)."""
+    folder = os.environ.get("PRIMESPEECH_TEXT_DATA")
+    return {"PRIMESPEECH_TEXT_DATA": folder} if folder else {}
+
+
 @pytest.fixture(scope="session", name="text_data")
 def text_data_fixture():
     """The text front end's data (see :func:`load_text_data`)."""

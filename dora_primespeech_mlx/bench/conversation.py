@@ -351,16 +351,20 @@ def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
     here = str(Path(__file__).resolve())
     common = ["--langs", args.langs, "--rates", args.rates, "--sentences", str(args.sentences), "--runs", "1",
               "--split", args.split]
-    from ..settings import child_env
+    from ..settings import Settings, child_env
 
     base_env = child_env()  # each side's process: this one's environment, its threads set per run
+    # A side builds its settings from its own table, not the environment: the text front end's dictionaries
+    # (PRIMESPEECH_TEXT_DATA) are this process's setting, handed over (a side's own --set still wins).
+    text_data = Settings.from_env(base_env).text_data
+    inherited = [f"--set=PRIMESPEECH_TEXT_DATA={text_data}"] if text_data else []
     models = args.ref_big or base_env.get("REF_BIG") or str(Path.home() / ".cache/primespeech-ref/ref-big")
     where = ["--tiny", str(Path(args.tiny).resolve())] if args.tiny else ["--models", str(Path(models).resolve())]
     out: dict[str, tuple[list[str], dict[str, str]] | str] = {}
     checkouts = args.ours or [str(Path(__file__).resolve().parents[2])]
     for i, given in enumerate(checkouts):
         path, _, sets = given.partition("@")  # PATH@NAME=VALUE+NAME=VALUE: that checkout with those settings
-        extra = [f"--set={kv}" for kv in sets.split("+") if kv]
+        extra = inherited + [f"--set={kv}" for kv in sets.split("+") if kv]
         name = f"ours:{Path(path).resolve().name}" + (f"@{sets}" if sets else "")
         name += f"#{i}" if len(checkouts) > 1 else ""
         if not (Path(path) / "dora_primespeech_mlx").is_dir():

@@ -237,14 +237,20 @@ def test_hostile_geometry_in_a_real_gpt_is_refused_before_caching(tmp_path):
     assert _entries(root) == []
 
 
-def test_the_engine_passes_its_settings_down(tmp_path, monkeypatch):
-    """The engine hands PRIMESPEECH_CONVERTED_CACHE to its loaders and its model directory's G2PWModel to the
-    text front end (nothing below it reads them from the environment)."""
+def test_the_engine_passes_its_settings_down(tmp_path):
+    """The engine hands PRIMESPEECH_CONVERTED_CACHE to its loaders and its model directory's folders (text data,
+    NLTK downloads, G2PWModel) to the text front end (nothing below it reads them from the environment)."""
     from dora_primespeech_mlx.engine import GPTSoVITSEngine
     from dora_primespeech_mlx.text import g2pw
 
-    monkeypatch.setattr(g2pw, "_options", g2pw.G2PWOptions())  # restored afterwards: configure is process-wide
     settings = Settings.from_env({"PRIMESPEECH_CONVERTED_CACHE": "3", "PRIMESPEECH_G2PW": "true"})
     eng = GPTSoVITSEngine(model_dir=tmp_path, settings=settings)
     assert eng.store.keep_converted == 3
-    assert g2pw._options == g2pw.G2PWOptions(True, None, str(tmp_path / "G2PWModel"))
+    assert eng.text_data.g2pw == g2pw.G2PWOptions(True, None, str(tmp_path / "G2PWModel"))
+    assert eng.text_data.folder == tmp_path / "text-data"
+    assert eng.text_data.nltk_folder == tmp_path / "nltk_data"
+    assert eng.store.text_data is eng.text_data
+    data = Path(tmp_path / "elsewhere")
+    other = GPTSoVITSEngine(model_dir=tmp_path, settings=Settings.from_env({"PRIMESPEECH_TEXT_DATA": str(data)}))
+    assert other.text_data.folder == data and other.text_data.g2pw.enabled is False
+    assert eng.text_data.folder == tmp_path / "text-data"  # two engines, two front-end data values

@@ -11,7 +11,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-from conftest import model_cases, param_or_missing
+from conftest import model_cases, param_or_missing, text_data_env
 from test_engine import fixture_voice
 
 from dora_primespeech_mlx.assets.catalog import VoiceSpec
@@ -34,7 +34,7 @@ FAST = Runtime(t2s_decode="numpy", conv_impl="gemm", vocoder="onnx" if HAS_ORT e
 
 def _engine(model_dir, runtime: Runtime, voice: VoiceSpec) -> GPTSoVITSEngine:
     eng = GPTSoVITSEngine(model_dir=model_dir, config=SynthesisConfig(text_split_method="cut0"),
-                          settings=Settings.from_env({}), runtime=runtime)
+                          settings=Settings.from_env(text_data_env()), runtime=runtime)
     eng.load_voice(voice)
     return eng
 

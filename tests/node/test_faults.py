@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import soundfile as sf
 import yaml
-from conftest import full_run
+from conftest import full_run, text_data_env
 from tiny_voice import VOICE, checkpoint, make_model_dir, reference_wav, write_voice
 
 from dora_primespeech_mlx.dataflow.handler import MessageHandler
@@ -42,7 +42,7 @@ class Recorder:
 
 def _settings(model_dir, voice=VOICE, **env):
     return Settings.from_env({"VOICE_NAME": voice, "PRIMESPEECH_MODEL_DIR": str(model_dir), "GPTSVITS_WARMUP": "false",
-                              "TOP_K": "1", **env})
+                              "TOP_K": "1", **text_data_env(), **env})
 
 
 def _handler(model_dir, voice=VOICE, **env):
