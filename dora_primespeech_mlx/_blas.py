@@ -42,6 +42,7 @@ import threading
 from pathlib import Path
 
 from .errors import ConfigError
+from .native import compile_shared
 from .settings import process_setting
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,6 @@ def _numpy_openblas() -> str | None:
 
 
 def _build_shim(openblas: str) -> str:
-    from .native import compile_shared
-
     return compile_shared("blas_shim", [], [openblas, f"-Wl,-rpath,{Path(openblas).parent}"])
 
 

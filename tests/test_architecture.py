@@ -10,7 +10,9 @@ relative and absolute. ``from pkg import name`` points at ``pkg.name`` when that
 - ``text`` imports no model code (``models``, ``convert``, ``coreml``) and ``models`` no loader
   (``convert``) nor the CoreML runtime;
 - inside ``models``, a folder per network (``gpt``, ``sovits``, ``hubert``, ``bert``, ``sv``) imports no other
-  network, and the shared pieces (``shared``, ``kernels``, ``audio``) import no network.
+  network, and the shared pieces (``shared``, ``kernels``, ``audio``) import no network;
+- a package import inside a function has one of the reasons in :func:`lazy_reason` (an entry point, keeping MLX
+  out of a non-MLX module's import, an optional backend or language); every other import is at the top.
 """
 
 from __future__ import annotations
@@ -183,3 +185,74 @@ def test_resolve_relative_imports():
     assert _resolve(f"{PACKAGE}.models.gpt.model", False, 3, "paths") == f"{PACKAGE}.paths"
     assert _resolve(f"{PACKAGE}.engine", True, 1, "cache") == f"{PACKAGE}.engine.cache"
     assert _resolve(f"{PACKAGE}.engine", True, 2, "models.gpt") == f"{PACKAGE}.models.gpt"
+
+
+# -- imports inside functions ------------------------------------------------------------------------------------
+# A package import inside a function hides a dependency from the top of the module, so each one needs a reason.
+# The reasons that hold (anything else is written at the top of its module):
+ENTRY_POINTS = ("cli", "cli_checks", "coreml.cli", "node", "bench")  # a subcommand / the node loads what it uses
+MLX_LAYERS = ("models", "engine", "bench")  # importing these loads MLX (tests/test_side_effects.py)
+OPTIONAL = {  # importer -> modules loaded only when their backend or language is chosen
+    "engine.encoders": ("coreml",),  # CoreML: macOS only
+    "text.frontend": ("text.chinese", "text.japanese", "text.korean", "text.cantonese", "text.english"),
+    "models.sovits.vocoder": ("models.sovits.vocoder_openvino",),  # the openvino extra
+    "models.kernels.half_gemv": ("models.kernels.half_matrix",),  # the old name of HalfMatrix (module __getattr__)
+}
+
+
+def _under(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def function_imports() -> list[tuple[str, int, str]]:
+    """(module, line, imported package module) of every package import inside a function (names relative to
+    the package)."""
+    known = modules()
+    out = []
+    for mod, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        is_package = path.name == "__init__.py"
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    base = _resolve(mod, is_package, node.level, node.module)
+                    targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+                elif isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                else:
+                    continue
+                for target in targets:
+                    owner = _owner(target, known) if target.startswith(PACKAGE) else None
+                    if owner is not None and owner != mod:
+                        out.append((mod.removeprefix(PACKAGE + "."), node.lineno, owner.removeprefix(PACKAGE + ".")))
+    return sorted(set(out))
+
+
+def lazy_reason(importer: str, target: str) -> str | None:
+    """Why ``importer`` may import ``target`` inside a function, or None."""
+    if _under(importer, ENTRY_POINTS):
+        return "entry point"
+    if _under(target, MLX_LAYERS) and not _under(importer, MLX_LAYERS):
+        return "keeps MLX out of the importer's import"
+    if _under(target, OPTIONAL.get(importer, ())):
+        return "optional backend or language"
+    return None
+
+
+def test_imports_inside_functions_have_a_reason():
+    found = function_imports()
+    assert any(m == "convert.load" and t == "models.gpt.model" for m, _, t in found), "the scan is broken"
+    bad = [f"{PACKAGE}.{m}:{line} imports {t}" for m, line, t in found if lazy_reason(m, t) is None]
+    assert not bad, "package imports inside functions without a reason (move them to the top):\n" + "\n".join(bad)
+
+
+def test_lazy_reason_rules():
+    assert lazy_reason("engine.pipeline", "models.gpt.generate") is None  # same MLX side: at the top
+    assert lazy_reason("text.frontend", "text.llm") is None
+    assert lazy_reason("convert.load", "models.gpt.model") is not None
+    assert lazy_reason("dataflow.speech", "engine.batching") is not None
+    assert lazy_reason("cli", "engine") is not None
+    assert lazy_reason("engine.encoders", "coreml.runtime") is not None
+    assert lazy_reason("engine.store", "coreml.runtime") is None

@@ -30,10 +30,12 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from ..convert.checkpoints import sovits_needs_sv
 from ..errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
 from ..paths import expand, originals_dir, request_path, user_voices_dir
 from ..text.language_segments import SUPPORTED_OPTIONS
 from . import voicefile
+from .integrity import damaged
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +96,12 @@ class VoiceSpec:
     @property
     def needs_sv(self) -> bool:
         """Whether the SoVITS file is v2Pro-family (read cheaply from the file; False while it is missing)."""
-        from ..convert.checkpoints import sovits_needs_sv
-
         return sovits_needs_sv(self.sovits)
 
     def missing_files(self) -> list[Path]:
         out = [p for p in (self.gpt, self.sovits, self.reference) if not p.exists()]
         out += [p for p in (self.hubert, self.bert) if not (p / "config.json").exists()]
         if self.source == "preset":  # downloaded files truncated/replaced since verified count as missing
-            from .integrity import damaged
-
             out += [p for p in damaged(self.hubert.parent, (self.gpt, self.sovits, self.reference, self.hubert,
                                                             self.bert)) if p not in out]
         if self.sovits.exists() and self.needs_sv and (self.sv is None or not Path(self.sv).exists()):

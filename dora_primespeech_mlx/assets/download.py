@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 from huggingface_hub import constants as hf_constants
 
+from ..convert.load import convert_voice
 from ..errors import DownloadError
 from ..paths import originals_dir
 from .catalog import VoiceSpec, encoder_info, not_installed_message, preset_voice
@@ -239,8 +240,6 @@ def download_voice(name: str, root: Path, convert: bool = True,
     if spec.needs_sv:  # a v2Pro / v2ProPlus SoVITS: the speaker-verification model too
         download_sv(root)
     if convert:
-        from ..convert.load import convert_voice
-
         convert_voice(spec, root)
         if after_convert is not None:
             after_convert(spec, root)

@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from ..convert import load
+
 log = logging.getLogger(__name__)
 
 EXPORT_VERSION = 1  # bump when the programs change: cached packages are then rebuilt
@@ -404,8 +406,6 @@ def read_package_spec(path: str | os.PathLike) -> ExportSpec:
 def load_weights(path: str | os.PathLike, kind: str, root: Path | None = None):
     """(args, sanitized float32 weights, pad_id) of an original or converted HuBERT/BERT folder. No torch,
     no MLX model is built: an original folder goes through ``read_original`` + ``sanitized``."""
-    from ..convert import load
-
     path = Path(path)
     if kind not in ("hubert", "bert"):
         raise ValueError(f"CoreML export supports 'hubert' and 'bert', not {kind!r}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..assets.catalog import catalog_options, custom_voice, resolve_voice
 from ..paths import request_roots
 from .messages import TextRequest
 
@@ -31,8 +32,6 @@ class Voices:
 
     def for_request(self, req: TextRequest, st: Any = None):
         """The voice ``req`` is spoken with; raises VoiceNotFoundError / VoiceNotInstalledError / ConfigError."""
-        from ..assets.catalog import catalog_options, custom_voice, resolve_voice
-
         choice = req.voice
         if choice is None:
             return self.at(st)
@@ -51,8 +50,6 @@ class Voices:
     def change(self, name: str, engine, st: Any = None):
         """Load voice ``name`` into ``engine`` and make it current; returns (new, old). On any failure the old
         voice stays current and the exception propagates."""
-        from ..assets.catalog import catalog_options, resolve_voice
-
         old = self.current
         spec = resolve_voice(name, self.settings.model_dir, **catalog_options(self.settings))
         engine.load_voice(spec)

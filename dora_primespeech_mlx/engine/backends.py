@@ -5,6 +5,7 @@ engine's runtime (every choice it was built with)."""
 from __future__ import annotations
 
 from .. import _blas
+from ..models.sovits import vocoder
 from .cache import encoders_key, file_identity
 
 
@@ -19,8 +20,6 @@ def backends(engine) -> dict:
         gpt = model.decoder.backend if model is not None else gpt
         voc = engine.cache.peek(engine.store.key("sovits", file_identity(voice.sovits)))
         if voc is not None:  # which backend runs the SoVITS generator (models/sovits/vocoder.py)
-            from ..models.sovits import vocoder
-
             sovits = vocoder.status(voc)
     return {
         "device": engine.device_name,

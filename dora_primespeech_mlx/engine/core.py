@@ -31,15 +31,19 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from .. import _blas
 from ..assets import catalog as voices_mod
 from ..assets.catalog import VoiceSpec
 from ..errors import ConfigError, SynthesisCancelled
 from ..models.gpt.batch import DecodeBatch
+from ..models.kernels import half_gemv
 from ..runtime import Runtime
 from ..settings import Settings
 from ..text import llm as llm_text
 from ..text.options import TextData
+from ..text.warmup import warm_up
 from . import batching, overlap, pacing, pipeline
+from .backends import backends
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference
 from .stats import EngineStats, Timer, stage
@@ -330,8 +334,6 @@ class GPTSoVITSEngine:
     # ---- service -----------------------------------------------------------------------------------
     def stats(self) -> dict:
         """Counts, audio and compute seconds, mean stage timings, the current voice, the cache and backends."""
-        from .backends import backends
-
         # Without the engine lock (a synthesis holds it for seconds): the counts, the cache and the rates have
         # their own locks, and the backends are read without loading anything.
         return {
@@ -350,8 +352,6 @@ class GPTSoVITSEngine:
         """Warm the GPT decode path, every text front end the voice's language may reach (for Chinese voices
         also English, which mixed text uses), then one short synthesis with the current voice (loads and caches
         everything, compiles). Returns the front ends' warm-up seconds by language."""
-        from ..text.warmup import warm_up
-
         spec = self._resolve(None)
         text = "你好。" if spec.language in ("zh", "all_zh") else "Hello."
         with self._lock, self._on_device():
@@ -394,9 +394,6 @@ def _one_thread_beside_lane(hold_blas: bool, busy: bool) -> None:
     """While the vocoder lane works, the GPT's float16 kernels and (``hold_blas``, the runtime's) the BLAS (MLX's
     matrix products: BERT, the prefill, the text encoder and flow) keep to one thread: the other cores are the
     lane's (engine/overlap.py)."""
-    from .. import _blas
-    from ..models.kernels import half_gemv
-
     half_gemv.set_threads(1 if busy else None)
     if hold_blas:
         _blas.hold_one_thread(busy)

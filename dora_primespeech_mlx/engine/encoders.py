@@ -42,6 +42,10 @@ from typing import Any
 
 import numpy as np
 
+from ..convert import load
+from ..models.audio import mono_clip
+from ..models.bert.model import BertTokenizer, _check_item, bert_features_batch, phone_features
+from ..models.hubert.model import prompt_features
 from ..runtime import DEFAULT, Runtime
 
 log = logging.getLogger(__name__)
@@ -139,15 +143,11 @@ class EncoderBackends:
     # ---- public API --------------------------------------------------------------------------
     def hubert_features(self, wav16k: np.ndarray) -> np.ndarray:
         """Mono 16 kHz clip (without the tail) -> (1, hidden, T) float32 SoVITS ``extract_latent`` input."""
-        from ..models.audio import mono_clip
-
         wav = mono_clip(wav16k)
         with self._lock:
             out = self._try_coreml("hubert", lambda enc: enc.features(wav))
             if out is not None:
                 return out
-            from ..models.hubert.model import prompt_features
-
             self._slots["hubert"].mlx_calls += 1
             return np.asarray(prompt_features(self._mlx_model("hubert"), wav), dtype=np.float32)
 
@@ -157,8 +157,6 @@ class EncoderBackends:
 
     def bert_features_batch(self, items: Sequence[tuple[str, Sequence[int]]]) -> list[np.ndarray]:
         """:meth:`bert_features` of several segments (MLX: one padded batch; CoreML: one call each)."""
-        from ..models.bert.model import _check_item
-
         items = list(items)
         if not items:
             return []
@@ -168,8 +166,6 @@ class EncoderBackends:
             out = self._try_coreml("bert", lambda enc: self._coreml_bert_batch(enc, items))
             if out is not None:
                 return out
-            from ..models.bert.model import bert_features_batch
-
             model, tokenizer = self._mlx_model("bert")
             self._slots["bert"].mlx_calls += 1
             return bert_features_batch(model, tokenizer, items)
@@ -266,8 +262,6 @@ class EncoderBackends:
                 path = self.paths[kind]
                 if path is None:
                     raise ValueError(f"no {kind} model folder given")
-                from ..convert import load
-
                 fn = load.load_hubert if kind == "hubert" else load.load_bert
 
                 def loader():
@@ -280,16 +274,12 @@ class EncoderBackends:
             if "bert" in self._mlx:
                 self._tokenizer = self._mlx["bert"][1]
             else:
-                from ..models.bert.model import BertTokenizer
-
                 if self.paths["bert"] is None:
                     raise ValueError("no bert model folder given (needed for the tokenizer)")
                 self._tokenizer = BertTokenizer.from_dir(self.paths["bert"])
         return self._tokenizer
 
     def _coreml_bert_batch(self, enc, items: list[tuple[str, Sequence[int]]]) -> list[np.ndarray]:
-        from ..models.bert.model import phone_features
-
         tok = self._bert_tokenizer()
         encoded = tok.encode_batch([t for t, _ in items])
         return [phone_features(enc.hidden(ids)[1:-1], w2p) for ids, (_, w2p) in zip(encoded, items)]

@@ -18,8 +18,13 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from .. import text as text_mod
 from ..assets.catalog import VoiceSpec
-from ..errors import NothingToSpeakError, SynthesisCancelled, SynthesisError
+from ..errors import ConfigError, NothingToSpeakError, SynthesisCancelled, SynthesisError
+from ..models.gpt.generate import SamplingParams, generate, start
+from ..models.gpt.numpy_decoder import NumpyDecoder, _kernels
+from ..models.sovits.model import output_frames
+from ..text.budget import checks
 from ..text.options import TextData
 from .config import SynthesisConfig
 from .stats import Timer, stage
@@ -80,12 +85,7 @@ def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Mode
     end stops at its next checkpoint once ``cancel`` is set or after ``budget_s`` seconds
     (:class:`~..text.errors.TextFrontendError` naming MAX_TEXT_SECONDS). ``data``: the front end's folders and
     g2pW choice (the engine's :class:`~..text.options.TextData`)."""
-    from .. import text as text_mod
-    from ..text.budget import checks
-
     if not isinstance(text, str):
-        from ..errors import ConfigError
-
         raise ConfigError(f"text must be a string, not {type(text).__name__}")
     text_mod.check_option(lang)  # a bad language is reported even for empty text
     if not text_mod.has_speakable(text):
@@ -158,8 +158,6 @@ def bert_features(results: list, spec: VoiceSpec, encoders) -> list[np.ndarray]:
 
 def _gpt_inputs(ref, chunk: TextChunk, cfg: SynthesisConfig):
     """The GPT's inputs for one sentence (the prompt's phones/BERT/tokens lead) and its sampling parameters."""
-    from ..models.gpt.generate import SamplingParams
-
     if ref.prompt_phones is not None:
         phones = np.concatenate([ref.prompt_phones, chunk.phones])
         bert = np.concatenate([ref.prompt_bert, chunk.bert], axis=1)
@@ -174,8 +172,6 @@ def _gpt_inputs(ref, chunk: TextChunk, cfg: SynthesisConfig):
 
 def token_stream(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int) -> Iterator[int]:
     """The GPT's tokens for one sentence, one at a time (the prompt's phones/BERT/tokens lead)."""
-    from ..models.gpt.generate import generate
-
     phones, bert, prompt, params = _gpt_inputs(ref, chunk, cfg)
     return generate(models.gpt, phones, bert, prompt, params, early_stop_num=models.gpt.args.early_stop_num,
                     seed=seed)
@@ -184,8 +180,6 @@ def token_stream(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, se
 def start_generation(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int):
     """One sentence's :class:`~..models.gpt.generate.Generation`, prefilled now, for a decode batch: the same
     tokens as :func:`token_stream` with the same seed."""
-    from ..models.gpt.generate import start
-
     phones, bert, prompt, params = _gpt_inputs(ref, chunk, cfg)
     return start(models.gpt, phones, bert, prompt, params, early_stop_num=models.gpt.args.early_stop_num, seed=seed)
 
@@ -194,8 +188,6 @@ def batch_width(models: Models, wanted: int) -> int:
     """Rows a decode batch of this voice may step at once: ``wanted`` (``PRIMESPEECH_BATCH``) where the GPT decodes
     with the float16 kernels (a batched step reads each weight once for all rows), else 1 (MLX steps rows one by
     one: nothing to share)."""
-    from ..models.gpt.numpy_decoder import NumpyDecoder, _kernels
-
     dec = models.gpt.decoder
     if wanted <= 1 or not isinstance(dec, NumpyDecoder) or _kernels(dec.weights()) is None:
         return 1
@@ -228,8 +220,6 @@ def generate_tokens(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig,
 def sentence_latent(models: Models, ref, tokens: np.ndarray, phones: np.ndarray, speed: float, noise_scale: float,
                     bank: NoiseBank) -> mx.array:
     """SoVITS up to the vocoder for one whole sentence (upstream ``decode`` before ``dec``): z (1, C, frames)."""
-    from ..models.sovits.model import output_frames
-
     sovits = models.sovits
     noise = bank.take(0, output_frames(2 * len(tokens), speed)) if noise_scale > 0 else None
     m_p, logs_p, y_mask = sovits.encode(mx.array(np.asarray(tokens, dtype=np.int32)[None, None]),

@@ -11,9 +11,11 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from .. import text as text_mod
 from ..assets.catalog import VoiceSpec, check_prompt_text
 from ..errors import ConfigError
 from ..models import audio
+from ..models.sv.model import speaker_embedding
 from ..text.options import TextData
 from .pipeline import Models, bert_features
 from .stats import Timer, stage
@@ -43,8 +45,6 @@ class ReferenceBuilder:
     def build(self, spec: VoiceSpec, models: Models, prompt_lang: str, timer: Timer,
               text_data: TextData) -> Reference:
         """The reference of ``spec``; its prompt text is phonemised with ``text_data`` (the engine's)."""
-        from .. import text as text_mod
-
         check_prompt_text(spec.prompt_text or "", f"voice {spec.name!r}")  # before any work on the voice
         with stage("reference", timer):
             wav32k, wav16k = self.load(spec.reference, models.sovits)
@@ -100,8 +100,6 @@ class ReferenceBuilder:
         the SoVITS-rate clip after the peak normalisation, resampled to 16 kHz, Kaldi fbank, ERes2NetV2)."""
         if models.sv is None:
             return None
-        from ..models.sv.model import speaker_embedding
-
         return speaker_embedding(models.sv, wav32k, models.sample_rate)
 
     def prompt_semantic(self, models: Models, wav16k: np.ndarray) -> np.ndarray:

@@ -14,11 +14,15 @@ from typing import Any
 import mlx.core as mx
 
 from ..assets.catalog import VoiceSpec
+from ..convert import load
 from ..errors import VoiceNotInstalledError
+from ..models.shared.storage import trim_heap
+from ..models.sovits import vocoder
 from ..runtime import Runtime
 from ..text.options import TextData
 from . import pipeline
 from .cache import VoiceCache, encoders_key, file_identity
+from .encoders import EncoderBackends
 from .reference import Reference, ReferenceBuilder
 from .stats import EngineStats, Timer, stage
 
@@ -35,8 +39,6 @@ class VoiceStore:
         self.references = ReferenceBuilder()
 
     def model(self, kind: str, path: Path, voice: str) -> Any:
-        from ..convert import load
-
         loader = {"gpt": load.load_gpt, "sovits": load.load_sovits, "hubert": load.load_hubert,
                   "bert": load.load_bert, "sv": load.load_sv}[kind]
         rt = self.runtime  # every load-time choice (the GPT decoder, BERT storage, the convolutions, the vocoder)
@@ -46,8 +48,6 @@ class VoiceStore:
             with stage("load"):
                 model = loader(Path(path), root=self.model_dir, runtime=rt, keep_converted=self.keep_converted)
                 if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (sovits/vocoder.py)
-                    from ..models.sovits import vocoder
-
                     model.use_vocoder(vocoder.from_runtime(model, rt, load.onnx_cache_dir(path, self.model_dir)))
                 return model
 
@@ -63,8 +63,6 @@ class VoiceStore:
         return (kind, identity)
 
     def models(self, spec: VoiceSpec) -> pipeline.Models:
-        from .encoders import EncoderBackends
-
         name = voice_id(spec)
 
         def encoders():
@@ -126,8 +124,6 @@ def trim_after_request() -> None:
     A synthesis frees its temporaries (numpy, ONNX Runtime, MLX) inside the heap, where glibc keeps them: after a
     request the v2 bench set held ~220 MB more than after this call (README, "Memory"), which costs ~10-15 ms
     (``malloc_trim`` walks the heap) once the audio has been delivered."""
-    from ..models.shared.storage import trim_heap
-
     mx.clear_cache()
     trim_heap()
 

@@ -33,6 +33,7 @@ from pypinyin import Style, lazy_pinyin
 
 from .budget import checkpoint
 from .errors import TextFrontendError
+from .g2pw import load_predictor
 from .options import G2PWOptions, TextData
 from .pinyin_map import pinyin_to_phones
 from .tone_sandhi import ToneSandhi
@@ -149,8 +150,6 @@ def runtime(options: G2PWOptions) -> _Runtime:
             if rt is None:
                 import jieba_fast
                 import jieba_fast.posseg as posseg
-
-                from .g2pw import load_predictor
 
                 _quiet_jieba(jieba_fast)
                 jieba_fast.initialize()

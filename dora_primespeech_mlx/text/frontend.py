@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from .budget import checkpoint, stops
 from .errors import TextFrontendError, UnsupportedLanguageError
 from .language_segments import LANGUAGES, check_option, split_languages
+from .llm import clean
 from .options import TextData
 from .segmentation import MAX_CHUNK_CHARS, split_text, splits
 from .symbols import cleaned_text_to_sequence, symbols, table_version
@@ -319,8 +320,6 @@ def phones_json(text: str, language: str, version: str = "v2", method: str | Non
     normalised form."""
     out = {"text": text, "language": language, "version": version}
     if llm:
-        from .llm import clean
-
         text = clean(sanitize(text), language)
         out["spoken_text"] = text
         if not text.strip():

@@ -25,6 +25,7 @@ import io
 import re
 import threading
 
+from .data import ensure_nltk_data
 from .errors import TextFrontendError
 from .extras import import_extra, missing
 from .options import TextData
@@ -60,8 +61,6 @@ def _load(data: TextData):
             jamo = import_extra("ko", "jamo")
             if importlib.util.find_spec("mecab") is None:  # else g2pk2 runs "pip install python-mecab-ko"
                 raise missing("ko", "cannot import mecab (python-mecab-ko)")
-            from .data import ensure_nltk_data
-
             # NLTK's cmudict: g2pk2 loads it (for English words, which never reach it here: Latin letters
             # are spelled out first) and would download it itself on import when missing.
             ensure_nltk_data(("cmudict",), "the Korean front end (g2pk2)", data=data)

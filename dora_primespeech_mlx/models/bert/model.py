@@ -48,8 +48,12 @@ import mlx.nn as nn
 import numpy as np
 
 from ...runtime import DEFAULT, Runtime
+from ..kernels import cpu_paths, half_gemv
+from ..kernels.half_gemv import to_float16_exact
 from ..shared.activations import gelu
 from ..shared.common import to_float32
+from ..shared.storage import half_storage
+from .numpy_encoder import NumpyBert
 
 
 @dataclass
@@ -213,12 +217,8 @@ class BertModel(nn.Module):
         if half is None:
             half = fn is not None and self._float16_if_exact(fn)
         if half:
-            from ..shared.storage import half_storage
-
             half_storage(self, embeddings=("embeddings.word_embeddings",), min_elements=0 if fn else None)
             if fn is not None:
-                from .numpy_encoder import NumpyBert
-
                 self._fast = NumpyBert(self, fn, self._gemm())
             if hasattr(mx, "clear_cache"):
                 mx.clear_cache()  # hand the float32 buffers back
@@ -235,8 +235,6 @@ class BertModel(nn.Module):
             if not all(m.weight.dtype == mx.float16 for m in self._linears()):
                 self._fast = None
                 return None
-            from .numpy_encoder import NumpyBert
-
             fast = self._fast = NumpyBert(self, fast.layers[0].q.fn if fast.layers else self._fast_kernels(),
                                           self._gemm())
         return fast
@@ -247,8 +245,6 @@ class BertModel(nn.Module):
     def _float16_if_exact(self, fn) -> bool:
         """Store every Linear weight and the word embedding as float16 when all of them are float16 values
         (each checked while it is converted, one pass with the kernel); else leave (or put back) float32."""
-        from ..kernels.half_gemv import to_float16_exact
-
         done = []
         for m in self._linears() + [self.embeddings.word_embeddings]:
             w = m.weight
@@ -271,15 +267,11 @@ class BertModel(nn.Module):
         """The float16-weight kernels (the runtime's build) when MLX computes on the CPU here, else None."""
         if mx.default_device().type != mx.cpu:
             return None
-        from ..kernels import half_gemv
-
         return half_gemv.library(getattr(self, "runtime", DEFAULT).isa)
 
     def _gemm(self) -> str:
         """The products' path of the numpy forward (``cpu_paths``: float16 kernel GEMM or BLAS on upcast weights)."""
-        from ..kernels.cpu_paths import path
-
-        return path("bert", getattr(self, "runtime", DEFAULT))[0]
+        return cpu_paths.path("bert", getattr(self, "runtime", DEFAULT))[0]
 
     @staticmethod
     def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

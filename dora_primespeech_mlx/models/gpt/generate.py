@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .model import BERT_DIM, Decoder, T2SModel
+from .numpy_decoder import NumpyDecodeState, step_batch
 
 NoiseSource = Callable[[int, int], np.ndarray]
 
@@ -256,8 +257,6 @@ class Generation:
 def step_together(gens: list[Generation]) -> None:
     """Advance every generation by one step; numpy sessions of one model share one batched step
     (:func:`~.t2s_numpy.step_batch`: each weight read once for all rows, every row's logits as alone)."""
-    from .numpy_decoder import NumpyDecodeState, step_batch
-
     if len(gens) > 1 and all(isinstance(g.session, NumpyDecodeState) for g in gens):
         inputs = [g.step_input() for g in gens]
         raws = step_batch([g.session for g in gens], [t for t, _ in inputs], [p for _, p in inputs])

@@ -32,6 +32,11 @@ import mlx.core as mx
 import numpy as np
 
 from ...runtime import DEFAULT, Runtime
+from ..kernels import half_gemv
+from ..kernels.cpu_paths import path as stage_path
+from ..kernels.half_gemv import threads
+from ..kernels.half_matrix import HalfMatrix
+from ..shared.storage import half_storage
 from .model import T2SModel
 
 
@@ -63,8 +68,6 @@ def _add_norm(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray, fn, ep
     when ``fn`` is there (rows on its threads), else :func:`_layer_norm_rows` in numpy."""
     if fn is None:
         return _layer_norm_rows(x + y, w, b, eps)
-    from ..kernels.half_gemv import threads
-
     x = np.ascontiguousarray(x, dtype=np.float32)
     y = np.ascontiguousarray(y, dtype=np.float32)
     M, D = x.shape
@@ -76,8 +79,6 @@ def _matrix(a: mx.array, fn):
     """A weight matrix for the step: a float16 one as a :class:`~.half_gemv.HalfMatrix` (zero-copy view,
     float16 reads with float32 accumulation) when the kernel ``fn`` is there, else a float32 view."""
     if fn is not None and a.dtype == mx.float16:
-        from ..kernels.half_matrix import HalfMatrix
-
         mx.eval(a)
         return HalfMatrix(np.array(a, copy=False), fn)
     return _view(a)
@@ -88,9 +89,6 @@ def half_weights(model: T2SModel, runtime: Runtime = DEFAULT) -> bool:
     (``models/kernels/half_gemv.py``): done in place when the kernel is available and every such weight is exactly
     a float16 value (the released checkpoints are float16, so nothing changes), or always with the runtime's
     ``gpt_half`` ``1``. Returns whether the model's weights are float16 now."""
-    from ..kernels import half_gemv
-    from ..shared.storage import half_storage
-
     if half_gemv.kernel(runtime.isa, runtime.gpt_half) is None:
         return False
     linears = [b.attn.qkv for b in model.layers] + [b.attn.out for b in model.layers]
@@ -130,9 +128,6 @@ class _Weights:
     to compare). ``runtime``: the kernels' build, the GPT's float16 mode, the prefill's path, the fused step."""
 
     def __init__(self, model: T2SModel, half: bool | None = None, runtime: Runtime = DEFAULT):
-        from ..kernels import half_gemv
-        from ..kernels.cpu_paths import path as stage_path
-
         a = model.args
         self.num_heads, self.head_dim, self.dim = a.num_heads, a.head_dim, a.hidden_dim
         self.scale = np.float32(1.0 / np.sqrt(a.head_dim))
@@ -151,8 +146,6 @@ def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False, path: str = "fl
     """``x @ w.T + b`` (then ReLU) for the prefill's rows: a float16 weight on ``path`` (``float16``: the kernel's
     small-M GEMM, no float32 copy of the weight; ``float32``: upcast into a scratch buffer, BLAS; see
     ``cpu_paths``), a float32 one through BLAS."""
-    from ..kernels.half_matrix import HalfMatrix
-
     if isinstance(w, HalfMatrix):
         return w.matmul_t(x, b, "relu" if relu else None, path=path)
     y = x @ w.T + b
@@ -164,8 +157,6 @@ def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False, path: str = "fl
 def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
     """The decode step's ``fc2 @ relu(fc1 @ x + b1)`` (without fc2's bias, added by the caller as before): with float16
     weights one kernel call for both products (one parallel region), each value as the separate calls give it."""
-    from ..kernels.half_matrix import HalfMatrix
-
     w1, w2 = layer.fc1_w, layer.fc2_w
     if isinstance(w1, HalfMatrix) and isinstance(w2, HalfMatrix):
         x = np.ascontiguousarray(x, dtype=np.float32)
@@ -181,8 +172,6 @@ def _ffn(layer: _Layer, x: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 def _kernels(dec: _Weights):
     """The float16 kernel library when every block weight is a ``HalfMatrix``, else None."""
-    from ..kernels.half_matrix import HalfMatrix
-
     if dec.layers and all(isinstance(m, HalfMatrix) for layer in dec.layers
                           for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
         return dec.layers[0].qkv_w.fn
@@ -193,8 +182,6 @@ def _fused_pointers(dec: _Weights, keys: list[np.ndarray], values: list[np.ndarr
     """The per-layer pointers ``half_gemv``'s ``decode_layers`` reads (weights, biases, norms, this state's KV
     cache), or None when the weights are not all float16 ``HalfMatrix`` objects."""
     import ctypes
-
-    from ..kernels.half_matrix import HalfMatrix
 
     if not dec.layers or not all(isinstance(m, HalfMatrix) for layer in dec.layers
                                  for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
@@ -258,8 +245,6 @@ class NumpyDecoder:
         for layer, K, V in zip(w.layers, state.keys, state.values):
             qkv = _linear(x, layer.qkv_w, layer.qkv_b, path=gemm)
             if fn is not None:  # one head per chunk on the kernels' threads, BLAS's threads left alone
-                from ..kernels.half_gemv import threads
-
                 o = np.empty((T, D), dtype=np.float32)
                 fn.prefill_attention(qkv.ctypes.data, K.ctypes.data, V.ctypes.data, o.ctypes.data, scratch.ctypes.data,
                                      T, D, H, K.shape[1], n_text, float(w.scale), threads())
@@ -295,8 +280,6 @@ def step_batch(states: list[NumpyDecodeState], tokens: list[int], positions: lis
     if (len(states) == 1 or len(states) > MAX_BATCH or not d.fused
             or any(s.dec is not d or s._fused is None for s in states)):
         return [s.step(t, p) for s, t, p in zip(states, tokens, positions)]
-    from ..kernels.half_gemv import threads
-
     xs = []
     for s, token, position in zip(states, tokens, positions):
         if s.offset >= s.keys[0].shape[1]:
@@ -356,8 +339,6 @@ class NumpyDecodeState:
         H, hd = d.num_heads, d.head_dim
         n = t + 1
         if self._fused is not None and d.fused:  # every block in one kernel call (float16 weights)
-            from ..kernels.half_gemv import threads
-
             fn = d.predict.fn
             fn.decode_layers(self._fused, len(d.layers), self.keys[0].shape[1], t, x.ctypes.data,
                              self._scratch.ctypes.data, d.dim, H, self._h.shape[0], float(d.scale), 1e-5, threads())

@@ -51,6 +51,7 @@ import numpy as np
 
 from ..shared.activations import gelu
 from ..shared.common import fold_weight_norm, to_float32
+from ..shared.storage import half_storage
 
 # GPT-SoVITS appends int(32000 * 0.3) zeros to the 16 kHz reference (0.6 s, gpt-sovits-v2.md 4.1).
 PROMPT_TAIL_SAMPLES = 9600
@@ -296,8 +297,6 @@ class HubertModel(nn.Module):
         float16 storage, float32 compute (``models/shared/storage.py``). CNHubert runs once per voice, so the
         per-call upcast does not matter and 180 MB are saved."""
         if half:
-            from ..shared.storage import half_storage
-
             half_storage(self)
         return self
 

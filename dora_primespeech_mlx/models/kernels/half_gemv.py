@@ -33,7 +33,7 @@ import platform
 
 import numpy as np
 
-from ... import native
+from ... import _blas, native
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,6 @@ def threads() -> int:
     """The kernels' thread count now (see :func:`set_threads`)."""
     if "n" in _THREADS:
         return _THREADS["n"]
-    from ... import _blas
-
     n = _blas.thread_settings().get("blas_threads")
     return n if isinstance(n, int) and n > 0 else max(1, _blas.usable_cpus())
 

@@ -30,7 +30,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+from ..shared.storage import trim_heap
+from . import vocoder_onnx
+from .conv import _WeightCache
+from .vocoder_split import SplitRunner
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +46,6 @@ MODES = ("auto", "onnx", "openvino", "mlx")
 
 
 def _on_cpu() -> bool:
-    import mlx.core as mx
-
     return mx.default_device().type == mx.cpu
 
 
@@ -133,11 +138,6 @@ class MLXWeights:
     def drop(self) -> int:
         """Replace every generator weight by an empty array and forget the derived GEMM weights; returns the
         bytes released (handed back to the OS by the caller's ``trim_heap``)."""
-        import mlx.core as mx
-        from mlx.utils import tree_flatten, tree_unflatten
-
-        from .conv import _WeightCache
-
         dec = self.sovits.dec
         params = tree_flatten(dec.parameters())
         self.shapes = {k: (tuple(v.shape), v.dtype) for k, v in params}
@@ -157,11 +157,6 @@ class MLXWeights:
     def restore(self) -> None:
         """Read the generator weights back from ``weights_file``; raises RuntimeError when the file is gone or
         no longer holds the weights the ONNX graph was built from."""
-        import mlx.core as mx
-        from mlx.utils import tree_unflatten
-
-        from . import vocoder_onnx
-
         try:
             stored = mx.load(str(self.weights_file), format="safetensors")
         except (OSError, ValueError, RuntimeError) as exc:
@@ -212,15 +207,11 @@ def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto"
         pass
     else:
         try:
-            from . import vocoder_onnx
-
             n = auto_parts(vocoder_onnx.resolve_threads(threads)) if str(parts) == "auto" else int(parts)
             generator = vocoder_onnx.load_or_build(sovits.dec, cache_dir, threads, spin=spin, arena=arena)
             reason = {"auto": "CPU", "onnx": f"{ENV}=onnx"}.get(mode, "OpenVINO unavailable: ONNX Runtime instead")
             backend = VocoderBackend(mode, generator, reason=reason)
             if n > 1:  # the parts on the one-thread graph (2-D: NCHWc kernels), short latents whole on `generator`
-                from .vocoder_split import SplitRunner
-
                 single = generator if generator.threads == 1 else vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1,
                                                                                             arena=arena)
                 backend.split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame,
@@ -267,8 +258,6 @@ def _release_mlx(sovits, backend: VocoderBackend) -> None:
     weights_file = getattr(sovits, "weights_file", None)
     if weights_file is None or not Path(weights_file).is_file() or not backend.wants_onnx():
         return
-    from ..shared.storage import trim_heap
-
     gen = backend.generator
     backend.mlx_weights = MLXWeights(sovits, weights_file, gen.digest, gen.layout)
     backend.mlx_weights.drop()

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ... import _blas
+
 log = logging.getLogger(__name__)
 
 BUILDER_VERSION = 2  # bump when the graph changes: the cache name changes with it
@@ -221,8 +223,6 @@ def resolve_threads(threads: int | None = None) -> int:
     (``PRIMESPEECH_THREADS``, default 1 on machines with <= 2 CPUs), else 0 (ONNX Runtime's default)."""
     if threads is not None:
         return max(1, int(threads))
-    from ... import _blas
-
     n = _blas.thread_settings().get("blas_threads")
     return n if isinstance(n, int) and n > 0 else 0
 
