@@ -98,16 +98,16 @@ class ReplayNoise:
 
 
 class GenerateSpy:
-    """Wraps t2s_generate.generate and t2s_generate.start (a decode batch's rows): records the inputs and every
-    produced token (a batch row's when it is decoded)."""
+    """Wraps t2s_generate.generate and t2s_generate.start (a decode batch's rows) as the pipeline calls them:
+    records the inputs and every produced token (a batch row's when it is decoded)."""
 
     def __init__(self, monkeypatch):
         self.real, self.real_start = t2s_generate.generate, t2s_generate.start
         self.calls: list[dict] = []
         self.events: list[tuple] = []
         self.tokens: dict[int, list[int]] = {}  # call -> its tokens
-        monkeypatch.setattr(t2s_generate, "generate", self)
-        monkeypatch.setattr(t2s_generate, "start", self.start)
+        monkeypatch.setattr(pipeline, "generate", self)  # where the engine's pipeline calls them
+        monkeypatch.setattr(pipeline, "start", self.start)
 
     def start(self, model, phones, bert, prompt, params, early_stop_num, **kw):
         self.calls.append({"phones": phones, "bert": bert, "prompt": prompt, "params": params,

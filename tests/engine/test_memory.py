@@ -23,11 +23,9 @@ def test_trim_after_request_empties_the_mlx_cache():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
 def test_trim_after_request_hands_freed_heap_back(monkeypatch):
-    from dora_primespeech_mlx.models.shared import storage
-
     calls = []
-    real = storage.trim_heap
-    monkeypatch.setattr(storage, "trim_heap", lambda: calls.append(1) or real())
+    real = store.trim_heap
+    monkeypatch.setattr(store, "trim_heap", lambda: calls.append(1) or real())
     store.trim_after_request()
     assert calls == [1]
 

@@ -183,7 +183,7 @@ def test_voices_follow_send_order():
     old = SimpleNamespace(name="Old", language="en")
     voices.current = old
     new = SimpleNamespace(name="New", language="en")
-    import dora_primespeech_mlx.assets.catalog as catalog
+    import dora_primespeech_mlx.dataflow.voices as catalog  # where Voices resolves names
 
     loaded = []
     engine = SimpleNamespace(load_voice=loaded.append)

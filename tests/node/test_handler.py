@@ -285,7 +285,7 @@ def test_queued_texts_join_the_running_decode_and_keep_their_tokens(model_dir, s
         joined.append((id(request), s))
         return real_admit(self, request, s, timer)
 
-    monkeypatch.setattr(t2s_generate, "start", start)
+    monkeypatch.setattr(pipeline, "start", start)  # where the engine starts a batch row
     monkeypatch.setattr(batching.Batching, "admit", admit)
     monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, batch=4))
     handler, rec = make_handler(model_dir, shared_engine, STREAMING="true", SEED="31")

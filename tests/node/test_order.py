@@ -68,9 +68,9 @@ class FakeEngine:
 
 
 def fake_handler(engine: FakeEngine, monkeypatch, send=None):
-    from dora_primespeech_mlx.assets import catalog
+    from dora_primespeech_mlx.dataflow import voices
 
-    monkeypatch.setattr(catalog, "resolve_voice", lambda name, root, **kw: SimpleNamespace(name=name, language="en"))
+    monkeypatch.setattr(voices, "resolve_voice", lambda name, root, **kw: SimpleNamespace(name=name, language="en"))
     rec = Recorder()
     transport = DirectTransport(send or rec)
     handler = MessageHandler(Settings.from_env({"LOG_LEVEL": "DEBUG"}),

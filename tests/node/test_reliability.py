@@ -288,7 +288,7 @@ def test_change_voice_keeps_its_place_among_texts():
     real = engine.synthesize
     engine.synthesize = lambda text, voice=None, **kw: order.append(("text", voice.name)) or real(text, voice, **kw)
     handler, rec = make(engine)
-    import dora_primespeech_mlx.assets.catalog as voices_mod
+    import dora_primespeech_mlx.dataflow.voices as voices_mod  # where the handler resolves names
 
     other = SimpleNamespace(name="Other", language="en")
     orig = voices_mod.resolve_voice
