@@ -148,7 +148,7 @@ def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
     import yaml
 
     md = tempfile.mkdtemp(prefix="conversation-")
-    atexit.register(shutil.rmtree, md, ignore_errors=True)  # the converted models (2 GB with the real-size set)
+    atexit.register(shutil.rmtree, md, ignore_errors=True)  # the converted models (gigabytes with the real-size set)
     if tiny:
         root = Path(tiny) / "models"
         cases = json.loads((root / "cases.json").read_text(encoding="utf-8"))

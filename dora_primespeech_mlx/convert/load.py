@@ -329,8 +329,8 @@ def load_gpt(path, *, runtime: Runtime = DEFAULT, **kw):
     if runtime.decoder_at_load and getattr(model.decoder, "kind", None) == "numpy":
         from ..models.shared.storage import trim_heap
 
-        model.decoder.warmup()  # its float16 weights now, not at the first token (README, "Memory"): the float32
-        trim_heap()  # ones go back before the other models load (peak RSS -210 MB, voice loaded -140 MB)
+        model.decoder.warmup()  # its float16 weights now, not at the first token: the float32 ones go back
+        trim_heap()  # before the other models load, which lowers the peak RSS (docs/memory.md, "The levers")
     return model
 
 

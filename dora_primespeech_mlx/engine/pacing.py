@@ -72,8 +72,8 @@ TAPER_SAFETY_S = 0.05  # seconds more in hand for each shrinking window (small w
 TAPER_HEADROOM = 1.25  # a shrinking plan ends this much after the expected length: a sentence up to 25 % longer
 # than expected still keeps up (tests/engine/test_pacing.py); one that ends sooner only has more in hand
 STEP_GROWTH = {2: 1.7, 3: 2.0, 4: 2.2}  # a decode step of this many rows against a step alone, until measured
-# (`primespeech-mlx bench --stages gpt`: 1.67x / 1.93x / 1.91x at 2 threads on the AVX-512 Xeon, 1.48x / 1.86x /
-# 2.05x at 1 thread on the AVX2 EPYC); wider, in proportion to the rows beyond four
+# (the bench's figures, docs/performance.md#sentences-decoded-together-continuous-batching); wider, in proportion to
+# the rows beyond four
 TAPERS = tuple((last, step) for last in (8, 12, 16, 24) for step in (3, 5, 7, 10))  # (last window, growth per
 # window towards the front) that a covering plan tries; the one after which the first piece is smallest wins
 STARTS = settings.STREAM_STARTS  # PacingOptions.start (PRIMESPEECH_STREAM_START)

@@ -120,7 +120,7 @@ def _name_dictionary(folder: Path) -> dict[str, list[str]]:
 
 _HAS_LETTER = re.compile("[a-z]")
 #: Longer words are refused: the English words are shorter, and the compound splitter and the neural predictor
-#: take seconds on a "word" of hundreds of letters (a 500-letter one: 16 s).
+#: take about a second on a "word" of hundreds of letters (docs/languages.md#time-per-text).
 MAX_WORD_CHARS = 64
 _POSSESSIVE = re.compile(r"^([a-z]+)('s)$")
 _VOICELESS = frozenset({"P", "T", "K", "F", "TH", "HH"})  # 's -> S

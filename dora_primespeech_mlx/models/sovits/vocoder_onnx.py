@@ -261,13 +261,12 @@ class OnnxGenerator:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
-        # Spinning worker threads collapse when a neighbour process takes a core (measured, 2 threads at
-        # loadavg 4.6: 2.63 s min spinning vs 1.94 s not, per 4 s of audio); they only wait when idle.
+        # Spinning worker threads collapse when a neighbour process takes a core (docs/performance.md, "Spinning
+        # intra-op threads"); they only wait when idle.
         self.spin = bool(spin)  # None: off
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spin else "0")
-        # No CPU memory arena: the arena keeps every activation buffer of the largest decode so far (RSS +~100 MB
-        # with the v2 generator after 4 s of audio); plain allocations go back to the heap/OS. Measured in one
-        # run, alternating: 0-1.4 % slower per decode (README, "Memory").
+        # No CPU memory arena: the arena keeps every activation buffer of the largest decode so far; plain
+        # allocations go back to the heap/OS, for a small cost per decode (docs/memory.md, "The levers").
         self.arena = bool(arena)
         opts.enable_cpu_mem_arena = self.arena
         source = model if isinstance(model, bytes) else str(model)
