@@ -5,19 +5,11 @@ A converted model is a folder holding ``config.json`` (``{"kind": ..., "version"
 see :mod:`.cache`). Loading a converted folder parses no pickle and does no key mapping. :func:`convert` writes
 one, from weights that passed the reader's checks and are all finite; the ``load_*`` functions accept either
 form and, given an original file, convert it into ``<root>/mlx/`` the first time (``root``: the model directory,
-given by the caller; without one an original file is converted in memory) (:mod:`.cache`: an entry is served only
-when complete; per-request checkpoints' entries are bounded, least recently used out).
-:func:`from_checkpoint` builds a model from a checkpoint already read (``checkpoints.read_*``) the same way.
+given by the caller; without one an original file is converted in memory). :func:`from_checkpoint` builds a model
+from a checkpoint already read (``checkpoints.read_*``) the same way.
 
-This is the one loading path (product and tests). Every loader takes the engine's :class:`~..runtime.Runtime`
-(``runtime``; default: every choice automatic), which decides at load:
-
-- GPT: which :class:`~..models.gpt.model.Decoder` runs its steps (``t2s_decode``, ``t2s_compile``; the numpy one
-  with the kernels' ``isa``, ``gpt_half``, ``gpt_prefill``, ``fused_step``), kept in ``model.decoder``; with
-  ``decoder_at_load`` the numpy decoder's weights are built while loading;
-- SoVITS: the convolutions' form (``conv_impl``; the vocoder backend is built by its owner, ``vocoder.build``);
-- BERT: float16 weights (``bert_half``) and the numpy path's kernels (``isa``, ``bert_gemm``).
-"""
+This is the one loading path (product and tests). Every loader takes the engine's :class:`~..runtime.Runtime`,
+which decides at load how each model runs (:func:`load` lists the choices)."""
 
 from __future__ import annotations
 
@@ -275,10 +267,18 @@ def _cache_path(src: Path, kind: str, root: Path) -> Path:
 
 def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, root: Path | None = None,
          runtime: Runtime = DEFAULT, keep_converted: int = entries.MAX_ENTRIES):
-    """Load a model of ``kind`` from an original or converted path under ``runtime`` (see the module docstring):
-    an original file is converted once into the model directory ``root``'s cache (``cache=False`` or no ``root``:
-    converted in memory), which then keeps at most ``keep_converted`` per-request checkpoints
-    (``PRIMESPEECH_CONVERTED_CACHE``, passed by the engine; :func:`.cache.prune`)."""
+    """Load a model of ``kind`` from an original or converted path under ``runtime``: an original file is converted
+    once into the model directory ``root``'s cache (``cache=False`` or no ``root``: converted in memory), which then
+    keeps at most ``keep_converted`` per-request checkpoints (``PRIMESPEECH_CONVERTED_CACHE``, passed by the engine;
+    :func:`.cache.prune`).
+
+    The runtime (default: every choice automatic) decides at load:
+
+    - GPT: which :class:`~..models.gpt.model.Decoder` runs its steps (``t2s_decode``, ``t2s_compile``; the numpy one
+      with the kernels' ``isa``, ``gpt_half``, ``gpt_prefill``, ``fused_step``), kept in ``model.decoder``; with
+      ``decoder_at_load`` the numpy decoder's weights are built while loading;
+    - SoVITS: the convolutions' form (``conv_impl``; the vocoder backend is built by its owner, ``vocoder.build``);
+    - BERT: float16 weights (``bert_half``) and the numpy path's kernels (``isa``, ``bert_gemm``)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(path, "not found")
