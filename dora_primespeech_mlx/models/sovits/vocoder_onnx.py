@@ -1,20 +1,16 @@
 """The SoVITS generator (HiFi-GAN vocoder) on ONNX Runtime, for CPU-only machines.
 
-Why: on the CPU, MLX runs the generator's convolutions through this package's GEMM path at 10-85 GFLOP/s
-per layer and on one core; ONNX Runtime's MLAS convolutions run every layer shape of the v2 generator at
-close to the machine's sgemm peak and use the configured threads (``python -m
-dora_primespeech_mlx.bench.conv`` measures it layer by layer; README, "Performance").
+Why: on the CPU, MLX runs the generator's convolutions through this package's GEMM path, well below the
+machine's sgemm peak and on one core; ONNX Runtime's MLAS convolutions run every layer shape of the v2 generator
+close to that peak and use the configured threads (docs/performance.md, "The SoVITS vocoder on ONNX Runtime").
 
 The ONNX graph is built **without torch** from the loaded :class:`~.hifigan.Generator`'s weights with the
 ``onnx`` helper API (:func:`build_generator_model`): the same operations in the same order as
 ``Generator.__call__``, in ONNX's (B, C, T) layout, batch and time dynamic. It is cached on disk under a
 name derived from a digest of the weights and of this builder's version (:func:`load_or_build`), written
-atomically (temporary file + rename), so it is built once per model and never half-read.
-
-:class:`OnnxGenerator` is the small interface the SoVITS model calls: ``generator(z, ge) -> audio`` with
-numpy arrays, z (B, inter, T), ge (B, gin, 1) -> (B, 1, T * hop). Choosing it (and falling back to MLX on
-any failure) is :mod:`.vocoder`'s job.
-"""
+atomically, so it is built once per model and never half-read. :class:`OnnxGenerator` is what the SoVITS model
+calls: ``generator(z, ge) -> audio`` with numpy arrays; choosing it (and falling back to MLX on any failure) is
+:mod:`.vocoder`'s job."""
 
 from __future__ import annotations
 
