@@ -192,7 +192,7 @@ class EnglishG2p:
             else:
                 phones.append("Z")
             return phones
-        if len(word) > MAX_WORD_CHARS:  # the splitter and the neural predictor take seconds on such a "word"
+        if len(word) > MAX_WORD_CHARS:  # the splitter and the neural predictor take long on such a "word"
             raise TextFrontendError(f"the word {token[:24]!r}... has {len(word)} characters; the English front end "
                                     f"reads words of up to {MAX_WORD_CHARS}")
         parts = _segment(word)
