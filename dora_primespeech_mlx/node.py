@@ -92,7 +92,7 @@ def freeze_front_ends(language: str | None, progress: Callable[[str], None], dat
     every object alive into the collector's permanent generation (``gc.freeze``).
 
     Why: the front ends' dictionaries are ~600 000 Python lists that live as long as the process, and a full
-    collection walks them all while holding the GIL (~0.5 s on a 2-core machine): every model load
+    collection walks them all while holding the GIL (docs/languages.md, "Speed and first load"): every model load
     (``convert.load``), every voice eviction and Python's own occasional full collections would stall the input
     thread (``stats``, ``reset``, STOP) that long. Frozen objects are never collected as cycles, so this runs
     before any model is loaded (a GPT holds a reference cycle and must stay collectable when a voice is

@@ -196,9 +196,9 @@ def _build(kind: str, args: Any, weights, source=None, runtime: Runtime = DEFAUL
 def _read_converted(path: Path):
     """(name, mx.array) pairs of a converted ``model.safetensors``.
 
-    ``mx.load`` reads each tensor straight into its MLX buffer: no numpy copy, and no memory map (a
-    mapped file counts in RSS while it is open: safetensors' ``safe_open`` + ``get_tensor`` peaked at
-    3.1 GB loading the four bench models, this at 1.9 GB, which is what the loaded models hold)."""
+    ``mx.load`` reads each tensor straight into its MLX buffer: no numpy copy, and no memory map (a mapped file
+    counts in RSS while it is open: safetensors' ``safe_open`` + ``get_tensor`` peak well above what the loaded
+    models hold; this peaks at about that)."""
     import mlx.core as mx
 
     try:

@@ -179,12 +179,12 @@ class BertModel(nn.Module):
         (``PRIMESPEECH_BERT_HALF``); its ``isa`` / ``bert_gemm`` pick the kernels' build and products' path.
 
         ``half`` True: the Linear weights and the word embedding are kept in float16 (the released checkpoint
-        is float16, so nothing is lost): 1.19 GB -> 0.65 GB resident. Where MLX runs on the CPU and the
-        float16-weight kernels build (``half_gemv.library()``: x86-64 with AVX2/FMA/F16C and a C compiler), the
-        model then runs in numpy through those kernels (``models/bert/numpy_encoder.py``), faster than float32 MLX;
-        elsewhere (GPUs, other CPUs) MLX computes in float32 from float16 storage (the per-call upcast is slow
-        on a CPU: 23 tokens, 400 -> 760 ms). ``None`` (auto, the default): float16 where that fast path is
-        available and every Linear weight is a float16 value, else float32. ``False``: float32 MLX."""
+        is float16, so nothing is lost): about half the memory (docs/performance.md, "float16 kernels"). Where MLX runs
+        on the CPU and the float16-weight kernels build (``half_gemv.library()``: x86-64 with AVX2/FMA/F16C and a C
+        compiler), the model then runs in numpy through those kernels (``models/bert/numpy_encoder.py``), faster than
+        float32 MLX; elsewhere (GPUs, other CPUs) MLX computes in float32 from float16 storage (the per-call upcast is
+        slow on a CPU). ``None`` (auto, the default): float16 where that fast path is available and every Linear weight
+        is a float16 value, else float32. ``False``: float32 MLX."""
         self._fast, self.runtime = None, runtime
         half = runtime.bert_half
         fn = self._fast_kernels()

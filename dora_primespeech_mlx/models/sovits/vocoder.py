@@ -251,10 +251,10 @@ def _openvino(sovits, cache_dir, threads: int | None) -> VocoderBackend | None:
 
 def auto_parts(threads: int) -> int:
     """``PRIMESPEECH_VOCODER_PARTS=auto``: two parts at two threads, else whole. Two one-thread runs side by side beat
-    one run with two intra-op threads from ~100 latent frames (2-core AVX2 EPYC; ``models/vocoder_split``,
-    ``tests/tools/vocoder_cut_sweep.py``). At 4 threads on a 16-vCPU AVX-512 Xeon four parts won on the vocoder alone
-    from ~200 frames but lost end to end (one sentence 2.08 against 1.85 s, docs/performance.md), so with more threads
-    ONNX Runtime's own threads run it (``threads`` 0: all cores)."""
+    one run with two intra-op threads from ~100 latent frames (``models/vocoder_split``,
+    ``tests/tools/vocoder_cut_sweep.py``); with more threads four parts won on the vocoder alone but lost end to end
+    (docs/performance.md, "On a 16-vCPU Intel Xeon with AVX-512, alternated"), so there ONNX Runtime's own threads
+    run it (``threads`` 0: all cores)."""
     return 2 if threads == 2 else 1
 
 

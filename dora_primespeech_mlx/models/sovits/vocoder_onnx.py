@@ -225,9 +225,8 @@ def resolve_threads(threads: int | None = None) -> int:
 
 def layout_for(threads: int) -> str:
     """The graph layout for ``threads`` intra-op threads (0: ONNX Runtime's default, all cores): ``2d`` (NCHWc
-    kernels) for one thread, ``1d`` (im2col + its threaded GEMM) for more. Measured in one run on the 2-core
-    VM, v2 generator, 215 frames (4.3 s): 1 thread 1.72 s (2d) vs 1.98 s (1d); 2 threads 1.17 s (2d) vs 1.08 s
-    (1d); at 24-100 frames (stream windows) the same order or a tie (README, "ONNX Runtime")."""
+    kernels) for one thread, ``1d`` (im2col + its threaded GEMM) for more, the faster of the two at each
+    (docs/performance.md, "The SoVITS vocoder on ONNX Runtime")."""
     return "2d" if threads == 1 else "1d"
 
 
