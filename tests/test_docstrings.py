@@ -68,7 +68,7 @@ def benchmark_figure(text: str) -> str | None:
 
 
 def test_module_docstrings_are_short():
-    long = {str(p.relative_to(ROOT.parent)): n for p in sorted(ROOT.rglob("*.py"))
+    long = {p.relative_to(ROOT.parent).as_posix(): n for p in sorted(ROOT.rglob("*.py"))
             if (n := _module_docstring_lines(p)) > MAX_MODULE_DOC_LINES}
     assert not long, f"module docstrings over {MAX_MODULE_DOC_LINES} lines (move detail to docs/ or to the " \
                      f"class/function it explains): {long}"
@@ -77,7 +77,7 @@ def test_module_docstrings_are_short():
 def test_no_benchmark_figures_in_comments():
     found = []
     for path in sorted(ROOT.rglob("*.py")):
-        rel = str(path.relative_to(ROOT.parent))
+        rel = path.relative_to(ROOT.parent).as_posix()
         for line, text in _comment_blocks(path):
             figure = benchmark_figure(text)
             if figure and not any(rel == p and allowed in text for p, allowed in ALLOWED):
