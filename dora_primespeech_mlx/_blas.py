@@ -1,35 +1,12 @@
 """Give MLX a fast CBLAS on Linux before ``mlx`` is imported.
 
-The ``mlx[cpu]`` Linux wheel links the netlib *reference* BLAS: a 512x512 float32 matmul takes ~50 ms
-instead of ~1.5 ms. Symbols bind when ``libmlx.so`` is loaded, and a library already loaded with
-``RTLD_GLOBAL`` wins, so loading a fast ``cblas_sgemm`` first fixes it (performance-notes.md, section 6).
-
-Candidates, in order (``PRIMESPEECH_BLAS`` overrides: ``off``, or the path of a library that exports
-``cblas_sgemm``):
-
-1. pip ``mkl`` (``<prefix>/lib/libmkl_rt.so.*``), when installed;
-2. a system OpenBLAS (Debian ``libopenblas0-pthread``);
-3. numpy's own bundled OpenBLAS (``scipy_openblas64_``), whose symbols are prefixed and 64-bit: a
-   ten-line C shim that forwards ``cblas_sgemm``/``cblas_dgemm`` to it is compiled once with the system C
-   compiler (the same one ``mx.compile`` needs) into a per-user cache.
-
-Each choice is self-checked with a timed matmul after MLX loads (:func:`report`); if none works MLX
-keeps its reference BLAS and a warning says so.
-
-Nothing happens at import: :func:`preload` runs when the engine or the models package is first imported,
-before either loads MLX. Too late when the application imported ``mlx`` first (Python binds an extension's
-symbols when it loads it): then nothing is loaded and the warning names the library to put in ``LD_PRELOAD``
-(or: import this package first). A ``cblas_sgemm`` already in the global scope (``LD_PRELOAD``) is used as it is
-(``info()["name"] == "preloaded"``).
-
-Threads (:func:`configure_threads`, run by :func:`preload`): on a machine with at most two usable CPUs
-the BLAS runs single-threaded. Spinning BLAS threads collapse as soon as a neighbour process takes a
-core: measured on a 2-vCPU VM at load 3.4, a real-size GPT decode step's gemvs took 21 ms with one
-thread and 37-78 ms with two; a 256x256 MLX matmul 0.38 ms vs 0.25-15 ms (performance-notes.md
-section 10). ``PRIMESPEECH_THREADS`` (a number, or ``auto``) overrides; explicit
-``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` settings are respected. The thread count is applied through the
-loaded libraries' own setters; no environment variable of the process is changed.
-"""
+The ``mlx[cpu]`` Linux wheel links the netlib *reference* BLAS, many times slower than a tuned one
+(docs/performance.md, "The BLAS under MLX"). Symbols bind when ``libmlx.so`` is loaded, and a library already
+loaded with ``RTLD_GLOBAL`` wins, so loading a fast ``cblas_sgemm`` first fixes it (performance-notes.md,
+section 6). :func:`preload` does it (candidates in :func:`_attempts`; ``PRIMESPEECH_BLAS`` overrides) when the
+engine or the models package is first imported; :func:`report` self-checks the choice with a timed matmul, and
+a warning says when MLX keeps its reference BLAS. :func:`configure_threads` runs the BLAS single-threaded on
+machines with at most two usable CPUs, where spinning BLAS threads collapse beside a busy neighbour."""
 
 from __future__ import annotations
 
@@ -153,8 +130,13 @@ def _apply_threads(n: int) -> list[str]:
 
 
 def configure_threads(threads: int | None = None) -> dict[str, object]:
-    """Set the BLAS thread count (see the module docstring): ``threads`` or the automatic choice, through the
-    loaded libraries' setters. Returns what was done (also in :func:`thread_settings`)."""
+    """Set the BLAS thread count: ``threads`` or the automatic choice, through the loaded libraries' setters.
+    Returns what was done (also in :func:`thread_settings`).
+
+    On a machine with at most two usable CPUs the BLAS runs single-threaded: spinning BLAS threads collapse as soon
+    as a neighbour process takes a core (docs/performance.md, "The BLAS under MLX"). ``PRIMESPEECH_THREADS`` (a
+    number, or ``auto``) overrides; explicit ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` settings are respected.
+    No environment variable of the process is changed."""
     if threads is not None:
         n, why = int(threads), "explicit"
     else:
@@ -189,7 +171,13 @@ def hold_one_thread(hold: bool) -> None:
 
 def preload() -> str | None:
     """Load a fast CBLAS into the global symbol scope and set the BLAS threads. Returns the BLAS's
-    name, or None. Idempotent."""
+    name, or None. Idempotent.
+
+    Nothing happens at import of this module: the engine and the models package call this before either loads MLX.
+    Too late when the application imported ``mlx`` first (Python binds an extension's symbols when it loads it):
+    then nothing is loaded and the warning names the library to put in ``LD_PRELOAD`` (or: import this package
+    first). A ``cblas_sgemm`` already in the global scope (``LD_PRELOAD``) is used as it is
+    (``info()["name"] == "preloaded"``)."""
     if _STATE["name"] is not None or _STATE["error"] is not None:
         return _STATE["name"]
     try:
@@ -251,7 +239,13 @@ def _global_cblas() -> bool:
 
 
 def _attempts(choice: str) -> list[tuple[str, str | None]]:
-    """The candidates in order: ``PRIMESPEECH_BLAS``'s path, else MKL, a system OpenBLAS, numpy's OpenBLAS."""
+    """The candidates in order: ``PRIMESPEECH_BLAS``'s path (or ``off``), else
+
+    1. pip ``mkl`` (``<prefix>/lib/libmkl_rt.so.*``), when installed;
+    2. a system OpenBLAS (Debian ``libopenblas0-pthread``);
+    3. numpy's own bundled OpenBLAS (``scipy_openblas64_``), whose symbols are prefixed and 64-bit: a
+       ten-line C shim that forwards ``cblas_sgemm``/``cblas_dgemm`` to it is compiled once with the system C
+       compiler (the same one ``mx.compile`` needs) into a per-user cache."""
     if choice.lower() != "auto":
         return [("custom", choice)]
     return ([("mkl", p) for p in _mkl_candidates()] + [("openblas-system", p) for p in _system_openblas()]

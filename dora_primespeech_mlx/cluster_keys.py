@@ -3,25 +3,10 @@ configurations that put all of a dora cluster's traffic (coordinator WebSocket, 
 encrypted tunnel between the listed machines, each authenticated by its key, and the dora commands per machine that
 bind every dora listener to the tunnel address.
 
-Why a tunnel and not Zenoh's own TLS: dora 1.1's bundled Zenoh (1.10.1) is built with the TCP and UDP links only.
-A ``tls/`` endpoint is refused ("Unicast not supported for tls protocol") and ``transport.auth.usrpwd`` is accepted
-but not enforced (a peer without credentials still reads every key); dora's ``--auth`` token covers the
-coordinator alone and crosses the network in clear text. tests/node/test_cluster_data_plane.py checks both facts, so
-that the day dora ships a Zenoh with TLS the suite says so.
-
-Output, for every machine NAME (its tunnel address is the N-th host of ``--subnet``, in the order given):
-
-- ``DIR/NAME/wg-dora.conf`` (mode 0600): the machine's private key, its tunnel address, and every other machine as
-  a peer (public key, endpoint, that peer's tunnel address only). ``sudo wg-quick up DIR/NAME/wg-dora.conf`` brings
-  up the interface ``wg-dora``.
-- ``DIR/NAME/commands.sh``: the dora commands for that machine (coordinator with ``--auth`` on the coordinator
-  machine; the daemon with ``--zenoh-listen`` on its tunnel address, ``--zenoh-connect`` to every other daemon's,
-  no multicast scouting, the package's Zenoh overlay) and the firewall rule that keeps dora's ports off the other
-  interfaces.
-- ``DIR/cluster.json``: names, endpoints, tunnel addresses and public keys (no private key).
-
-Only the machine's own folder goes to that machine. Existing files are not overwritten without ``--force``.
-"""
+Why a tunnel and not Zenoh's own TLS: dora 1.1's bundled Zenoh has the TCP and UDP links only, does not enforce
+``transport.auth.usrpwd``, and dora's ``--auth`` token covers the coordinator alone, in clear text
+(docs/security.md, "The cluster's data plane"; tests/node/test_cluster_data_plane.py checks both facts).
+:func:`write_cluster` lists the files it writes. Only the machine's own folder goes to that machine."""
 
 from __future__ import annotations
 
@@ -143,7 +128,19 @@ def commands(me: Machine, others: list[Machine], coordinator: Machine, zenoh_por
 def write_cluster(out: str | os.PathLike, machines: list[tuple[str, str]], coordinator: str | None = None,
                   subnet: str = SUBNET, wg_port: int = WG_PORT, zenoh_port: int = ZENOH_PORT,
                   coordinator_port: int = COORDINATOR_PORT, force: bool = False) -> list[Machine]:
-    """Write the files described in the module docstring; returns the machines (keys included)."""
+    """Write the files, returns the machines (keys included). For every machine NAME (its tunnel address is the N-th
+    host of ``--subnet``, in the order given):
+
+    - ``DIR/NAME/wg-dora.conf`` (mode 0600): the machine's private key, its tunnel address, and every other machine as
+      a peer (public key, endpoint, that peer's tunnel address only). ``sudo wg-quick up DIR/NAME/wg-dora.conf`` brings
+      up the interface ``wg-dora``.
+    - ``DIR/NAME/commands.sh``: the dora commands for that machine (coordinator with ``--auth`` on the coordinator
+      machine; the daemon with ``--zenoh-listen`` on its tunnel address, ``--zenoh-connect`` to every other daemon's,
+      no multicast scouting, the package's Zenoh overlay) and the firewall rule that keeps dora's ports off the other
+      interfaces.
+    - ``DIR/cluster.json``: names, endpoints, tunnel addresses and public keys (no private key).
+
+    Existing files are not overwritten without ``--force``."""
     for port in (wg_port, zenoh_port, coordinator_port):
         if not 1 <= int(port) <= 65535:
             raise ConfigError(f"port {port} is out of range 1-65535")

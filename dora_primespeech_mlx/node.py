@@ -1,27 +1,15 @@
 """The Dora node: a drop-in replacement for the old ``dora-primespeech`` node. A thin adapter: the logic lives in
 :mod:`.handler` (independent of dora), outputs go through a :mod:`.transport`, the models in the engine.
 
-Two ways to run it:
-
-- ``path: dora-primespeech-mlx`` (console script :func:`main`), the usual form;
-- ``operator: {python: dora_primespeech_mlx/node.py, inputs: ..., outputs: ...}`` (class :class:`Operator`).
-
+Two ways to run it: ``path: dora-primespeech-mlx`` (console script :func:`main`), the usual form, or
+``operator: {python: dora_primespeech_mlx/node.py, inputs: ..., outputs: ...}`` (class :class:`Operator`).
 Only the Dora API subset shared by dora-rs 0.3.x and 1.x is used: ``Node()``, ``node.next()`` /
 ``node.next(timeout)``, ``event["type" | "id" | "value" | "metadata"]`` and ``send_output(id, pa.Array, dict)``.
 
 Inputs: ``text`` (plain text, JSON payload, ``VOICE:`` prefixes; see :mod:`.messages`), ``control`` (reset,
 stats, list_voices, change_voice:NAME, cleanup) and ``reset`` (any value: same as the control command).
-Outputs: ``audio``, ``segment_complete``, ``status``, ``log`` (see the README and :mod:`.handler`).
-
-Stopping: when the inputs close (the upstream nodes finished) the queued texts are spoken first; on a STOP event
-(``dora stop``, Ctrl-C) or a SIGTERM (dora's kill after its grace period, ``docker stop``, systemd) the text in
-flight and every queued one are answered as cancelled and the node exits at once with code 0.
-
-Daemon loss: dora 1.1 reports a daemon that died as one ERROR event ("fatal event stream error: daemon channel
-broken") and then blocks in ``next()`` for ever; the node exits with code 1 on that event, and, when a daemon
-spawned it (``DORA_NODE_CONFIG`` set), as soon as its parent process is gone (checked every ``PARENT_WATCH_S``,
-also while the models load). Nothing can be answered then: the daemon that would carry the answers is gone.
-"""
+Outputs: ``audio``, ``segment_complete``, ``status``, ``log`` (see the README and :mod:`.handler`). How it stops
+and how it leaves when the daemon is lost: :func:`main` and docs/dataflow.md."""
 
 from __future__ import annotations
 
@@ -104,7 +92,7 @@ def freeze_front_ends(language: str | None, progress: Callable[[str], None], dat
     every object alive into the collector's permanent generation (``gc.freeze``).
 
     Why: the front ends' dictionaries are ~600 000 Python lists that live as long as the process, and a full
-    collection walks them all while holding the GIL (~0.5 s on a 2-core machine): every model load
+    collection walks them all while holding the GIL (docs/languages.md, "Speed and first load"): every model load
     (``convert.load``), every voice eviction and Python's own occasional full collections would stall the input
     thread (``stats``, ``reset``, STOP) that long. Frozen objects are never collected as cycles, so this runs
     before any model is loaded (a GPT holds a reference cycle and must stay collectable when a voice is
@@ -253,7 +241,16 @@ def stop_and_exit(handler: MessageHandler, reason: str, since: float) -> None:
 
 
 def main() -> int:
-    """Console script ``dora-primespeech-mlx``: run as a Dora node until the dataflow stops."""
+    """Console script ``dora-primespeech-mlx``: run as a Dora node until the dataflow stops.
+
+    Stopping: when the inputs close (the upstream nodes finished) the queued texts are spoken first; on a STOP event
+    (``dora stop``, Ctrl-C) or a SIGTERM (dora's kill after its grace period, ``docker stop``, systemd) the text in
+    flight and every queued one are answered as cancelled and the node exits at once with code 0.
+
+    Daemon loss: dora 1.1 reports a daemon that died as one ERROR event ("fatal event stream error: daemon channel
+    broken") and then blocks in ``next()`` for ever; the node exits with code 1 on that event, and, when a daemon
+    spawned it (``DORA_NODE_CONFIG`` set), as soon as its parent process is gone (checked every ``PARENT_WATCH_S``,
+    also while the models load). Nothing can be answered then: the daemon that would carry the answers is gone."""
     from dora import Node
 
     try:

@@ -3,20 +3,15 @@
 Every setting has one primary name (the old dora-primespeech node's name where it had one, so existing
 dataflows keep working) and optional aliases (the design document's ``GPTSVITS_*`` names and a few
 others). **Precedence: the primary name, then the aliases in the order listed, then the default.** An
-empty value counts as unset (old dataflows write ``PRIMESPEECH_MODEL_DIR: ""``).
-
-Dora passes ``env:`` values as strings: YAML ``1.0`` arrives as ``"1"``, ``false`` as ``"false"``. Every
-value is parsed and checked here; all bad variables are reported together in one :class:`ConfigError`
-when the node starts. Nothing is overridden behind the user's back: TOP_K, TOP_P, TEMPERATURE, SEED, ...
-reach the engine as given (the old node's wrapper silently replaced them).
+empty value counts as unset (old dataflows write ``PRIMESPEECH_MODEL_DIR: ""``). Dora passes ``env:`` values
+as strings; every value is parsed and checked here, and all bad variables are reported together in one
+:class:`ConfigError` when the node starts. Nothing is overridden behind the user's back: TOP_K, TOP_P,
+TEMPERATURE, SEED, ... reach the engine as given.
 
 The :class:`Settings` dataclass is the one table: each field's ``setting(...)`` gives its environment name,
-aliases, default, parser, meaning and audience (:data:`VARS` is read off it). :func:`describe` lists them as
-``(name, aliases, default, meaning)`` rows per audience, from which the documentation is written: the dataflow
-contract in the README, speed and memory tuning in docs/performance.md, the node's deployment in
-docs/dataflow.md. The tuning settings that choose how models run take their defaults and choices from
-:class:`~.runtime.Runtime`, which the engine builds from them.
-"""
+aliases, default, parser, meaning and audience (:data:`VARS` is read off it); :func:`describe` lists them per
+audience for the README and docs/ tables. The tuning settings take their defaults and choices from
+:class:`~.runtime.Runtime`, which the engine builds from them."""
 
 from __future__ import annotations
 

@@ -2,24 +2,12 @@
 
 A voice is a GPT checkpoint, a SoVITS checkpoint, a reference clip (3-10 s) with its transcript
 (``prompt_text``), a language and a speed factor, plus the two shared encoders (CNHubert, Chinese
-RoBERTa). Presets are described by the YAML files in the repository's top-level ``voices/`` folder
-(installed as package data) and live, once downloaded, in the old dora-primespeech layout::
-
-    $PRIMESPEECH_MODEL_DIR/moyoyo/GPT_weights/*.ckpt
-                                 /SoVITS_weights/*.pth
-                                 /ref_audios/*.wav
-                                 /chinese-hubert-base/  /chinese-roberta-wwm-ext-large/
-
-so a model directory filled by the old node works unchanged. v2Pro / v2ProPlus voices (a SoVITS file of that
-version) also need the speaker-verification model, ``moyoyo/sv/pretrained_eres2netv2w24s4ep4.ckpt`` (from
-``lj1995/GPT-SoVITS``, fetched with the encoders when such a voice is installed). User voices are YAML files
-with the same fields (plus an optional ``sv`` path), either ``$PRIMESPEECH_MODEL_DIR/voices/<Name>/voice.yaml``
-or any ``*.yaml`` in ``$PRIMESPEECH_VOICES_DIR``; their paths are absolute or relative to the YAML file.
-
-Voice files are read like config files (:mod:`.voicefile`: size, aliases, keys). A file that fails is listed as
-broken with its reason (:func:`broken_voices`, :func:`list_voices`) and never stops the other voices. Every
-voice's transcript is bounded by :data:`MAX_PROMPT_CHARS`, however the voice is made.
-"""
+RoBERTa); v2Pro / v2ProPlus voices also need the speaker-verification model. Presets are described by the YAML
+files in the repository's top-level ``voices/`` folder (installed as package data) and live, once downloaded, in
+the old dora-primespeech layout under ``$PRIMESPEECH_MODEL_DIR/moyoyo/``, so a model directory filled by the old
+node works unchanged; user voices are YAML files with the same fields (:func:`_user_yaml_files`). The layout and
+the fields: docs/voices.md. A voice file that fails is listed as broken with its reason (:func:`broken_voices`)
+and never stops the other voices; every transcript is bounded by :data:`MAX_PROMPT_CHARS`."""
 
 from __future__ import annotations
 
@@ -319,7 +307,8 @@ def preset_voice(name: str, root: Path, *, unknown_keys: str = "error") -> Voice
 
 
 def _user_yaml_files(root: Path, voices_dir: Path | None) -> list[Path]:
-    """``<root>/voices/<Name>/voice.yaml``, then every ``*.yaml`` in ``voices_dir`` (``PRIMESPEECH_VOICES_DIR``)."""
+    """``<root>/voices/<Name>/voice.yaml``, then every ``*.yaml`` in ``voices_dir`` (``PRIMESPEECH_VOICES_DIR``). Their
+    fields are a preset's (plus an optional ``sv`` path); their paths are absolute or relative to the YAML file."""
     files = sorted(user_voices_dir(root).glob("*/voice.yaml"))
     if voices_dir:
         files += sorted(Path(voices_dir).glob("*.yaml"))

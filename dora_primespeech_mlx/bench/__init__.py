@@ -1,24 +1,15 @@
 """``primespeech-mlx bench``: how fast is this machine, stage by stage, with real-size v2 models.
 
-The four models are built with **random weights** and the exact real v2 configurations (GPT d=512 x 24
-layers, SoVITS v2 with its 512-channel HiFi-GAN, chinese-hubert-base, chinese-roberta-wwm-ext-large),
-so no download is needed and every step costs what it costs with the real files (random weights change
-no shape). They are written once as converted MLX folders into a cache directory and loaded through the
-same loader the engine uses. Inputs follow the upstream PyTorch baseline (performance-notes.md §3): a
-5 s reference, the prompt "这是一段用于测试的参考音频。" (27 phones, 139 prompt tokens) and the 20-character
-target "今天的天气特别好，我们一起去公园里散步聊天吧。" (44 phones, 23 BERT tokens), 100 semantic
-tokens (the GPT's EOS is made unreachable and ``max_sec`` is 2, so every run decodes exactly 100).
-
-Each stage runs once to warm up, then ``--repeat`` times; min and median are reported with the
-1-minute load average at the time. The memory-bandwidth floor of the decode step (bytes of weights
-and KV cache read per token / the measured read bandwidth) is measured in the same run. Not a test.
-
+The four models are built with **random weights** and the exact real v2 configurations, so no download is needed
+and every step costs what it costs with the real files (random weights change no shape); they are cached as
+converted MLX folders and loaded through the engine's loader. Each stage runs once to warm up, then ``--repeat``
+times; min and median are reported with the 1-minute load average, and the decode step's memory-bandwidth floor
+(bytes read per token / the measured read bandwidth) from the same run. Not a test.
 
 Modules: :mod:`.weights` (the models and inputs), :mod:`.stages` (stage and end-to-end timings),
 :mod:`.memory` (RSS probes), :mod:`.measure` (helpers), :mod:`.report` (the table), :mod:`.compare`
 (``--compare``: the original and the peers side by side), :mod:`.conv` (the vocoder convolution bench),
-:mod:`.timeline` (``--timeline``: where each core's time goes during one request).
-"""
+:mod:`.timeline` (``--timeline``: where each core's time goes during one request)."""
 
 from __future__ import annotations
 

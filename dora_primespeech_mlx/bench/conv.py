@@ -4,22 +4,12 @@
 
 The HiFi-GAN generator of GPT-SoVITS v2 (upsample 512 ch, rates 10/8/2/2/2, kernels 16/16/8/2/2,
 ResBlock1 kernels 3/7/11 x dilations 1/3/5) spends its time in a few layer shapes. For ``--frames``
-latent frames (200 = 4 s of audio at 32 kHz) this times one layer of each shape on:
-
-- ``mlx-native``: ``mx.conv1d`` / ``mx.conv_transpose1d`` (layout B, L, C);
-- ``mlx-gemm``: this package's GEMM formulations (``models/sovits/conv.py``);
-- ``onnxruntime``: a one-node ONNX ``Conv`` / ``ConvTranspose`` graph (layout B, C, L), MLAS kernels;
-- ``onnxruntime-2d``: the same as a 2-D conv over (B, C, 1, L) (ONNX Runtime's NCHWc kernels; what
-  ``models/sovits/vocoder_onnx.py`` builds);
-- ``openvino``: the same node in OpenVINO (oneDNN kernels), fp32 inference precision;
-- ``numpy-gemm``: the layer's im2col GEMM alone, ``(L, K*Ci) @ (K*Ci, Co)`` with numpy's BLAS (no im2col
-  cost: a lower bound for any GEMM formulation);
-
-and reports ms and GFLOP/s next to the machine's sgemm peak (numpy 2048^3 matmul). Threads:
-the BLAS threads (``_blas.configure_threads``), ``intra_op_num_threads``
-for ONNX Runtime and ``INFERENCE_NUM_THREADS`` for OpenVINO. Missing candidates are reported as such.
-Not a test; numbers depend on the load of the machine (the 1-minute loadavg is printed).
-"""
+latent frames (200 = 4 s of audio at 32 kHz) this times one layer of each shape on MLX's own convolutions, this
+package's GEMM formulations (``models/sovits/conv.py``), ONNX Runtime (1-D and the 2-D graph
+``models/sovits/vocoder_onnx.py`` builds), OpenVINO and numpy's im2col GEMM alone (a lower bound for any GEMM
+formulation), and reports ms and GFLOP/s next to the machine's sgemm peak (numpy 2048^3 matmul), with ``--threads``
+threads for each. Missing candidates are reported as such. Not a test; numbers depend on the load of the machine
+(the 1-minute loadavg is printed). Results: docs/performance.md, "The SoVITS vocoder on ONNX Runtime"."""
 
 from __future__ import annotations
 

@@ -1,30 +1,15 @@
 """``primespeech-mlx bench --conversation``: a simulated LLM answer spoken as it is written ("first words fast,
 then no gap").
 
-An LLM stand-in writes a 3-5 sentence answer (Chinese or English) at a fixed rate (``--rates``, tokens per second;
-one token is a Chinese character, or an English word or punctuation mark with its leading space). The TTS side
-gets it as it is written:
-
-- ``ours`` (this package, the node's message handler and engine in one process, as ``dora run`` drives them): the
-  tokens as fragments of one utterance (``session_id``/``segment_id``/``seq``/``fin`` metadata, docs/dataflow.md)
-  where the node joins fragments, else (probed once per process: an older node answers each fragment on its own)
-  each sentence as a ``text`` message the moment its end mark is written;
-- ``upstream`` (the original GPT-SoVITS, its ``streaming_mode``): each sentence as it completes, spoken one after
-  another by one worker (its ``TTS.run`` takes one text at a time).
-
-A player starts each audio chunk when it has arrived and the previous one has finished. Reported per run, in
-seconds: ``first_audio`` (from the first sentence's end mark to the first audio), ``gap_total`` / ``gap_worst``
-(the player's waits for late audio after the first chunk), ``last_audio`` (from the last token to the last audio
-chunk) and ``playback_end`` (from the last token to the end of playback).
-
-``--ours PATH`` (repeatable) runs the package of another checkout as a side of its own, in its own process, so a
-before/after comparison is one run; sides alternate within every round. The voice is the compare tools' real-size
-random-weight set (``$REF_BIG``, every sentence decodes exactly 100 tokens) or ``--tiny FIXTURES`` (the fixture
-set's tiny voice: its language only). Not a test: compare sides within one run.
+An LLM stand-in writes a 3-5 sentence answer at a fixed rate; ``ours`` (the node's message handler and engine in
+one process) gets it as fragments of one utterance (or, for a node that does not join fragments, sentence by
+sentence), ``upstream`` (the original GPT-SoVITS in ``streaming_mode``) each sentence as it completes. A player
+reports first audio, playback gaps and the time from the last token to the last audio, per side, sides
+alternating within every round. What it measures and how to run it: docs/conversation.md. Not a test: compare
+sides within one run.
 
 This file runs as a script in the side processes (``python conversation.py ours|upstream ...``), so it imports the
-package absolutely, from the checkout on ``PYTHONPATH``.
-"""
+package absolutely, from the checkout on ``PYTHONPATH``."""
 
 from __future__ import annotations
 
@@ -148,7 +133,7 @@ def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
     import yaml
 
     md = tempfile.mkdtemp(prefix="conversation-")
-    atexit.register(shutil.rmtree, md, ignore_errors=True)  # the converted models (2 GB with the real-size set)
+    atexit.register(shutil.rmtree, md, ignore_errors=True)  # the converted models (gigabytes with the real-size set)
     if tiny:
         root = Path(tiny) / "models"
         cases = json.loads((root / "cases.json").read_text(encoding="utf-8"))

@@ -1,5 +1,11 @@
 """The bench's real-size random-weight v2 models: built once, cached, loaded like a real voice; the
-bench inputs (reference, prompt and target texts) and their sizes."""
+bench inputs (reference, prompt and target texts) and their sizes.
+
+The models: GPT d=512 x 24 layers, SoVITS v2 with its 512-channel HiFi-GAN, chinese-hubert-base,
+chinese-roberta-wwm-ext-large. The inputs follow the upstream PyTorch baseline (performance-notes.md §3): a 5 s
+reference, the prompt "这是一段用于测试的参考音频。" (27 phones, 139 prompt tokens) and the 20-character target
+"今天的天气特别好，我们一起去公园里散步聊天吧。" (44 phones, 23 BERT tokens), 100 semantic tokens (the GPT's EOS
+is made unreachable and ``max_sec`` is 2, so every run decodes exactly 100)."""
 
 from __future__ import annotations
 

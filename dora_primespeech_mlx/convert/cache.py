@@ -6,23 +6,8 @@ An entry is written whole or not at all: the converter fills a temporary folder 
 every file it lists still has its size and time, and the original still has the stamp it was converted from;
 anything else (a folder of an older version without a manifest, a truncated or rewritten file, a replaced
 original, a crashed conversion) is converted again. The converter only writes weights that passed the reader's
-checks and are finite (``convert.load``).
-
-The stamp of an original is, per file, its size, modification time, status-change time (``st_ctime``, which no
-user call can set back: replacing or rewriting a file changes it even when ``touch -r`` restores the modification
-time) and the SHA-256 of its first and last MiB (a different checkpoint differs in its pickle header and its zip
-directory). Hashing whole files instead would read gigabytes at each start.
-
-A temporary folder in which nothing was written for :data:`TEMP_FOLDER_MAX_IDLE_SECONDS` is a killed
-conversion's (a live one writes its files within seconds of creating it) and is removed at the next use of the
-cache.
-
-Entries of per-request checkpoints (``VOICE:TRAINED`` files: any original outside ``<model_dir>/moyoyo`` and
-``<model_dir>/voices``) are bounded: at most ``keep`` of them are kept (:func:`prune`; the engine passes the
-setting ``PRIMESPEECH_CONVERTED_CACHE``, default :data:`MAX_ENTRIES`), least recently used first out; an entry
-whose model is loaded in this process is never removed. The catalog's voices and the user voices in
-``<model_dir>/voices`` are not counted.
-"""
+checks and are finite (``convert.load``). Crashed conversions are swept (:func:`sweep_temporary`) and per-request
+entries bounded (:func:`prune`)."""
 
 from __future__ import annotations
 
@@ -63,8 +48,13 @@ def _file_stamp(path: Path) -> list:
 
 
 def source_stamp(source: Path) -> dict:
-    """What identifies an original (a checkpoint file, or a Hugging Face folder's files) cheaply and by content:
-    see the module docstring. OSError when it cannot be read."""
+    """What identifies an original (a checkpoint file, or a Hugging Face folder's files) cheaply and by content.
+    OSError when it cannot be read.
+
+    Per file: its size, modification time, status-change time (``st_ctime``, which no user call can set back:
+    replacing or rewriting a file changes it even when ``touch -r`` restores the modification time) and the SHA-256
+    of its first and last MiB (a different checkpoint differs in its pickle header and its zip directory). Hashing
+    whole files instead would read gigabytes at each start."""
     source = Path(os.path.realpath(source))
     if source.is_dir():
         files = {p.name: _file_stamp(p) for p in sorted(source.iterdir()) if p.is_file()}
@@ -216,7 +206,12 @@ def _per_request(meta: dict | None, root: Path) -> bool:
 def prune(root: Path, keep: int, protect: Path | None = None) -> list[Path]:
     """Remove the least recently used per-request entries beyond ``keep`` (``PRIMESPEECH_CONVERTED_CACHE``),
     never ``protect`` nor an entry held by a live model; also crashed conversions' temporary folders.
-    Returns the entries removed."""
+    Returns the entries removed.
+
+    Per-request entries are those of ``VOICE:TRAINED`` files: any original outside ``<model_dir>/moyoyo`` and
+    ``<model_dir>/voices``; the catalog's voices and the user voices are not counted. A temporary folder in which
+    nothing was written for :data:`TEMP_FOLDER_MAX_IDLE_SECONDS` is a killed conversion's (a live one writes its
+    files within seconds of creating it)."""
     base = mlx_cache_dir(root)
     sweep_temporary(base)
     try:

@@ -5,19 +5,11 @@ A converted model is a folder holding ``config.json`` (``{"kind": ..., "version"
 see :mod:`.cache`). Loading a converted folder parses no pickle and does no key mapping. :func:`convert` writes
 one, from weights that passed the reader's checks and are all finite; the ``load_*`` functions accept either
 form and, given an original file, convert it into ``<root>/mlx/`` the first time (``root``: the model directory,
-given by the caller; without one an original file is converted in memory) (:mod:`.cache`: an entry is served only
-when complete; per-request checkpoints' entries are bounded, least recently used out).
-:func:`from_checkpoint` builds a model from a checkpoint already read (``checkpoints.read_*``) the same way.
+given by the caller; without one an original file is converted in memory). :func:`from_checkpoint` builds a model
+from a checkpoint already read (``checkpoints.read_*``) the same way.
 
-This is the one loading path (product and tests). Every loader takes the engine's :class:`~..runtime.Runtime`
-(``runtime``; default: every choice automatic), which decides at load:
-
-- GPT: which :class:`~..models.gpt.model.Decoder` runs its steps (``t2s_decode``, ``t2s_compile``; the numpy one
-  with the kernels' ``isa``, ``gpt_half``, ``gpt_prefill``, ``fused_step``), kept in ``model.decoder``; with
-  ``decoder_at_load`` the numpy decoder's weights are built while loading;
-- SoVITS: the convolutions' form (``conv_impl``; the vocoder backend is built by its owner, ``vocoder.build``);
-- BERT: float16 weights (``bert_half``) and the numpy path's kernels (``isa``, ``bert_gemm``).
-"""
+This is the one loading path (product and tests). Every loader takes the engine's :class:`~..runtime.Runtime`,
+which decides at load how each model runs (:func:`load` lists the choices)."""
 
 from __future__ import annotations
 
@@ -204,9 +196,9 @@ def _build(kind: str, args: Any, weights, source=None, runtime: Runtime = DEFAUL
 def _read_converted(path: Path):
     """(name, mx.array) pairs of a converted ``model.safetensors``.
 
-    ``mx.load`` reads each tensor straight into its MLX buffer: no numpy copy, and no memory map (a
-    mapped file counts in RSS while it is open: safetensors' ``safe_open`` + ``get_tensor`` peaked at
-    3.1 GB loading the four bench models, this at 1.9 GB, which is what the loaded models hold)."""
+    ``mx.load`` reads each tensor straight into its MLX buffer: no numpy copy, and no memory map (a mapped file
+    counts in RSS while it is open: safetensors' ``safe_open`` + ``get_tensor`` peak well above what the loaded
+    models hold; this peaks at about that)."""
     import mlx.core as mx
 
     try:
@@ -275,10 +267,18 @@ def _cache_path(src: Path, kind: str, root: Path) -> Path:
 
 def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, root: Path | None = None,
          runtime: Runtime = DEFAULT, keep_converted: int = entries.MAX_ENTRIES):
-    """Load a model of ``kind`` from an original or converted path under ``runtime`` (see the module docstring):
-    an original file is converted once into the model directory ``root``'s cache (``cache=False`` or no ``root``:
-    converted in memory), which then keeps at most ``keep_converted`` per-request checkpoints
-    (``PRIMESPEECH_CONVERTED_CACHE``, passed by the engine; :func:`.cache.prune`)."""
+    """Load a model of ``kind`` from an original or converted path under ``runtime``: an original file is converted
+    once into the model directory ``root``'s cache (``cache=False`` or no ``root``: converted in memory), which then
+    keeps at most ``keep_converted`` per-request checkpoints (``PRIMESPEECH_CONVERTED_CACHE``, passed by the engine;
+    :func:`.cache.prune`).
+
+    The runtime (default: every choice automatic) decides at load:
+
+    - GPT: which :class:`~..models.gpt.model.Decoder` runs its steps (``t2s_decode``, ``t2s_compile``; the numpy one
+      with the kernels' ``isa``, ``gpt_half``, ``gpt_prefill``, ``fused_step``), kept in ``model.decoder``; with
+      ``decoder_at_load`` the numpy decoder's weights are built while loading;
+    - SoVITS: the convolutions' form (``conv_impl``; the vocoder backend is built by its owner, ``vocoder.build``);
+    - BERT: float16 weights (``bert_half``) and the numpy path's kernels (``isa``, ``bert_gemm``)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(path, "not found")
@@ -329,8 +329,8 @@ def load_gpt(path, *, runtime: Runtime = DEFAULT, **kw):
     if runtime.decoder_at_load and getattr(model.decoder, "kind", None) == "numpy":
         from ..models.shared.storage import trim_heap
 
-        model.decoder.warmup()  # its float16 weights now, not at the first token (README, "Memory"): the float32
-        trim_heap()  # ones go back before the other models load (peak RSS -210 MB, voice loaded -140 MB)
+        model.decoder.warmup()  # its float16 weights now, not at the first token: the float32 ones go back
+        trim_heap()  # before the other models load, which lowers the peak RSS (docs/memory.md, "The levers")
     return model
 
 

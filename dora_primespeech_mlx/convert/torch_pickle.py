@@ -4,27 +4,10 @@ A ``torch.save`` file is a zip archive holding ``<name>/data.pkl`` (a pickle) an
 storage under ``<name>/data/<key>``. The pickle rebuilds tensors through
 ``torch._utils._rebuild_tensor_v2`` from storages named by ``persistent_load`` ids.
 
-This reader treats every file as hostile:
-
-- a *restricted* unpickler resolves only the handful of globals that checkpoint files need (tensor
-  rebuilding, storages, ``OrderedDict``, the ``utils.HParams`` config object of SoVITS files and plain
-  numpy scalars); anything else is refused, so loading a file cannot run arbitrary code;
-- every object it hands out is made for that load or immutable, and the opcodes that mutate an object
-  (``BUILD``, ``SETITEM(S)``, ``APPEND(S)``, ``ADDITEMS``, ``NEWOBJ``) act only on the plain containers and
-  config objects a checkpoint builds, never on a class, a function, a dtype or a storage: one file cannot
-  change how a later one loads;
-- a tensor's geometry (offset, sizes, strides) is checked against its storage on both ends, and an
-  overlapping or stride-0 view is materialised only up to the size of its storage (plus
-  :data:`BROADCAST_ALLOWANCE` elements); all tensors of one load together materialise at most twice the
-  storage bytes plus :data:`MATERIALISE_ALLOWANCE`;
-- the zip archive's declared sizes are checked before anything is inflated: the sum of the members' sizes
-  against the file's size (:data:`MAX_INFLATION`), each storage member against what its tensors record,
-  ``data.pkl`` against :data:`MAX_PICKLE_BYTES` (with at most :data:`MAX_MARKS` open MARKs, its program stays
-  within a few seconds and ~100 MB).
-
-Every problem is a :class:`CheckpointError` naming the file. Tensors come back as numpy arrays in their
-stored dtype (usually float16; bfloat16 becomes float32).
-"""
+This reader treats every file as hostile (a checkpoint may come with a request): a restricted unpickler, checked
+tensor geometry and bounded sizes (:func:`load_torch_file`; docs/security.md, "Checkpoints"). Every problem is a
+:class:`CheckpointError` naming the file. Tensors come back as numpy arrays in their stored dtype (usually
+float16; bfloat16 becomes float32)."""
 
 from __future__ import annotations
 
@@ -550,8 +533,23 @@ def load_torch_file(path: str | os.PathLike) -> Any:
     """Load a ``torch.save`` zip archive (also one whose "PK" magic was replaced by a version tag).
 
     Returns the unpickled object with tensors as numpy arrays. Raises :class:`CheckpointError`
-    naming the file for anything unreadable or refused (see the module docstring).
-    """
+    naming the file for anything unreadable or refused:
+
+    - a *restricted* unpickler resolves only the handful of globals that checkpoint files need (tensor
+      rebuilding, storages, ``OrderedDict``, the ``utils.HParams`` config object of SoVITS files and plain
+      numpy scalars); anything else is refused, so loading a file cannot run arbitrary code;
+    - every object it hands out is made for that load or immutable, and the opcodes that mutate an object
+      (``BUILD``, ``SETITEM(S)``, ``APPEND(S)``, ``ADDITEMS``, ``NEWOBJ``) act only on the plain containers and
+      config objects a checkpoint builds, never on a class, a function, a dtype or a storage: one file cannot
+      change how a later one loads;
+    - a tensor's geometry (offset, sizes, strides) is checked against its storage on both ends, and an
+      overlapping or stride-0 view is materialised only up to the size of its storage (plus
+      :data:`BROADCAST_ALLOWANCE` elements); all tensors of one load together materialise at most twice the
+      storage bytes plus :data:`MATERIALISE_ALLOWANCE`;
+    - the zip archive's declared sizes are checked before anything is inflated: the sum of the members' sizes
+      against the file's size (:data:`MAX_INFLATION`), each storage member against what its tensors record,
+      ``data.pkl`` against :data:`MAX_PICKLE_BYTES` (with at most :data:`MAX_MARKS` open MARKs, its program stays
+      within a few seconds and ~100 MB)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(path, "file not found")

@@ -1,38 +1,12 @@
 """CoreML export of the two encoders (CNHubert and Chinese RoBERTa) with coremltools' MIL builder.
 
-No torch: the programs are written op by op from the **sanitized** numpy weights (the module docstrings
-of ``models/hubert/model.py`` and ``models/bert/model.py`` list the names and layouts), so the export runs on Linux
-too; only prediction needs macOS.
-
-Packages (ML Program, ``minimum_deployment_target`` macOS 14, fp16 by default, fp32 on request):
-
-* **HuBERT** — inputs ``wav`` float32 (1, N) with N one of :data:`HUBERT_BUCKETS` (EnumeratedShapes;
-  3..10 s plus the 0.6 s zero tail, 16000-sample steps) and ``num_samples`` int32 (1,) (fixed shape:
-  how many leading samples are real; the rest is zero padding). Output ``last_hidden_state`` float32
-  (1, hidden, 1, T_bucket) — channels-first, PyTorch's (B, C, T) plus a unit axis. Frames
-  ``>= num_frames(num_samples)`` are padding: the caller crops them.
-* **BERT** — input ``input_ids`` int32 (1, L), L one of the token buckets (16..512, capped at
-  ``max_position_embeddings``), padded with the tokenizer's pad id. The attention mask is derived
-  in-graph (``input_ids != pad_id``) so one flexible input suffices (a macOS 14 target; two enumerated
-  inputs would need macOS 15). Output ``hidden`` float32 (1, hidden, 1, L) = ``hidden_states[-3]``
-  channels-first; padded columns are cropped by the caller.
-
-Why padding gives the unpadded result (checked numerically by tests/coreml):
-
-* HuBERT conv stack: output frame t of every conv only reads input frames of the same layer that are
-  themselves valid, so the valid frames never see the padding — except through the GroupNorm after
-  conv 0, which normalises over time: its mean/variance are taken over the valid frames only (masked
-  ``reduce_mean`` rescaled by T_bucket / n_valid; ``reduce_mean`` keeps fp16 sums small).
-* the positional conv ("same" padding) would read padded frames at the end: its input is zeroed there.
-* attention: padded keys get -1e4 added to their scores (exp underflows to exactly 0 in fp32 and fp16).
-* everything else is per frame.
-
-ANE layout (performance-notes.md section 12.4): activations are (1, C, 1, S) channels-first, every
-Linear is a 1x1 ``conv``, LayerNorm runs over axis 1, attention reshapes channels into
-(1, heads, head_dim, S) and uses two ``matmul`` with transpose flags (no transpose ops); the softmax
-scale is folded into the query weights. Only ``input_ids``/``wav`` bucket shapes are enumerated
-(EnumeratedShapes compile per shape for the ANE, RangeDim would run off-ANE except for its default).
-"""
+No torch: the programs are written op by op from the **sanitized** numpy weights (``HubertModel.sanitize`` and
+``BertModel.sanitize`` list the names and layouts), so the export runs on Linux too; only prediction needs
+macOS. Packages are ML Programs (``minimum_deployment_target`` macOS 14, fp16 by default, fp32 on request) whose
+inputs are padded to enumerated bucket shapes; the padding leaves the unpadded result (checked numerically by
+tests/coreml). :func:`convert_hubert` and :func:`convert_bert` give each package's inputs and outputs,
+:func:`hubert_program` why padding is exact, :func:`_convert` the Neural Engine layout
+(performance-notes.md section 12.4)."""
 
 from __future__ import annotations
 
@@ -178,7 +152,16 @@ def _length_mask(mb, like, n_valid, axis: int, name: str):
 def hubert_program(weights: dict[str, np.ndarray], args):
     """MIL program of CNHubert (``last_hidden_state``) from sanitized weights and ``HubertArgs``.
 
-    The ``wav`` length is symbolic (the EnumeratedShapes are attached at conversion)."""
+    The ``wav`` length is symbolic (the EnumeratedShapes are attached at conversion). Why padding gives the
+    unpadded result:
+
+    * conv stack: output frame t of every conv only reads input frames of the same layer that are themselves
+      valid, so the valid frames never see the padding — except through the GroupNorm after conv 0, which
+      normalises over time: its mean/variance are taken over the valid frames only (masked ``reduce_mean``
+      rescaled by T_bucket / n_valid; ``reduce_mean`` keeps fp16 sums small).
+    * the positional conv ("same" padding) would read padded frames at the end: its input is zeroed there.
+    * attention: padded keys get -1e4 added to their scores (exp underflows to exactly 0 in fp32 and fp16).
+    * everything else is per frame."""
     ct = _ct()
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import get_new_symbol
@@ -318,6 +301,13 @@ def token_buckets(max_positions: int, buckets: Sequence[int] | None = None) -> t
 
 
 def _convert(prog, inputs, precision: str):
+    """The ML Program of ``prog`` (macOS 14 target, ``precision`` fp16 or fp32).
+
+    The programs are written in the Neural Engine's layout (performance-notes.md section 12.4): activations are
+    (1, C, 1, S) channels-first, every Linear is a 1x1 ``conv``, LayerNorm runs over axis 1, attention reshapes
+    channels into (1, heads, head_dim, S) and uses two ``matmul`` with transpose flags (no transpose ops); the
+    softmax scale is folded into the query weights. Only ``input_ids``/``wav`` bucket shapes are enumerated
+    (EnumeratedShapes compile per shape for the ANE, RangeDim would run off-ANE except for its default)."""
     ct = _ct()
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}")
@@ -338,7 +328,12 @@ def _convert(prog, inputs, precision: str):
 
 
 def convert_hubert(weights, args, precision: str = "fp16", buckets: Sequence[int] | None = None):
-    """In-memory ``ct.models.MLModel`` (not loaded for prediction on Linux) of CNHubert."""
+    """In-memory ``ct.models.MLModel`` (not loaded for prediction on Linux) of CNHubert.
+
+    Inputs ``wav`` float32 (1, N) with N one of :data:`HUBERT_BUCKETS` (EnumeratedShapes; 3..10 s plus the 0.6 s
+    zero tail, 16000-sample steps) and ``num_samples`` int32 (1,) (fixed shape: how many leading samples are real;
+    the rest is zero padding). Output ``last_hidden_state`` float32 (1, hidden, 1, T_bucket) — channels-first,
+    PyTorch's (B, C, T) plus a unit axis. Frames ``>= num_frames(num_samples)`` are padding: the caller crops them."""
     ct = _ct()
     buckets = hubert_buckets(buckets)
     too_short = [b for b in buckets if args.num_frames(b) < 1]
@@ -357,7 +352,12 @@ def convert_hubert(weights, args, precision: str = "fp16", buckets: Sequence[int
 
 
 def convert_bert(weights, args, precision: str = "fp16", buckets: Sequence[int] | None = None, pad_id: int = 0):
-    """In-memory ``ct.models.MLModel`` (not loaded for prediction on Linux) of the Chinese RoBERTa."""
+    """In-memory ``ct.models.MLModel`` (not loaded for prediction on Linux) of the Chinese RoBERTa.
+
+    Input ``input_ids`` int32 (1, L), L one of the token buckets (16..512, capped at ``max_position_embeddings``),
+    padded with the tokenizer's pad id. The attention mask is derived in-graph (``input_ids != pad_id``) so one
+    flexible input suffices (a macOS 14 target; two enumerated inputs would need macOS 15). Output ``hidden``
+    float32 (1, hidden, 1, L) = ``hidden_states[-3]`` channels-first; padded columns are cropped by the caller."""
     ct = _ct()
     buckets = token_buckets(int(args.max_position_embeddings), buckets)
     prog = bert_program(weights, args, pad_id=pad_id)

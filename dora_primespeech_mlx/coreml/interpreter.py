@@ -4,19 +4,9 @@
 It walks a function's operations in order, binds concrete numpy values to each op's input variables
 (making their types concrete too, since several value inferences read the static shape, which is
 symbolic for EnumeratedShapes inputs) and calls the op's own ``value_inference()`` (coremltools
-implements it with numpy for most ops, so the checked semantics are coremltools' own). Numpy kernels
-(:data:`KERNELS`) replace it for ``conv`` and ``batch_norm`` (none exists), ``shape`` (returns the
-static symbolic shape), and ``gelu`` / ``matmul`` (correct but far too slow: gelu calls ``math.erf``
-per element — here erf is a rational approximation with |error| <= 1.5e-7).
-
-Values keep the program's dtypes: an fp16 program computes with numpy float16 values. The conv,
-batch_norm, gelu and matmul kernels compute in float32/float64 and round their output to the input
-dtype (what an fp16 accelerator with wider accumulators does). This checks graph semantics, not ANE
-bit-exactness.
-
-Use :func:`run_program` on ``model._mil_program`` of a converted model (after the fp16 passes) or on
-a builder program.
-"""
+implements it with numpy for most ops, so the checked semantics are coremltools' own); numpy kernels
+(:data:`KERNELS`, see :func:`run_program`) stand in where that is missing or too slow. Values keep the program's
+dtypes: an fp16 program computes with numpy float16 values. This checks graph semantics, not ANE bit-exactness."""
 
 from __future__ import annotations
 
@@ -161,10 +151,16 @@ KERNELS: dict[str, Callable] = {
 
 
 def run_program(prog, inputs: dict[str, np.ndarray], function: str = "main") -> dict[str, np.ndarray]:
-    """Evaluate ``prog.functions[function]`` on ``inputs`` (name -> array); returns output name -> array.
+    """Evaluate ``prog.functions[function]`` on ``inputs`` (name -> array); returns output name -> array. Use it on
+    ``model._mil_program`` of a converted model (after the fp16 passes) or on a builder program.
 
     Raises ``NotImplementedError`` naming the op when an op has neither value inference nor a kernel.
-    """
+
+    The numpy kernels of :data:`KERNELS` replace value inference for ``conv`` and ``batch_norm`` (none exists),
+    ``shape`` (returns the static symbolic shape), and ``gelu`` / ``matmul`` (correct but far too slow: gelu calls
+    ``math.erf`` per element — here erf is a rational approximation with |error| <= 1.5e-7). The conv, batch_norm,
+    gelu and matmul kernels compute in float32/float64 and round their output to the input dtype (what an fp16
+    accelerator with wider accumulators does)."""
     fn = prog.functions[function]
     missing = set(fn.inputs) - set(inputs)
     if missing:

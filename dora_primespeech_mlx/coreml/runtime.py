@@ -1,11 +1,9 @@
 """CoreML runtime for the exported encoders (macOS): load a package, pad inputs to a bucket, predict,
 crop the outputs.
 
-* :func:`load_model` — ``ct.models.MLModel`` with the compute units of
-  ``PRIMESPEECH_COREML_COMPUTE_UNITS`` (``CPU_AND_NE`` by default; ``ALL``, ``CPU_AND_GPU``,
-  ``CPU_ONLY``). The compiled model (``.mlmodelc``) is kept next to the package
-  (``<name>.mlpackage`` -> ``<name>.mlmodelc``) and loaded directly next time
-  (``ct.models.CompiledMLModel``), so the on-device compile happens once.
+* :func:`load_model` — ``ct.models.MLModel`` with the compute units of ``PRIMESPEECH_COREML_COMPUTE_UNITS``
+  (``CPU_AND_NE`` by default; ``ALL``, ``CPU_AND_GPU``, ``CPU_ONLY``). The compiled model (``.mlmodelc``) is
+  kept next to the package and loaded directly next time, so the on-device compile happens once.
 * :class:`CoreMLHubert` — ``features(wav16k) -> (1, hidden, T)``: the 0.6 s zero tail is appended (as
   ``models.hubert.model.prompt_features`` does), the waveform is zero-padded to the smallest bucket that
   holds it, and the frames beyond ``num_frames(n)`` are cropped.
@@ -13,8 +11,7 @@ crop the outputs.
   padded with the pad id to a token bucket and cropped.
 
 Inputs longer than the largest bucket raise :class:`BucketError` (the caller runs MLX for that input);
-every other problem raises :class:`CoreMLError` or the underlying exception.
-"""
+every other problem raises :class:`CoreMLError` or the underlying exception."""
 
 from __future__ import annotations
 

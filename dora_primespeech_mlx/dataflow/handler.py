@@ -6,27 +6,8 @@ and the one-answer gate (:mod:`.jobs`), send order (:mod:`.order`), reset, barge
 streamed utterances (:mod:`.intake`, :mod:`.utterance`, :mod:`.sentences`), admission to the queue
 (:mod:`.admission`), speaking a text (:mod:`.speech`), voices (:mod:`.voices`), the playback clock
 (:mod:`.clock`), the answers (:mod:`.answers`), what is sent (:mod:`.outputs`), the control answers
-(:mod:`.controls`) and the worker's life (:mod:`.worker`). Threads: the input thread (``on_input``, never blocks
-on the engine or the LLM stage), the intake thread, the worker (engine) and a supervisor.
-
-Promises (tested with a fake engine and a fake transport, and under a real ``dora run``):
-
-- **Exactly one ``segment_complete`` per ``text``** without ``segment_id``, and **one per utterance** (the
-  fragments of one ``session_id``/``segment_id``; the fragments themselves get none), in the order they are
-  spoken: ``completed``, ``skipped`` (nothing to speak, or phones of punctuation only) or ``error`` (bad input,
-  unknown voice, synthesis failure, queue full, cancelled by ``reset``, a barge-in or STOP, an internal error).
-  Every answer claims its job or utterance first, so no path answers twice; a supervisor replaces a dead worker
-  within a second, answering the text it held.
-- **Control is prompt**: ``stats`` and ``list_voices`` are answered from the input thread at once; ``cleanup``
-  runs on the worker before the next queued job.
-- **Send order across inputs** (:mod:`.order`): ``reset`` cancels exactly the texts sent before it (the one
-  being spoken stops at the engine's next checkpoint); ``change_voice`` takes its place among the texts.
-- **Barge-in**: a message with ``flush: true`` (on ``text`` or ``control``) cancels every text and utterance
-  sent before it (the audio being made stops at the engine's next checkpoint, no chunk of it goes out after the
-  flush), and the next ``audio`` the node sends carries ``flush: true``.
-- **Bounded**: at most ``MAX_QUEUED_TEXTS`` texts (sentences of utterances included) wait; one more is
-  answered at once with ``error`` (busy).
-"""
+(:mod:`.controls`) and the worker's life (:mod:`.worker`). Keeping dora out makes every promise testable with a
+fake engine and a fake transport; :class:`MessageHandler` lists the promises."""
 
 from __future__ import annotations
 
@@ -61,8 +42,27 @@ EngineFactory = Callable[[Callable[[str], None]], tuple[Any, Any]]  # progress -
 
 
 class MessageHandler:
-    """Turns dora inputs into outputs. ``on_input`` runs on the input thread and never blocks on the engine; a
-    worker thread builds the engine (``engine_factory``) and runs the queued jobs."""
+    """Turns dora inputs into outputs. Threads: the input thread (``on_input``, never blocks on the engine or the
+    LLM stage), the intake thread, the worker (builds the engine with ``engine_factory`` and runs the queued jobs)
+    and a supervisor.
+
+    Promises (tested with a fake engine and a fake transport, and under a real ``dora run``):
+
+    - **Exactly one ``segment_complete`` per ``text``** without ``segment_id``, and **one per utterance** (the
+      fragments of one ``session_id``/``segment_id``; the fragments themselves get none), in the order they are
+      spoken: ``completed``, ``skipped`` (nothing to speak, or phones of punctuation only) or ``error`` (bad input,
+      unknown voice, synthesis failure, queue full, cancelled by ``reset``, a barge-in or STOP, an internal error).
+      Every answer claims its job or utterance first, so no path answers twice; a supervisor replaces a dead worker
+      within a second, answering the text it held.
+    - **Control is prompt**: ``stats`` and ``list_voices`` are answered from the input thread at once; ``cleanup``
+      runs on the worker before the next queued job.
+    - **Send order across inputs** (:mod:`.order`): ``reset`` cancels exactly the texts sent before it (the one
+      being spoken stops at the engine's next checkpoint); ``change_voice`` takes its place among the texts.
+    - **Barge-in**: a message with ``flush: true`` (on ``text`` or ``control``) cancels every text and utterance
+      sent before it (the audio being made stops at the engine's next checkpoint, no chunk of it goes out after the
+      flush), and the next ``audio`` the node sends carries ``flush: true``.
+    - **Bounded**: at most ``MAX_QUEUED_TEXTS`` texts (sentences of utterances included) wait; one more is
+      answered at once with ``error`` (busy)."""
 
     def __init__(self, settings: Settings, engine_factory: EngineFactory, transport):
         self._factory = engine_factory

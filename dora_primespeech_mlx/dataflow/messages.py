@@ -1,24 +1,13 @@
 """What arrives on the node's inputs, parsed into plain Python: pure functions, no Dora, no models.
 
-``text`` input (one string, as the old dora-primespeech node read it):
-
-- plain text;
-- a JSON object ``{"prompt" | "text": ..., "speed", "voice", "language", ...}``, possibly nested one more
-  level (the prompt-input bridge wraps an already wrapped prompt): the inner prompt wins, the outer
-  object fills the keys the inner one lacks. Valid JSON that is not an object (``42``, ``true``,
-  ``null``, ``[1]``) and text that is not JSON at all are plain text;
-- a voice prefix on the text: ``VOICE:<name>|text``, ``VOICE:CUSTOM|<ref_wav>|<prompt_text>|<lang>|text``
-  or ``VOICE:TRAINED|<gpt>|<sovits>|<ref_wav>|<prompt_text>|<lang>|text``. The split is limited, so the
-  text itself may contain ``|``; a wrong field count gives a warning and the raw string is spoken.
-
-``control`` input: ``reset``, ``stats``, ``list_voices``, ``change_voice:NAME`` (also ``voice:NAME``),
-``cleanup``.
+``text`` input (one string, as the old dora-primespeech node read it): plain text, a JSON object, or a voice
+prefix on the text (:func:`parse_text` gives the forms). ``control`` input: ``reset``, ``stats``,
+``list_voices``, ``change_voice:NAME`` (also ``voice:NAME``), ``cleanup``.
 
 Metadata: :func:`sanitize_metadata` keeps every incoming key with its type, except values Dora cannot
 send faithfully (numpy scalars become int/float/bool, None/dict/bytes/mixed lists become strings, ints outside
 int64 and non-finite floats their string) and values beyond the ``METADATA_MAX_*`` bounds (dropped), and
-:func:`normalize_segment_index` makes a numeric ``segment_index`` an int (within int64), as the old node read it.
-"""
+:func:`normalize_segment_index` makes a numeric ``segment_index`` an int (within int64), as the old node read it."""
 
 from __future__ import annotations
 
@@ -146,7 +135,16 @@ def _utf8(data: bytes) -> str:
 
 
 def parse_text(raw: str) -> TextRequest:
-    """Parse one ``text`` input string (JSON payload and/or voice prefix); raises :class:`InputError`."""
+    """Parse one ``text`` input string (JSON payload and/or voice prefix); raises :class:`InputError`. Forms:
+
+    - plain text;
+    - a JSON object ``{"prompt" | "text": ..., "speed", "voice", "language", ...}``, possibly nested one more
+      level (the prompt-input bridge wraps an already wrapped prompt): the inner prompt wins, the outer
+      object fills the keys the inner one lacks. Valid JSON that is not an object (``42``, ``true``,
+      ``null``, ``[1]``) and text that is not JSON at all are plain text;
+    - a voice prefix on the text: ``VOICE:<name>|text``, ``VOICE:CUSTOM|<ref_wav>|<prompt_text>|<lang>|text``
+      or ``VOICE:TRAINED|<gpt>|<sovits>|<ref_wav>|<prompt_text>|<lang>|text``. The split is limited, so the
+      text itself may contain ``|``; a wrong field count gives a warning and the raw string is spoken."""
     payload = _json_object(raw)
     if payload is None:
         req = TextRequest(text=raw)

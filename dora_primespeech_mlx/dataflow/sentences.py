@@ -3,18 +3,14 @@
 Two small stages, both fed in order and both pure (no threads, no I/O):
 
 - :class:`LlmFeed` gives the LLM text stage (:class:`..text.llm.StreamFilter`) pieces it reads as whole
-  messages: one line, or a line's part through a sentence end and the space after it. A message starts a line
-  for the stage (list markers, headings, table rows are read at line starts), so a fragment cut in the middle of
-  a word or a marker is held back until its line or sentence is complete; the pieces are the same however the
-  text was cut into fragments.
+  messages: one line, or a line's part through a sentence end and the space after it, held back until complete,
+  so the pieces are the same however the text was cut into fragments.
 - :class:`SentenceCutter` cuts the spoken text at sentence ends (``。！？!?…``, a ``.`` not inside a number, a
   line break), closing quotes and brackets kept with their sentence. A sentence is released once the character
   after its end mark is known (``3.`` may become ``3.5``), or at the end of the utterance.
 
 Sentences, not clauses: each sentence is synthesised as a text of its own, so its audio equals the audio of the
-same sentence sent whole (the engine cuts it further with ``TEXT_SPLIT_METHOD`` exactly as it cuts any text).
-Starting on a clause would change how the sentence sounds.
-"""
+same sentence sent whole (the engine cuts it further with ``TEXT_SPLIT_METHOD``); a clause would change it."""
 
 from __future__ import annotations
 
@@ -30,8 +26,10 @@ STRAIGHT_QUOTES = frozenset("\"'")
 
 
 class LlmFeed:
-    """The LLM text stage fed with whole lines or sentence-ended parts of lines (see the module docstring);
-    ``None`` as the filter passes the text through unchanged (``PRIMESPEECH_LLM_TEXT=false``)."""
+    """The LLM text stage fed with whole lines or sentence-ended parts of lines; ``None`` as the filter passes the
+    text through unchanged (``PRIMESPEECH_LLM_TEXT=false``). A message starts a line for the stage (list markers,
+    headings, table rows are read at line starts), so a fragment cut in the middle of a word or a marker is held
+    back until its line or sentence is complete."""
 
     def __init__(self, stream: llm.StreamFilter | None):
         self.stream = stream

@@ -1,15 +1,8 @@
 """LLM-orchestrator stand-in for dora-primespeech-mlx.
 
 It behaves like an LLM front end that streams its answer sentence by sentence without waiting for the
-speech, and drives the TTS node's ``control`` input:
-
-1. ``list_voices`` and ``stats``;
-2. answer 1 (``ANSWER_1``, sentences separated by ``|``) streamed on ``text`` every ``STREAM_DELAY``
-   seconds; as soon as the first audio of it arrives it sends ``reset`` (the user barged in), so the
-   rest of answer 1 is cancelled (each cancelled text still gets its ``segment_complete``);
-3. ``change_voice:$VOICE_2`` (if set);
-4. answer 2 (``ANSWER_2``), streamed; it waits for every ``segment_complete``;
-5. ``stats``, then ``done``.
+speech, and drives the TTS node's ``control`` input: voices and stats, a barge-in (``reset``) during the first
+answer, a voice change and a second answer (:func:`converse` lists the steps).
 
 Outputs: ``text``, ``control``, ``done``. Inputs: ``audio``, ``segment_complete`` and ``status`` of the
 TTS node. Needs dora-rs >= 1.0 (a reader thread waits for events while the main thread sends).
@@ -17,8 +10,7 @@ Env: ``ANSWER_1``, ``ANSWER_2``, ``VOICE_2``, ``STREAM_DELAY`` (default 0.05),
 ``WAIT_TIMEOUT`` (default 120).
 
 When the TTS node reports on ``status`` that it cannot start, the orchestrator ends with one line (exit code 0):
-the TTS node's own message says what is wrong. Console script: ``primespeech-demo-orchestrator``.
-"""
+the TTS node's own message says what is wrong. Console script: ``primespeech-demo-orchestrator``."""
 
 from __future__ import annotations
 
@@ -136,7 +128,15 @@ def main() -> int:
 
 
 def converse(orch: Orchestrator) -> int:
-    """The scripted conversation (steps 1-5 of the module docstring)."""
+    """The scripted conversation:
+
+    1. ``list_voices`` and ``stats``;
+    2. answer 1 (``ANSWER_1``, sentences separated by ``|``) streamed on ``text`` every ``STREAM_DELAY``
+       seconds; as soon as the first audio of it arrives it sends ``reset`` (the user barged in), so the
+       rest of answer 1 is cancelled (each cancelled text still gets its ``segment_complete``);
+    3. ``change_voice:$VOICE_2`` (if set);
+    4. answer 2 (``ANSWER_2``), streamed; it waits for every ``segment_complete``;
+    5. ``stats``, then ``done``."""
     node = orch.node
     orch.control("list_voices")
     orch.control("stats")

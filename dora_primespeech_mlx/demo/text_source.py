@@ -3,27 +3,13 @@
 It sends one ``text`` at a time with session metadata (``session_id``, ``question_id`` as str,
 ``segment_index``, ``session_status``) and waits for the TTS node's ``segment_complete`` before the next
 one; after each question it sends the segmenter's flush (empty text, ``session_status: "ended"``). Then
-it sends ``done`` and stops.
-
-Script (env ``SCRIPT_FILE``, else ``SCRIPT`` with lines separated by ``\\n``, else the built-in demo
-``script.txt`` beside this file), one item per line:
-
-- ``text``             send on ``text`` and wait for its segment_complete (JSON payloads and ``VOICE:``
-                       prefixes are sent as they are);
-- ``& text``           send without waiting (the answer is awaited before ``done``);
-- ``!command``         send on ``control`` (``!stats``, ``!change_voice:Maple``, ``!reset``) and wait for
-                       the ``status`` answer that echoes its ``control_id``;
-- ``@sleep SECONDS``   pause; ``@wait STATUS`` waits for a ``status`` message with that status
-                       (e.g. ``@wait synthesizing``; ``@wait audio`` waits for the next ``audio``
-                       message, if that input is wired); ``@raw HEX`` sends raw bytes on ``text``;
-- empty line           next question (new ``question_id``); ``#`` starts a comment line.
+it sends ``done`` and stops. The script's syntax is in :func:`load_script`.
 
 Other env: ``SESSION_ID`` (default "demo"), ``SEGMENT_INDEX_AS_STR`` ("true": send "0" like the MaaS
 client), ``SEND_FLUSH`` (default true).
 
 When the TTS node reports on ``status`` that it cannot start, the source ends with one line (exit code 0): the
-TTS node's own message says what is wrong. Console script: ``primespeech-demo-text-source``.
-"""
+TTS node's own message says what is wrong. Console script: ``primespeech-demo-text-source``."""
 
 from __future__ import annotations
 
@@ -45,6 +31,18 @@ def _truthy(name: str, default: str) -> bool:
 
 
 def load_script() -> list[str]:
+    """The script's lines: env ``SCRIPT_FILE``, else ``SCRIPT`` with lines separated by ``\\n``, else the built-in demo
+    ``script.txt`` beside this file. One item per line:
+
+    - ``text``             send on ``text`` and wait for its segment_complete (JSON payloads and ``VOICE:``
+                           prefixes are sent as they are);
+    - ``& text``           send without waiting (the answer is awaited before ``done``);
+    - ``!command``         send on ``control`` (``!stats``, ``!change_voice:Maple``, ``!reset``) and wait for
+                           the ``status`` answer that echoes its ``control_id``;
+    - ``@sleep SECONDS``   pause; ``@wait STATUS`` waits for a ``status`` message with that status
+                           (e.g. ``@wait synthesizing``; ``@wait audio`` waits for the next ``audio``
+                           message, if that input is wired); ``@raw HEX`` sends raw bytes on ``text``;
+    - empty line           next question (new ``question_id``); ``#`` starts a comment line."""
     path = os.environ.get("SCRIPT_FILE", "").strip()
     if path:
         with open(path, encoding="utf-8") as f:

@@ -4,19 +4,11 @@ Inputs (all optional): ``audio``, ``segment_complete``, ``status``, ``log`` from
 (what the source sent, for the report) and ``done`` from the source. Audio is collected by
 ``question_id`` (ListArray or flat float arrays) and written as 16-bit PCM at the metadata
 ``sample_rate`` (default 32000) to ``$OUTPUT_DIR/question_<id>.wav`` (default ``out/``), with
-``$OUTPUT_DIR/report.json``:
-
-    {"questions": {qid: {"wav", "sample_rate", "chunks", "duration", "chunk_durations",
-                         "segment_complete": [...], "errors": [...]}},
-     "segments": [{"question_id", "segment_index", "text", "outcome", "metadata", "arrival"}],
-     "audio": [metadata of every audio message], "status": [...], "log": [...], "events": n}
-
-(``arrival`` numbers the inputs in the order they arrived.)
+``$OUTPUT_DIR/report.json`` (:meth:`Sink.write`).
 
 It writes them when all its inputs are closed (the source and the TTS node have finished); ``done``
 from the source is recorded as ``"source_done"`` in the report. Its last line on stderr says what it wrote, and
-that the TTS node could not start when its ``status`` said so. Console script: ``primespeech-demo-wav-sink``.
-"""
+that the TTS node could not start when its ``status`` said so. Console script: ``primespeech-demo-wav-sink``."""
 
 from __future__ import annotations
 
@@ -128,6 +120,14 @@ class Sink:
         return sum(1 for s in self.segments if s["outcome"] is None)
 
     def write(self) -> Path:
+        """Write one WAV per question and ``report.json``; returns the report's path. The report::
+
+            {"questions": {qid: {"wav", "sample_rate", "chunks", "duration", "chunk_durations",
+                                 "segment_complete": [...], "errors": [...]}},
+             "segments": [{"question_id", "segment_index", "text", "outcome", "metadata", "arrival"}],
+             "audio": [metadata of every audio message], "status": [...], "log": [...], "events": n}
+
+        (``arrival`` numbers the inputs in the order they arrived.)"""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         report = {"questions": {}, "segments": self.segments, "audio": self.audio_md, "status": self.status,
                   "log": self.log, "events": self.events, "source_done": self.done,

@@ -25,8 +25,8 @@ class SynthesisConfig(defaults.RequestDefaults):
     text_lang: str | None = None
     prompt_lang: str | None = None
     # streaming (synthesize_stream only)
-    # 12: first audio after 12 tokens (8 of them emitted, 0.3 s); bench VM TTFA 2.14 s at 16, 1.79 s at 12,
-    # 1.51 s at 8, where the first piece (0.15 s) differs most from the whole decode (rel. L2 0.26 vs 0.18)
+    # 12: first audio after 12 tokens (8 of them emitted, 0.3 s): earlier than 16 gives, and a first piece closer to
+    # the whole decode than 8 gives (docs/streaming.md#the-first-windows-size)
     stream_first_tokens: int = 12
     stream_chunk_tokens: int = 40
     stream_ramp: float = 1.5  # later windows grow by this factor from stream_first_tokens to stream_chunk_tokens

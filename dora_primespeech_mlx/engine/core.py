@@ -5,16 +5,8 @@ for models, encoders and reference features), one re-entrant lock that serialise
 it per token and per window, so a stream consumed in one thread and a request from another interleave
 safely), and the counters (:class:`EngineStats`). The recipe lives in ``pipeline`` (text -> tokens -> audio),
 ``reference`` (the voice's prompt side), ``stream`` (one streamed request) and ``streaming`` (windows and
-seams). It reproduces upstream ``TTS.run`` (gpt-sovits-v2.md §8) with these choices:
-
-- Every text chunk is generated and SoVITS-decoded on its own (``batch_size`` 1, as the dora fork does for its
-  1.1x voices, §10), so chunks are independent (streaming needs that); the GPT keeps the first token (HEAD).
-- Randomness is reproducible: the GPT sampler of chunk ``i`` is seeded with ``seed + i`` and the SoVITS prior
-  noise of chunk ``i`` comes from a :class:`NoiseBank` seeded with ``(seed, i)``. ``seed=-1`` picks a seed.
-- Audio is float32 in [-1, 1]; each chunk is followed by ``fragment_interval`` seconds of silence.
-- ``cancel`` (a ``threading.Event``) stops a request between two GPT tokens and between stages (text/BERT,
-  each sentence's SoVITS decode, each streamed window).
-"""
+seams). It reproduces upstream ``TTS.run`` (gpt-sovits-v2.md §8) with the choices :class:`GPTSoVITSEngine`
+lists."""
 
 from __future__ import annotations
 
@@ -72,7 +64,17 @@ class GPTSoVITSEngine:
     ``settings`` (default: read from the environment) give the model directory and the request defaults;
     ``runtime`` (default: :meth:`Runtime.from_settings`) says how the models run, resolved here once and handed
     to every loader. ``model_dir``, ``device`` and ``encoders``, when given, override the settings' and the
-    runtime's."""
+    runtime's.
+
+    Choices against upstream ``TTS.run``:
+
+    - Every text chunk is generated and SoVITS-decoded on its own (``batch_size`` 1, as the dora fork does for its
+      1.1x voices, §10), so chunks are independent (streaming needs that); the GPT keeps the first token (HEAD).
+    - Randomness is reproducible: the GPT sampler of chunk ``i`` is seeded with ``seed + i`` and the SoVITS prior
+      noise of chunk ``i`` comes from a :class:`NoiseBank` seeded with ``(seed, i)``. ``seed=-1`` picks a seed.
+    - Audio is float32 in [-1, 1]; each chunk is followed by ``fragment_interval`` seconds of silence.
+    - ``cancel`` (a ``threading.Event``) stops a request between two GPT tokens and between stages (text/BERT,
+      each sentence's SoVITS decode, each streamed window)."""
 
     def __init__(self, model_dir: str | Path | None = None, device: str | None = None, encoders: str | None = None,
                  config: SynthesisConfig | None = None, progress: Callable[[str], None] | None = None,

@@ -1,33 +1,9 @@
 """The two encoders behind one interface: CNHubert (reference audio) and Chinese RoBERTa (Chinese text),
 each on CoreML (macOS, Neural Engine) or MLX, with automatic per-encoder fallback to MLX.
 
-API (what the engine calls)::
-
-    enc = EncoderBackends(hubert_path, bert_path, runtime=runtime, root=model_dir)
-    enc.hubert_features(wav16k)             # mono 16 kHz float32 clip -> (1, 768, T) float32
-                                            # (the 0.6 s zero tail is appended, like models.hubert.prompt_features)
-    enc.bert_features(norm_text, word2ph)   # -> (hidden, n_phones) float32
-    enc.bert_features_batch(items)          # [(norm_text, word2ph), ...] -> [(hidden, n_phones), ...]
-    enc.bert_hidden_size                    # BERT width (1024 for chinese-roberta-wwm-ext-large)
-    enc.status()                            # {"mode": ..., "hubert": {...}, "bert": {...}} for stats/status
-
-``mode`` (default: the runtime's ``encoders``, ``PRIMESPEECH_ENCODERS``): ``mlx`` always uses MLX; ``coreml`` tries
-CoreML on every platform (off macOS it falls back at once, with the warning); ``auto`` uses CoreML on
-macOS when coremltools is installed, MLX otherwise. The CoreML packages are exported from the model
-folders the first time (``coreml.export.ensure_package``, cached under ``<root>/coreml``, ``root`` the model
-directory; without one CoreML is not used) and the compiled models are cached next to them. The compute units
-are the runtime's ``coreml_compute_units`` unless given.
-
-Fallback: a CoreML failure while exporting, loading or predicting logs ONE warning for that encoder,
-switches that encoder to MLX for the rest of the process (``status()[kind]["backend"] == "mlx"`` with
-``fallback_reason``), and the call that failed is answered by MLX — synthesis never fails because of
-CoreML. An input the package cannot take (longer than the largest bucket) is answered by MLX without
-switching.
-
-The MLX models are built lazily from the same folders (``convert.load``, with the runtime), or supplied by the caller
-(``mlx_hubert`` / ``mlx_bert``: zero-argument callables returning the ``HubertModel`` and the
-``(BertModel, BertTokenizer)`` pair), so an engine that already caches its models can share them.
-"""
+CoreML is faster where it runs but may fail to export, load or predict; a failure switches only that encoder to
+MLX, with one warning, so synthesis never fails because of CoreML. :class:`EncoderBackends` lists the API, the
+modes and the fallback rules."""
 
 from __future__ import annotations
 
@@ -105,7 +81,31 @@ class _Slot:
 
 
 class EncoderBackends:
-    """HuBERT and BERT features on CoreML or MLX (see the module docstring). Thread-safe."""
+    """HuBERT and BERT features on CoreML or MLX. Thread-safe. What the engine calls::
+
+        enc = EncoderBackends(hubert_path, bert_path, runtime=runtime, root=model_dir)
+        enc.hubert_features(wav16k)             # mono 16 kHz float32 clip -> (1, 768, T) float32
+                                                # (the 0.6 s zero tail is appended, like models.hubert.prompt_features)
+        enc.bert_features(norm_text, word2ph)   # -> (hidden, n_phones) float32
+        enc.bert_features_batch(items)          # [(norm_text, word2ph), ...] -> [(hidden, n_phones), ...]
+        enc.bert_hidden_size                    # BERT width (1024 for chinese-roberta-wwm-ext-large)
+        enc.status()                            # {"mode": ..., "hubert": {...}, "bert": {...}} for stats/status
+
+    ``mode`` (default: the runtime's ``encoders``, ``PRIMESPEECH_ENCODERS``): ``mlx`` always uses MLX; ``coreml``
+    tries CoreML on every platform (off macOS it falls back at once, with the warning); ``auto`` uses CoreML on
+    macOS when coremltools is installed, MLX otherwise. The CoreML packages are exported from the model folders the
+    first time (``coreml.export.ensure_package``, cached under ``<root>/coreml``, ``root`` the model directory;
+    without one CoreML is not used) and the compiled models are cached next to them. The compute units are the
+    runtime's ``coreml_compute_units`` unless given.
+
+    Fallback: a CoreML failure while exporting, loading or predicting logs ONE warning for that encoder, switches
+    that encoder to MLX for the rest of the process (``status()[kind]["backend"] == "mlx"`` with
+    ``fallback_reason``), and the call that failed is answered by MLX. An input the package cannot take (longer
+    than the largest bucket) is answered by MLX without switching.
+
+    The MLX models are built lazily from the same folders (``convert.load``, with the runtime), or supplied by the
+    caller (``mlx_hubert`` / ``mlx_bert``: zero-argument callables returning the ``HubertModel`` and the
+    ``(BertModel, BertTokenizer)`` pair), so an engine that already caches its models can share them."""
 
     def __init__(
         self,

@@ -1,51 +1,14 @@
 """When a stream cuts its next window: this engine's measured speeds (:class:`StreamRates`) and the plan that
 keeps a listener's buffer from running dry (:class:`Pacer`).
 
-A window with ``n`` new tokens costs the SoVITS stages up to the vocoder (``latent_s``: about the same for every
-window, the text encoder and the flow see context + new + lookahead tokens) plus the vocoder on the emitted frames
-and its margins (``frame_s`` per latent frame); the GPT needs ``token_s`` per token, and each token is
-``audio_per_token`` of audio (40 ms at speed 1). So a window adds ``n * audio_per_token`` to the listener's buffer
-and takes ``cost(n) + n * token_s`` from it: it keeps up only if ``n`` is at least
-``n* = overhead / (audio_per_token - token_s - vocoder_s_per_token)``, and only if the buffer already holds what
-such a window takes (``B* = overhead + n* (token_s + vocoder_s_per_token)``); with a little more queued, each
-window adds to the buffer and the next one can be larger.
-
-The pacer therefore (``stream_pace``, on by default, once speeds were measured)
-
-- starts a stream with ``stream_first_tokens`` tokens, or, where this machine is too slow for a small first
-  piece to be followed without a gap, with enough that the first piece covers ``B*`` for a window
-  :data:`GROWTH` times ``n*`` (then the first audio comes later, by design: one wait at the start instead of
-  gaps in the middle);
-- cuts each later window *just in time*: it waits for more tokens (larger windows, less overhead per second of
-  audio) while one more token would still leave the window ready before the audio already sent has played,
-  with a safety margin; never fewer than :data:`GROWTH` times ``n*``, never more than ``stream_chunk_tokens``;
-- where windows cannot grow enough to gain on the listener (``n*`` above ``stream_chunk_tokens``: a machine only
-  a little faster than real time; or slower than real time), *covers* (:attr:`Pacer.covering`): later windows
-  have ``stream_chunk_tokens`` tokens, the last ones shrinking towards the sentence's end where that lets the
-  first piece be smaller (:meth:`Pacer.windows`: the listener then waits for less audio at the end; the plan
-  works to :data:`TAPER_HEADROOM` beyond the expected length), and the first piece is the smallest after which
-  the rest of the request (this sentence's, then each later sentence's prefill, BERT, windows and pause) arrives
-  without a gap, the whole sentence at most (:meth:`Pacer._covering_first`); a later sentence's first piece, with
-  the earlier ones' audio in hand, grows to ``stream_chunk_tokens`` (what their plans counted on) while the
-  listener keeps audio (:attr:`PacingOptions.later_full`). The lengths are expected from the
-  phones and this voice's recent tokens per phone (:meth:`StreamRates.expected_tokens`). While it covers, no
-  other sentence joins the decode (the plan counts on steps alone). Before a length was measured for the voice it
-  starts with ``stream_first_tokens`` (slower than real time) or as where ``n*`` fits.
-- covers as well where windows could gain but a token's work is above :data:`COVER_LATER_FRACTION` of its audio and
-  the request's later sentences need a larger first piece than the just-in-time one
-  (:attr:`PacingOptions.cover_later`): windows cut just in time keep the listener's buffer small, too small for the
-  next sentence's prefill, BERT and first window.
-
-A sentence's end shows one GPT step after its last token (the end-of-sequence token): a window that would end at
-the expected length waits that step (:attr:`PacingOptions.end_waits`), so that it is the sentence's last, with the
-lookahead and the pause, as every plan has it, and no window of no new tokens follows.
-
-The safety margin is :data:`SAFETY_S` plus :data:`SAFETY_FRACTION` of the estimated cost. Where recent windows
-took longer than the speeds say (a throttled or shared machine: :attr:`StreamRates.slowdown`, the median ratio),
-the plan takes the speeds that much slower: larger windows and a larger first piece instead of gaps.
-
-Without measured speeds (the first stream of an engine that has not synthesised anything yet) or with
-``stream_pace`` off, windows follow :func:`window_steps`."""
+A window of ``n`` new tokens adds ``n * audio_per_token`` to the listener's buffer and costs the GPT's tokens, the
+text encoder and flow (about the same for every window) and the vocoder on its frames, so it keeps up only above a
+break-even size ``n*``, and only when the buffer already holds what such a window takes. The pacer
+(``stream_pace``) starts with a first piece that covers that, cuts each later window just in time (larger windows,
+less overhead), and *covers* where windows cannot gain on the listener (a machine about as fast as real time, or
+slower): full windows, the last ones shrinking, after a first piece that lets the rest of the request play without
+a gap. Without measured speeds, or with ``stream_pace`` off, windows follow :func:`window_steps`. The rules and
+their measurements: docs/streaming.md ("Paced windows")."""
 
 from __future__ import annotations
 
@@ -72,8 +35,8 @@ TAPER_SAFETY_S = 0.05  # seconds more in hand for each shrinking window (small w
 TAPER_HEADROOM = 1.25  # a shrinking plan ends this much after the expected length: a sentence up to 25 % longer
 # than expected still keeps up (tests/engine/test_pacing.py); one that ends sooner only has more in hand
 STEP_GROWTH = {2: 1.7, 3: 2.0, 4: 2.2}  # a decode step of this many rows against a step alone, until measured
-# (`primespeech-mlx bench --stages gpt`: 1.67x / 1.93x / 1.91x at 2 threads on the AVX-512 Xeon, 1.48x / 1.86x /
-# 2.05x at 1 thread on the AVX2 EPYC); wider, in proportion to the rows beyond four
+# (the bench's figures, docs/performance.md#sentences-decoded-together-continuous-batching); wider, in proportion to
+# the rows beyond four
 TAPERS = tuple((last, step) for last in (8, 12, 16, 24) for step in (3, 5, 7, 10))  # (last window, growth per
 # window towards the front) that a covering plan tries; the one after which the first piece is smallest wins
 STARTS = settings.STREAM_STARTS  # PacingOptions.start (PRIMESPEECH_STREAM_START)
@@ -264,6 +227,31 @@ def window_steps(cfg: SynthesisConfig) -> Iterator[int]:
 
 class Pacer:
     """The window plan of one streamed request: :meth:`cut` says, after each new token, whether to cut a window.
+
+    The cost model: a window with ``n`` new tokens costs the SoVITS stages up to the vocoder (``latent_s``: about
+    the same for every window, the text encoder and the flow see context + new + lookahead tokens) plus the vocoder
+    on the emitted frames and its margins (``frame_s`` per latent frame); the GPT needs ``token_s`` per token, and
+    each token is ``audio_per_token`` of audio (40 ms at speed 1). So a window adds ``n * audio_per_token`` to the
+    listener's buffer and takes ``cost(n) + n * token_s`` from it: it keeps up only if ``n`` is at least
+    ``n* = overhead / (audio_per_token - token_s - vocoder_s_per_token)``, and only if the buffer already holds
+    what such a window takes (``B* = overhead + n* (token_s + vocoder_s_per_token)``); with a little more queued,
+    each window adds to the buffer and the next one can be larger.
+
+    The plan (once speeds were measured): the first piece is ``stream_first_tokens`` tokens, or, where this machine
+    is too slow for a small first piece to be followed without a gap, enough to cover ``B*`` for a window
+    :data:`GROWTH` times ``n*``; later windows are cut just in time, never below :data:`GROWTH` times ``n*`` nor
+    above ``stream_chunk_tokens``. Where windows cannot grow enough to gain (``n*`` above ``stream_chunk_tokens``,
+    or slower than real time) it *covers* (:attr:`covering`): windows of ``stream_chunk_tokens``, the last ones
+    shrinking (:meth:`windows`, worked to :data:`TAPER_HEADROOM` beyond the expected length), after the smallest
+    first piece that lets the rest of the request arrive without a gap (:meth:`_covering_first`); a later
+    sentence's first piece grows to ``stream_chunk_tokens`` while the listener keeps audio
+    (:attr:`PacingOptions.later_full`); lengths are expected from the phones (:meth:`StreamRates.expected_tokens`),
+    and while it covers no other sentence joins the decode. It covers as well where a token's work is above
+    :data:`COVER_LATER_FRACTION` of its audio and the later sentences need a larger first piece
+    (:attr:`PacingOptions.cover_later`). A window that would end at the expected length waits one GPT step for the
+    end-of-sequence token (:attr:`PacingOptions.end_waits`), so no window of no new tokens follows. The safety
+    margin is :data:`SAFETY_S` plus :data:`SAFETY_FRACTION` of the estimated cost; where recent windows took longer
+    than the speeds say (:attr:`StreamRates.slowdown`), the plan takes the speeds that much slower.
 
     ``margin_frames``: latent frames vocoded beyond the emitted span on each side (``streaming.vocoder_margin``);
     ``crossfade_frames``: the crossfade's frames (vocoded again at each seam); ``frame_audio_s``: seconds of

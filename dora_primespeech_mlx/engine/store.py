@@ -121,9 +121,9 @@ def release_memory() -> None:
 def trim_after_request() -> None:
     """At the end of a request: MLX's cached buffers and the heap's free pages back to the OS.
 
-    A synthesis frees its temporaries (numpy, ONNX Runtime, MLX) inside the heap, where glibc keeps them: after a
-    request the v2 bench set held ~220 MB more than after this call (README, "Memory"), which costs ~10-15 ms
-    (``malloc_trim`` walks the heap) once the audio has been delivered."""
+    A synthesis frees its temporaries (numpy, ONNX Runtime, MLX) inside the heap, where glibc keeps them; the trim
+    gives them back for a few milliseconds (``malloc_trim`` walks the heap) once the audio has been delivered
+    (docs/memory.md, "End-of-request trim")."""
     mx.clear_cache()
     trim_heap()
 

@@ -1,22 +1,16 @@
 """Chinese front end of GPT-SoVITS v2 (``text/chinese2.py``): text -> normalised text -> phones.
 
-Two public functions, called by the pipeline once per Chinese segment:
-
 * :func:`text_normalize` writes numbers, dates, units and symbols out in characters
   (:mod:`.zh_normalization`), maps Chinese punctuation to ``! ? … , . -``, deletes every other
   non-CJK character and collapses runs of punctuation.
 * :func:`g2p` turns that text into phones of the v2 symbol table: two per character (initial, final
   with tone 1-5) and one per punctuation mark, with ``word2ph`` counting them per character.
 
-Pinyin comes from pypinyin (``lazy_pinyin`` on each jieba word), then tone sandhi
-(:mod:`.tone_sandhi`) and erhua; this is upstream's ``is_g2pw = False`` branch, which the reference
-fixtures use. With g2pW switched on (``TextData.g2pw``) and a g2pW model installed, polyphonic
-characters are predicted by g2pW instead (:mod:`.g2pw`).
-
-Not done here: upstream's ``cleaner.clean_text`` handles ``￥`` and ``^`` in a Chinese segment by
-replacing them with ``,`` before :func:`text_normalize` and then every ``,`` phone by ``SP2``/``SP3``;
-that belongs to the pipeline, which composes these two functions.
-"""
+Pinyin comes from pypinyin (``lazy_pinyin`` on each jieba word), then tone sandhi (:mod:`.tone_sandhi`) and
+erhua; this is upstream's ``is_g2pw = False`` branch, which the reference fixtures use. With g2pW switched on
+(``TextData.g2pw``) and a g2pW model installed, polyphonic characters are predicted by g2pW (:mod:`.g2pw`).
+Upstream's ``cleaner.clean_text`` handling of ``￥`` and ``^`` (``,`` then ``SP2``/``SP3`` phones) belongs to
+the pipeline, which composes these two functions."""
 
 from __future__ import annotations
 

@@ -1,22 +1,8 @@
 """English text normalisation, as GPT-SoVITS v2 does it (``text/en_normalization/expend.py``).
 
 :func:`normalize` spells out numbers with ``inflect`` and reduces the text to ``[ A-Za-z'.,?!-]``.
-The rules run in a fixed order and reproduce the original exactly, quirks included; examples:
-
-* ``"1. "`` -> ``"first, "`` (a number, a dot and a space is a list ordinal);
-* ``"3 + 4 = 7"`` -> ``"three plus four Equals seven"`` (operators need spaces around them);
-* ``" -5"`` -> ``"negative five"``, and the whitespace before the ``-`` is swallowed
-  (``"to -5°C"`` -> ``"tonegative five degrees celsius"``);
-* ``"1,200"`` -> ``"twelve hundred"``, ``"1987"`` -> ``"nineteen eighty-seven"``,
-  ``"2005"`` -> ``"two thousand five"``, ``"2010"`` -> ``"twenty ten"``;
-* ``"10:30"`` -> ``"ten thirty a.m."``, ``"13:45"`` -> ``"one forty-five p.m."``;
-* ``"60km/h"`` -> ``"sixty kilometersh"`` (``km`` wins over ``km/h``), ``"90s"`` -> ``"ninety seconds"``;
-* ``"$12.50"`` -> ``"twelve dollars and fifty cents"``, ``"£7.99"`` -> ``"seven pounds and ninety-nine pence"``;
-* ``"3.5"`` -> ``"three point five"``, ``"3/4"`` -> ``"three fourths"``, ``"3rd"`` -> ``"third"``;
-* accents are stripped (NFD), ``%`` -> ``" percent"``, ``i.e.``/``e.g.`` -> ``that is``/``for example``;
-* every capital not at the start of a word is split off: ``ChatGPT`` -> ``Chat G P T``,
-  ``NASA`` -> ``N A S A``, ``iPhone`` -> ``i Phone``.
-"""
+The rules run in a fixed order and reproduce the original exactly, quirks included (:func:`normalize` gives
+examples)."""
 
 from __future__ import annotations
 
@@ -177,7 +163,21 @@ def _strip_accents(text: str) -> str:
 
 
 def normalize(text: str) -> str:
-    """Spell out numbers, symbols and abbreviations; keep only ``[ A-Za-z'.,?!-]``."""
+    """Spell out numbers, symbols and abbreviations; keep only ``[ A-Za-z'.,?!-]``. Examples, quirks included:
+
+    * ``"1. "`` -> ``"first, "`` (a number, a dot and a space is a list ordinal);
+    * ``"3 + 4 = 7"`` -> ``"three plus four Equals seven"`` (operators need spaces around them);
+    * ``" -5"`` -> ``"negative five"``, and the whitespace before the ``-`` is swallowed
+      (``"to -5°C"`` -> ``"tonegative five degrees celsius"``);
+    * ``"1,200"`` -> ``"twelve hundred"``, ``"1987"`` -> ``"nineteen eighty-seven"``,
+      ``"2005"`` -> ``"two thousand five"``, ``"2010"`` -> ``"twenty ten"``;
+    * ``"10:30"`` -> ``"ten thirty a.m."``, ``"13:45"`` -> ``"one forty-five p.m."``;
+    * ``"60km/h"`` -> ``"sixty kilometersh"`` (``km`` wins over ``km/h``), ``"90s"`` -> ``"ninety seconds"``;
+    * ``"$12.50"`` -> ``"twelve dollars and fifty cents"``, ``"£7.99"`` -> ``"seven pounds and ninety-nine pence"``;
+    * ``"3.5"`` -> ``"three point five"``, ``"3/4"`` -> ``"three fourths"``, ``"3rd"`` -> ``"third"``;
+    * accents are stripped (NFD), ``%`` -> ``" percent"``, ``i.e.``/``e.g.`` -> ``that is``/``for example``;
+    * every capital not at the start of a word is split off: ``ChatGPT`` -> ``Chat G P T``,
+      ``NASA`` -> ``N A S A``, ``iPhone`` -> ``i Phone``."""
     text = _LIST_ORDINAL.sub(_list_ordinal, text)
     while _ARITHMETIC.search(text):
         text = _ARITHMETIC.sub(_arithmetic, text)

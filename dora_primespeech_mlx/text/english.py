@@ -1,7 +1,5 @@
 """English front end of GPT-SoVITS v2 (``text/english.py``): text -> normalised text -> ARPAbet phones.
 
-Two public functions, called by the pipeline once per English segment:
-
 * :func:`text_normalize` maps ``。！？`` to ``.!?``, spells out numbers and symbols
   (:mod:`.en_normalization`) and collapses repeated punctuation.
 * :func:`g2p` turns the normalised text into phones of the v2 symbol table.
@@ -10,12 +8,8 @@ Words are pronounced by, in order: the POS-tagged homograph table of ``g2p_en`` 
 for *read* and *complex*), upstream's own dictionary (``cmudict.rep`` from line 57, ``cmudict-fast.rep``
 for new words, ``engdict-hot.rep`` overriding both, minus AE AI AR IOS HUD OS), the name dictionary
 for Title-case words, spelling for words of up to three letters, the possessive ``'s`` rule,
-``wordsegment`` compounds, and finally ``g2p_en``'s neural model.
-
-Not done here: upstream's ``cleaner.clean_text`` puts a ``","`` in front of the phones of an English
-segment when :func:`g2p` returns fewer than 4 of them (``"bug"`` -> ``, B AH1 G``); that belongs to the
-pipeline, which calls this module.
-"""
+``wordsegment`` compounds, and finally ``g2p_en``'s neural model. Upstream's ``","`` in front of a segment of
+fewer than 4 phones (``"bug"`` -> ``, B AH1 G``) belongs to the pipeline, which calls this module."""
 
 from __future__ import annotations
 
@@ -120,7 +114,7 @@ def _name_dictionary(folder: Path) -> dict[str, list[str]]:
 
 _HAS_LETTER = re.compile("[a-z]")
 #: Longer words are refused: the English words are shorter, and the compound splitter and the neural predictor
-#: take seconds on a "word" of hundreds of letters (a 500-letter one: 16 s).
+#: take about a second on a "word" of hundreds of letters (docs/languages.md#time-per-text).
 MAX_WORD_CHARS = 64
 _POSSESSIVE = re.compile(r"^([a-z]+)('s)$")
 _VOICELESS = frozenset({"P", "T", "K", "F", "TH", "HH"})  # 's -> S
@@ -198,7 +192,7 @@ class EnglishG2p:
             else:
                 phones.append("Z")
             return phones
-        if len(word) > MAX_WORD_CHARS:  # the splitter and the neural predictor take seconds on such a "word"
+        if len(word) > MAX_WORD_CHARS:  # the splitter and the neural predictor take long on such a "word"
             raise TextFrontendError(f"the word {token[:24]!r}... has {len(word)} characters; the English front end "
                                     f"reads words of up to {MAX_WORD_CHARS}")
         parts = _segment(word)

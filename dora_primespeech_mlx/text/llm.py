@@ -2,56 +2,13 @@
 
 An LLM writes markdown, code, links, emoji, tool calls and (reasoning models) ``<think>`` blocks; a voice
 assistant must speak the prose and nothing else. :func:`clean` does it for a whole text; :class:`StreamFilter`
-for one session's stream, carrying an open block from the message that opens it to the one that closes it;
-:class:`Sessions` keeps one filter per session. Pure functions of the text: no front end, engine or node import.
+for one session's stream (whole messages, or fragments cut anywhere), carrying an open block from the message
+that opens it to the one that closes it; :class:`Sessions` keeps one filter per session. Pure functions of the
+text: no front end, engine or node import.
 
-The stream API (one :class:`StreamFilter` per stream, ``Sessions.get(session_id, question_id)``):
-
-- ``feed(message) -> str``: a whole message (a sentence segmenter's output; it starts a line), its spoken form.
-- ``feed_fragment(fragment) -> str`` and ``flush() -> str``: a text arriving in fragments cut anywhere (LLM
-  tokens). ``feed_fragment`` returns the spoken form of the messages the fragment completes, each line ended with
-  a pause mark and a line break ("" while none is complete); ``flush`` returns the rest at the text's end. The
-  filter cuts messages at line breaks and sentence ends by the text alone (:class:`_Cutter`), so for every cut
-  of a text into fragments the returns joined equal ``feed_fragment(text) + flush()``, and speak as
-  :func:`clean` does (the same sentences once each message is spoken as a text of its own).
-
-What each form becomes:
-
-- ``<think>``, ``<thinking>``, ``<reasoning>`` blocks and tool-call blocks (``<tool_call>``, ``<tool_calls>``,
-  ``<function_call>``, ``<function_calls>``, ``<tool_use>``, ``<tool_result>``, ``<tool_response>``): nothing,
-  also across messages. A ``</think>`` without an opener (templates that put ``<think>`` in the prompt) drops
-  what came before it in the same text. An opener that is never closed opens a block only where it starts a
-  line, follows a sentence end or ends its line; elsewhere (``the <think> tag``) it is a stray tag, removed.
-- Code blocks (fences of 3+ backticks or tildes, at a line start): nothing, also across messages; inline code:
-  its text.
-- Markdown: emphasis marks (``**``, ``__``, ``*``, ``_``, ``~~``) go, their words stay; headings, list items
-  (``-``, ``*``, ``+``, task boxes, ``1.``, ``2)``, nested) and table rows become phrases of their own. List
-  numbers are dropped (the English front end reads "1. " as "first, "; the pause between the items carries the
-  list); a line-start number is a list marker even in a one-line text. Table cells are read as phrases ("，" /
-  "、" / "," between them), separator rows dropped; blockquote marks, horizontal rules, setext underlines,
-  footnote markers ``[^1]``, link definitions and backslash escapes go. In a text with markup, every line that
-  more text follows ends with a pause the front ends read (they drop line breaks): a sentence mark where it has
-  none ("。" after Chinese or Japanese, "." otherwise), a closing ":" or ";" becomes a comma in its script; a
-  bold label opening a line ("**Step 1:** Download") keeps its words and its colon becomes a pause.
-- Links ``[text](url)``: the text; images: the alt text; HTML tags: removed (block tags and ``<br>`` end a
-  phrase), comments dropped, entities (``&amp;``, ``&#39;``) decoded.
-- Bare URLs (``http(s)://``, ``ftp://``, ``www.``) and ``<url>`` autolinks: their domain, read as words
-  ("example dot com"; Chinese "example 点 com", Japanese "example ドット com", Korean "example 닷 com").
-  E-mail addresses: "user at example dot com" (Chinese "user 艾特 example 点 com", Japanese "user アット example
-  ドット com"); in Korean text they are left to the Korean front end, which already reads them as words
-  ("test example com").
-- Emoji (pictographs, dingbats, flags, keycaps, skin tones, ZWJ sequences): dropped with the spaces and the
-  pause mark they would leave behind in every line the stage rewrites ("- 🎉 Done!" -> "Done!"), at the start of
-  a line before a pause mark ("👍，好的" -> "好的") and where a line is only emoji. In plain prose they are left
-  to the front end, which drops them silently (the Korean one reads them as a short pause, as the original
-  does): removing them there would change the original's phone ids (its sentence-start and retry rules count
-  them).
-
-Plain text is left exactly as it is: every transformation needs unambiguous markup ("3 * 4", "a_b", "C#",
-"x < y", "if a<b and c>d", "#话题#", "^_^", "~~~ is a tilde" stay), and a text without markup, URL, e-mail
-address or line-start list number is returned byte for byte (every such fixture sentence of the original's front
-end is, tests/text/test_llm_parity.py). In a stream, every message starts a line (segmenters cut at line
-breaks and drop them). Every rule is linear in the text (tests/text/test_linear_time.py, test_redos.py).
+What each form becomes: docs/dataflow.md ("LLM text"). Plain text is left byte for byte: every transformation
+needs unambiguous markup (tests/text/test_llm_parity.py), and every rule is linear in the text
+(tests/text/test_linear_time.py, test_redos.py).
 """
 
 from __future__ import annotations
@@ -484,7 +441,13 @@ class StreamFilter:
     in order and carries an open reasoning, tool-call or code block from the message that opens it to the one
     that closes it. A message starts a line. A block open for more than ``max_messages`` messages or
     ``max_chars`` characters is closed (:data:`MAX_BLOCK_MESSAGES`, :data:`MAX_BLOCK_CHARS`; ``overflows``
-    counts it) and the messages after it are spoken."""
+    counts it) and the messages after it are spoken.
+
+    A text arriving in fragments cut anywhere (LLM tokens) goes through :meth:`feed_fragment` and :meth:`flush`:
+    ``feed_fragment`` returns the spoken form of the messages the fragment completes, each line ended with a pause
+    mark and a line break ("" while none is complete); ``flush`` returns the rest at the text's end. Messages are
+    cut by the text alone (:class:`_Cutter`), so for every cut of a text into fragments the returns joined equal
+    ``feed_fragment(text) + flush()``, and speak as :func:`clean` does."""
 
     def __init__(self, lang_hint: str | None = None, max_messages: int | None = MAX_BLOCK_MESSAGES,
                  max_chars: int | None = MAX_BLOCK_CHARS):

@@ -3,35 +3,8 @@
 GPT-SoVITS uses ``BertForMaskedLM(..., output_hidden_states=True).hidden_states[-3]``: the embeddings
 followed by ``num_hidden_layers - 2`` encoder layers. Only those layers are built and loaded; the last
 two layers, the pooler and the MLM head are dropped. [CLS]/[SEP] rows are removed and each character's
-vector is repeated ``word2ph[i]`` times -> (hidden, n_phones).
-
-Math (float32): embeddings = LayerNorm(word[ids] + position[0..L) + token_type[0]); each layer is
-post-LN ``x = LN(x + Attn(x)); x = LN(x + FFN(x))`` with FFN = Linear -> GELU (exact, erf) -> Linear,
-attention scaled by 1/sqrt(head_dim), padded keys masked out. LayerNorm eps = ``layer_norm_eps``.
-
-Sanitized weights (output of :meth:`BertModel.sanitize`, what a converted safetensors file holds and
-what the CoreML export reads); Linear weights are (out, in), all float32. V = vocab, P = max positions,
-H = hidden, F = intermediate, l = 0 .. num_hidden_layers - 3::
-
-    embeddings.word_embeddings.weight          (V, H)
-    embeddings.position_embeddings.weight      (P, H)
-    embeddings.token_type_embeddings.weight    (type_vocab, H)   only row 0 is used
-    embeddings.norm.weight / .bias             (H,)
-    layers.l.attention.query.weight / .bias    (H, H) / (H,)
-    layers.l.attention.key.weight / .bias      (H, H) / (H,)
-    layers.l.attention.value.weight / .bias    (H, H) / (H,)
-    layers.l.attention.out.weight / .bias      (H, H) / (H,)
-    layers.l.attention_norm.weight / .bias     (H,)
-    layers.l.ffn.up.weight / .bias             (F, H) / (F,)
-    layers.l.ffn.down.weight / .bias           (H, F) / (H,)
-    layers.l.ffn_norm.weight / .bias           (H,)
-
-HF name mapping: ``bert.`` prefix stripped; ``encoder.layer.l`` -> ``layers.l``;
-``attention.self.{query,key,value}`` -> ``attention.{query,key,value}``; ``attention.output.dense`` ->
-``attention.out``; ``attention.output.LayerNorm`` -> ``attention_norm``; ``intermediate.dense`` ->
-``ffn.up``; ``output.dense`` -> ``ffn.down``; ``output.LayerNorm`` -> ``ffn_norm``;
-``embeddings.LayerNorm`` -> ``embeddings.norm``.
-"""
+vector is repeated ``word2ph[i]`` times -> (hidden, n_phones). The math is in :class:`BertModel`'s docstring,
+the converted weights' names and layouts (what the CoreML export reads) in :meth:`BertModel.sanitize`'s."""
 
 from __future__ import annotations
 
@@ -158,6 +131,11 @@ class Layer(nn.Module):
 
 
 class BertModel(nn.Module):
+    """The encoder up to ``hidden_states[-3]``, float32: embeddings = LayerNorm(word[ids] + position[0..L) +
+    token_type[0]); each layer is post-LN ``x = LN(x + Attn(x)); x = LN(x + FFN(x))`` with FFN = Linear -> GELU
+    (exact, erf) -> Linear, attention scaled by 1/sqrt(head_dim), padded keys masked out. LayerNorm eps =
+    ``layer_norm_eps``."""
+
     def __init__(self, args: BertArgs):
         super().__init__()
         self.args = args
@@ -205,12 +183,12 @@ class BertModel(nn.Module):
         (``PRIMESPEECH_BERT_HALF``); its ``isa`` / ``bert_gemm`` pick the kernels' build and products' path.
 
         ``half`` True: the Linear weights and the word embedding are kept in float16 (the released checkpoint
-        is float16, so nothing is lost): 1.19 GB -> 0.65 GB resident. Where MLX runs on the CPU and the
-        float16-weight kernels build (``half_gemv.library()``: x86-64 with AVX2/FMA/F16C and a C compiler), the
-        model then runs in numpy through those kernels (``models/bert/numpy_encoder.py``), faster than float32 MLX;
-        elsewhere (GPUs, other CPUs) MLX computes in float32 from float16 storage (the per-call upcast is slow
-        on a CPU: 23 tokens, 400 -> 760 ms). ``None`` (auto, the default): float16 where that fast path is
-        available and every Linear weight is a float16 value, else float32. ``False``: float32 MLX."""
+        is float16, so nothing is lost): about half the memory (docs/performance.md, "float16 kernels"). Where MLX runs
+        on the CPU and the float16-weight kernels build (``half_gemv.library()``: x86-64 with AVX2/FMA/F16C and a C
+        compiler), the model then runs in numpy through those kernels (``models/bert/numpy_encoder.py``), faster than
+        float32 MLX; elsewhere (GPUs, other CPUs) MLX computes in float32 from float16 storage (the per-call upcast is
+        slow on a CPU). ``None`` (auto, the default): float16 where that fast path is available and every Linear weight
+        is a float16 value, else float32. ``False``: float32 MLX."""
         self._fast, self.runtime = None, runtime
         half = runtime.bert_half
         fn = self._fast_kernels()
@@ -275,10 +253,31 @@ class BertModel(nn.Module):
 
     @staticmethod
     def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """HF ``BertForMaskedLM`` / ``BertModel`` state dict -> MLX names (see the module docstring).
+        """HF ``BertForMaskedLM`` / ``BertModel`` state dict -> MLX names: what a converted safetensors file holds and
+        what the CoreML export reads.
 
         Drops the MLM head (``cls.*``), the pooler, ``position_ids`` buffers and the last two encoder
-        layers (the layer count is read from the highest layer index present)."""
+        layers (the layer count is read from the highest layer index present). Linear weights are (out, in), all
+        float32. V = vocab, P = max positions, H = hidden, F = intermediate, l = 0 .. num_hidden_layers - 3::
+
+            embeddings.word_embeddings.weight          (V, H)
+            embeddings.position_embeddings.weight      (P, H)
+            embeddings.token_type_embeddings.weight    (type_vocab, H)   only row 0 is used
+            embeddings.norm.weight / .bias             (H,)
+            layers.l.attention.query.weight / .bias    (H, H) / (H,)
+            layers.l.attention.key.weight / .bias      (H, H) / (H,)
+            layers.l.attention.value.weight / .bias    (H, H) / (H,)
+            layers.l.attention.out.weight / .bias      (H, H) / (H,)
+            layers.l.attention_norm.weight / .bias     (H,)
+            layers.l.ffn.up.weight / .bias             (F, H) / (F,)
+            layers.l.ffn.down.weight / .bias           (H, F) / (H,)
+            layers.l.ffn_norm.weight / .bias           (H,)
+
+        HF name mapping: ``bert.`` prefix stripped; ``encoder.layer.l`` -> ``layers.l``;
+        ``attention.self.{query,key,value}`` -> ``attention.{query,key,value}``; ``attention.output.dense`` ->
+        ``attention.out``; ``attention.output.LayerNorm`` -> ``attention_norm``; ``intermediate.dense`` ->
+        ``ffn.up``; ``output.dense`` -> ``ffn.down``; ``output.LayerNorm`` -> ``ffn_norm``;
+        ``embeddings.LayerNorm`` -> ``embeddings.norm``."""
         w = {(k[len("bert.") :] if k.startswith("bert.") else k): v for k, v in weights.items()}
         layer_ids = [int(m.group(1)) for k in w if (m := re.match(r"encoder\.layer\.(\d+)\.", k))]
         n_keep = max(layer_ids) + 1 - 2 if layer_ids else 0

@@ -1,17 +1,15 @@
 """RoBERTa (:class:`~.bert.BertModel`) with float16 weights on the CPU: numpy plus the float16-weight GEMM kernel.
 
-MLX keeps float16 weights only as storage on the CPU: each product upcasts the weight (23 tokens, 2-core VM:
-400 -> 760 ms), and RoBERTa-large in float32 holds 1.19 GB. Here every Linear layer runs on the path
-``cpu_paths`` chooses for this CPU: ``half_gemv``'s small-M GEMM (``Y = X @ W.T + b``, W float16 converted in
-registers, float32 accumulation, the configured threads; the FFN's exact GELU in the same call), or BLAS on the
-weight upcast into a scratch buffer (``half_matrix``); the rest (embeddings,
-LayerNorm, the attention of ~23 tokens) in numpy float32. The weights are zero-copy numpy views of the
-model's float16 MLX arrays: 0.65 GB resident, and faster than the float32 MLX model (measured in
-``primespeech-mlx bench --stages bert``; README, "Performance").
+MLX keeps float16 weights only as storage on the CPU: each product upcasts the weight, and RoBERTa-large in
+float32 holds twice the memory. Here every Linear layer runs on the path ``cpu_paths`` chooses for this CPU:
+``half_gemv``'s small-M GEMM (``Y = X @ W.T + b``, W float16 converted in registers, float32 accumulation, the
+configured threads; the FFN's exact GELU in the same call), or BLAS on the weight upcast into a scratch buffer
+(``half_matrix``); the rest (embeddings, LayerNorm, the attention of ~23 tokens) in numpy float32. The weights
+are zero-copy numpy views of the model's float16 MLX arrays: half the memory, and faster than the float32 MLX
+model (docs/performance.md, "float16 kernels").
 
 The math is :meth:`BertModel.__call__`'s (float32 compute): embeddings = LayerNorm(word[ids] + position +
-token_type[0]); post-LN layers ``x = LN(x + Attn(x)); x = LN(x + FFN(x))``; padded keys masked out.
-"""
+token_type[0]); post-LN layers ``x = LN(x + Attn(x)); x = LN(x + FFN(x))``; padded keys masked out."""
 
 from __future__ import annotations
 

@@ -1,42 +1,14 @@
 """Decode loop and sampling for the text-to-semantic GPT (gpt-sovits-v2.md sections 5.6-5.8).
 
-With a prompt, matches ``Text2SemanticDecoder.infer_panel_batch_infer`` (what ``TTS.run`` uses) for one
-sentence:
-
-- step ``idx`` computes raw logits (1025); for idx 0..10 the EOS column is dropped;
-- the token is chosen by :func:`sample_token` (repetition penalty over the distinct previous tokens,
-  prompt included -> top-p if < 1 -> temperature -> top-k with ties kept -> softmax ->
-  ``argmax(probs / q)``, ``q ~ Exp(1)``);
-- the loop stops when the sampled token or the argmax of the penalised logits is EOS, when more than
-  ``early_stop_num`` tokens exist (``-1`` disables it), or at step ``max_steps - 1``; in every case the
-  token of the stopping step is dropped. So the result holds exactly ``stopped_at_idx`` tokens: the
-  tokens before EOS, exactly ``early_stop_num`` tokens, or ``max_steps - 1`` (1499) tokens.
-
-Result when nothing is kept: EOS cannot be chosen in steps 0..10, so an empty result only happens with
-``early_stop_num == 0`` (or ``max_steps == 1``). We then return no tokens. (Upstream's pipeline slices
-``y[-0:]`` there and would hand back the prompt itself; its ``[0]`` fallback only applies to an empty
-``y``, which cannot happen with a prompt.) The engine decides what to do with an empty result.
-
-Without a prompt (Ty = 0, reference-free mode) upstream's ``infer_panel_batch_infer`` hands over to
-``infer_panel_naive_batched`` -> ``infer_panel_naive`` (GPT_SoVITS/AR/models/t2s_model.py), and so do we:
-
-- same prefill (the text alone, bidirectional), EOS masking (steps 0..10), sampling, and the k-th generated
-  token fed at audio position k;
-- the repetition penalty is always :data:`NAIVE_REPETITION_PENALTY` (1.35): the hand-over does not pass the
-  caller's value on, so ``infer_panel_naive_batched``'s default applies; it covers the generated tokens;
-- EOS (sampled, or the argmax of the penalised logits) stops and is dropped, as above;
-- an early stop (more than ``early_stop_num`` tokens) and the step cap (step ``max_steps - 1``) **keep** the
-  token of the stopping step: ``early_stop_num + 1`` or ``max_steps`` tokens. Upstream returns idx 0 there
-  and the pipeline keeps ``y[-0:]``, every generated token. (Its ``[0]`` fallback for an empty ``y`` cannot
-  trigger: a stop that drops its token is an EOS, which steps 0..10 exclude.)
-
-Sampling runs in numpy on the (1025,) logits row, in float32 like torch. The exponential noise comes
-from a callable ``noise(step_idx, width) -> q`` (width 1024 for steps 0..10, 1025 after), so recorded
-noise can be replayed exactly; by default it is drawn from ``numpy.random.default_rng(seed)``.
+With a prompt it matches ``Text2SemanticDecoder.infer_panel_batch_infer`` (what ``TTS.run`` uses) for one
+sentence; without one (reference-free mode), upstream's hand-over to ``infer_panel_naive``, whose stopping rules
+and repetition penalty differ: :class:`Generation` lists both. Sampling runs in numpy on the (1025,) logits row,
+in float32 like torch (:func:`sample_token`). The exponential noise comes from a callable
+``noise(step_idx, width) -> q`` (width 1024 for steps 0..10, 1025 after), so recorded noise can be replayed
+exactly; by default it is drawn from ``numpy.random.default_rng(seed)``.
 
 The prefix and the steps run on the model's :class:`~.t2s.Decoder` (``T2SModel.decoder``, chosen when
-the model is loaded: ``t2s_decode.make_decoder``), or on one passed explicitly.
-"""
+the model is loaded: ``t2s_decode.make_decoder``), or on one passed explicitly."""
 
 from __future__ import annotations
 
@@ -203,7 +175,36 @@ class Generation:
     """One sentence's decode, stepped from outside (what :func:`generate` iterates, and what a
     :class:`DecodeBatch` steps together with others). The prefill runs at construction; then :meth:`choose`
     samples the token of the current step from the logits at hand, and :meth:`advance` (or a batched step
-    through :meth:`step_input` / :meth:`take`) computes the next step's logits."""
+    through :meth:`step_input` / :meth:`take`) computes the next step's logits.
+
+    With a prompt, as ``infer_panel_batch_infer``:
+
+    - step ``idx`` computes raw logits (1025); for idx 0..10 the EOS column is dropped;
+    - the token is chosen by :func:`sample_token` (repetition penalty over the distinct previous tokens,
+      prompt included -> top-p if < 1 -> temperature -> top-k with ties kept -> softmax ->
+      ``argmax(probs / q)``, ``q ~ Exp(1)``);
+    - the loop stops when the sampled token or the argmax of the penalised logits is EOS, when more than
+      ``early_stop_num`` tokens exist (``-1`` disables it), or at step ``max_steps - 1``; in every case the
+      token of the stopping step is dropped. So the result holds exactly ``stopped_at_idx`` tokens: the
+      tokens before EOS, exactly ``early_stop_num`` tokens, or ``max_steps - 1`` (1499) tokens.
+
+    Result when nothing is kept: EOS cannot be chosen in steps 0..10, so an empty result only happens with
+    ``early_stop_num == 0`` (or ``max_steps == 1``). We then return no tokens. (Upstream's pipeline slices
+    ``y[-0:]`` there and would hand back the prompt itself; its ``[0]`` fallback only applies to an empty
+    ``y``, which cannot happen with a prompt.) The engine decides what to do with an empty result.
+
+    Without a prompt (Ty = 0) upstream's ``infer_panel_batch_infer`` hands over to
+    ``infer_panel_naive_batched`` -> ``infer_panel_naive`` (GPT_SoVITS/AR/models/t2s_model.py), and so do we:
+
+    - same prefill (the text alone, bidirectional), EOS masking (steps 0..10), sampling, and the k-th generated
+      token fed at audio position k;
+    - the repetition penalty is always :data:`NAIVE_REPETITION_PENALTY` (1.35): the hand-over does not pass the
+      caller's value on, so ``infer_panel_naive_batched``'s default applies; it covers the generated tokens;
+    - EOS (sampled, or the argmax of the penalised logits) stops and is dropped, as above;
+    - an early stop (more than ``early_stop_num`` tokens) and the step cap (step ``max_steps - 1``) **keep** the
+      token of the stopping step: ``early_stop_num + 1`` or ``max_steps`` tokens. Upstream returns idx 0 there
+      and the pipeline keeps ``y[-0:]``, every generated token. (Its ``[0]`` fallback for an empty ``y`` cannot
+      trigger: a stop that drops its token is an EOS, which steps 0..10 exclude.)"""
 
     def __init__(self, model: T2SModel, decoder: Decoder, phones: np.ndarray, bert: np.ndarray, prompt: np.ndarray,
                  params: SamplingParams, early_stop_num: int, max_steps: int, noise: NoiseSource):
@@ -211,7 +212,7 @@ class Generation:
         self.seen = np.zeros(model.args.vocab_size, dtype=bool)
         self.seen[prompt[0]] = True
         self.n_prompt = prompt.shape[1]
-        self.prompt_free = self.n_prompt == 0  # upstream's infer_panel_naive (module docstring)
+        self.prompt_free = self.n_prompt == 0  # upstream's infer_panel_naive (class docstring)
         if self.prompt_free:
             params = replace(params, repetition_penalty=NAIVE_REPETITION_PENALTY)
         self.params, self.early_stop_num, self.max_steps, self.noise = params, early_stop_num, max_steps, noise

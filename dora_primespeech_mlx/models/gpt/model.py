@@ -1,24 +1,14 @@
 """GPT-SoVITS text-to-semantic GPT (``AR/models/t2s_model.py`` ``Text2SemanticDecoder``), inference only.
 
-The math follows gpt-sovits-v2.md section 5:
-
-- text stream: ``text_embedding(phones) + bert_proj(bert.T) + alpha_t * pe[0..Tx)``;
-  audio stream: ``audio_embedding(prompt) + alpha_a * pe[0..Ty)``; the input is ``[text ; audio]``;
-- post-norm blocks ``x = LN1(x + MHA(x)); x = LN2(x + W2 relu(W1 x))`` (LayerNorm eps 1e-5, packed qkv,
-  FFN width 4 * hidden), no final norm, bias-free head over 1024 codes + EOS;
-- prefix mask: text rows see all text and no audio, audio rows see all text and causal audio;
-  every decoded token sees everything before it.
-
-The model is pure math. The KV cache it fills is :class:`.t2s_cache.KVCache` (per-layer
-``keys``/``values`` arrays of shape (1, heads, capacity, head_dim), ``offset``, ``reserve(n)``; made by
-:meth:`T2SModel.make_cache`). :meth:`T2SModel.decode` is the one-token step as a pure function of
-arrays whose shapes only change when the cache grows by a bucket, so it can be wrapped by
+The model is pure math (gpt-sovits-v2.md section 5; :class:`T2SModel` gives it). The KV cache it fills is
+:class:`.t2s_cache.KVCache` (per-layer ``keys``/``values`` arrays of shape (1, heads, capacity, head_dim),
+``offset``, ``reserve(n)``; made by :meth:`T2SModel.make_cache`). :meth:`T2SModel.decode` is the one-token step
+as a pure function of arrays whose shapes only change when the cache grows by a bucket, so it can be wrapped by
 ``mx.compile`` or swapped for another backend without touching the loop.
 
 How the decode steps run is a :class:`Decoder` (declared here, implemented in ``t2s_decode.py``: MLX
 eager, MLX compiled, numpy), chosen once when the model is loaded and kept in ``T2SModel.decoder``;
-sampling and the decode loop live in ``t2s_generate.py``.
-"""
+sampling and the decode loop live in ``t2s_generate.py``."""
 
 from __future__ import annotations
 
@@ -223,6 +213,15 @@ class Block(nn.Module):
 
 
 class T2SModel(nn.Module):
+    """The text-to-semantic GPT (gpt-sovits-v2.md section 5):
+
+    - text stream: ``text_embedding(phones) + bert_proj(bert.T) + alpha_t * pe[0..Tx)``;
+      audio stream: ``audio_embedding(prompt) + alpha_a * pe[0..Ty)``; the input is ``[text ; audio]``;
+    - post-norm blocks ``x = LN1(x + MHA(x)); x = LN2(x + W2 relu(W1 x))`` (LayerNorm eps 1e-5, packed qkv,
+      FFN width 4 * hidden), no final norm, bias-free head over 1024 codes + EOS;
+    - prefix mask: text rows see all text and no audio, audio rows see all text and causal audio;
+      every decoded token sees everything before it."""
+
     def __init__(self, args: T2SArgs):
         super().__init__()
         args.validate()

@@ -1,30 +1,11 @@
 """The GPT's one-token decode step in numpy, for the CPU.
 
-On the CPU a decode step is memory-bound: it reads all block weights (about 300 MB for v2) for one
-token. MLX's CPU backend sends (1, D) @ (D, N) products through ``sgemm`` (~230 us for 512x2048),
-numpy through ``gemv`` (~60 us), so the same math runs about twice as fast in numpy
-(performance-notes.md section 8). :class:`NumpyDecoder` is that step, reading the model's own weights
-through zero-copy numpy views of the MLX arrays (no second copy in memory), built on first use
-(or at :meth:`NumpyDecoder.warmup`) and rebuilt when the model's weights are replaced.
-
-:meth:`NumpyDecoder.prefill` runs the prefix in numpy too: the products go to the same BLAS, and
-MLX's CPU ``exp`` is scalar (10 ms for the 16x210x210 attention scores of one layer, numpy: 1 ms), so
-the 24-layer prefix of the benchmark sentence takes about 0.45 s instead of 0.73 s.
-
-The math is :meth:`T2SModel.decode` (float32): embedding + alpha * pe, post-norm blocks with packed
-qkv, attention over the cache rows 0..slot, ReLU FFN, bias-free head. It is one of the :class:`~.t2s.Decoder`
-implementations ``decode.make_decoder`` chooses from when the model is loaded.
-
-float16 weights (:func:`half_weights`, the runtime's ``gpt_half`` and ``isa``): where the ``half_gemv`` kernel builds
-and
-the GPT's Linear weights are float16 values (as in the released checkpoints), they are stored as float16
-and the step reads them through that kernel (float32 accumulation): the same weights, half the bytes per
-token, ~2x faster steps and ~140 MB less memory for v2. Then the step runs every block in one kernel call
-(``decode_layers``; the runtime's ``fused_step``) on the kernels' threads (``half_gemv.threads``); the prefill's
-products
-take the path ``cpu_paths`` chooses for this CPU (the kernel's float16 GEMM, or BLAS on each weight upcast into
-a scratch buffer, the float32 model's products).
-"""
+On the CPU a decode step is memory-bound: it reads all block weights for one token. MLX's CPU backend sends
+(1, D) @ (D, N) products through ``sgemm``, numpy through ``gemv``, several times faster for these shapes
+(docs/performance.md, "The GPT step in numpy"; performance-notes.md section 8). :class:`NumpyDecoder` is that
+step, reading the model's own weights through zero-copy numpy views of the MLX arrays (no second copy in
+memory). The math is :meth:`T2SModel.decode` (float32); with float16 weights (:func:`half_weights`) the step
+runs on the C kernels instead."""
 
 from __future__ import annotations
 
@@ -198,7 +179,19 @@ def _fused_pointers(dec: _Weights, keys: list[np.ndarray], values: list[np.ndarr
 
 
 class NumpyDecoder:
-    """The :class:`~.t2s.Decoder` computing in numpy (the CPU fast path) from views of the model's weights."""
+    """The :class:`~.t2s.Decoder` computing in numpy (the CPU fast path) from views of the model's weights, one of
+    the implementations ``decode.make_decoder`` chooses from when the model is loaded. Built on first use (or at
+    :meth:`warmup`) and rebuilt when the model's weights are replaced.
+
+    The math is :meth:`T2SModel.decode` (float32): embedding + alpha * pe, post-norm blocks with packed qkv,
+    attention over the cache rows 0..slot, ReLU FFN, bias-free head. :meth:`prefill` runs the prefix in numpy too:
+    the products go to the same BLAS, and MLX's CPU ``exp`` is scalar (ten times numpy's on the attention scores).
+
+    With float16 weights (:func:`half_weights`) the step reads them through the ``half_gemv`` kernel (float32
+    accumulation): the same weights, half the bytes per token (docs/performance.md, "float16 kernels"); then it runs
+    every block in one kernel call (``decode_layers``; the runtime's ``fused_step``) on the kernels' threads
+    (``half_gemv.threads``), and the prefill's products take the path ``cpu_paths`` chooses for this CPU (the
+    kernel's float16 GEMM, or BLAS on each weight upcast into a scratch buffer, the float32 model's products)."""
 
     kind = "numpy"
     backend = "numpy"

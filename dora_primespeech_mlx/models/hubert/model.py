@@ -3,42 +3,8 @@
 GPT-SoVITS feeds the **raw** 16 kHz waveform in [-1, 1] (no zero-mean / unit-variance normalisation)
 with 9600 zeros (0.6 s) appended, and hands ``last_hidden_state`` transposed to (B, 768, T) to
 SoVITS ``extract_latent`` (gpt-sovits-v2.md sections 4, 4.1, 4.2). :func:`prompt_features` does exactly
-that.
-
-Math (all float32, channels-last inside):
-
-* feature extractor: ``len(conv_dim)`` bias-free ``Conv1d`` (kernels ``conv_kernel``, strides
-  ``conv_stride``); after conv 0 a GroupNorm with one group per channel (eps 1e-5, the PyTorch default);
-  GELU (exact, erf) after every conv. Frames: plain conv arithmetic, T = floor((N - 400) / 320) + 1 for
-  the base kernels (:meth:`HubertArgs.num_frames`).
-* feature projection: LayerNorm(conv_dim[-1]) -> Linear(conv_dim[-1] -> hidden).
-* positional conv: grouped Conv1d(hidden, hidden, K, padding K // 2, groups) with the weight norm
-  folded in, last frame dropped when K is even, GELU; added to the projected features.
-* encoder: LayerNorm, then post-LN layers ``x = LN(x + Attn(x)); x = LN_final(x + FFN(x))`` with
-  FFN = Linear -> GELU -> Linear. LayerNorm eps = ``layer_norm_eps``.
-
-Sanitized weights (the output of :meth:`HubertModel.sanitize`; what a converted safetensors file holds
-and what the CoreML export reads). Names are the Hugging Face names; ``masked_spec_embed`` is dropped,
-the weight-norm pair is folded, conv weights are in MLX layout (out, kernel, in / groups), all float32.
-C = conv_dim[i], D = hidden_size, K = num_conv_pos_embeddings, G = num_conv_pos_embedding_groups,
-F = intermediate_size, i = conv index, l = layer index::
-
-    feature_extractor.conv_layers.i.conv.weight          (C_i, kernel_i, C_{i-1})   C_{-1} = 1
-    feature_extractor.conv_layers.0.layer_norm.weight    (C_0,)   GroupNorm scale
-    feature_extractor.conv_layers.0.layer_norm.bias      (C_0,)
-    feature_projection.layer_norm.weight / .bias         (C_last,)
-    feature_projection.projection.weight                 (D, C_last)   Linear (out, in)
-    feature_projection.projection.bias                   (D,)
-    encoder.pos_conv_embed.conv.weight                   (D, K, D / G) folded g * v / ||v||
-    encoder.pos_conv_embed.conv.bias                     (D,)
-    encoder.layer_norm.weight / .bias                    (D,)
-    encoder.layers.l.attention.{q,k,v,out}_proj.weight   (D, D)        Linear (out, in)
-    encoder.layers.l.attention.{q,k,v,out}_proj.bias     (D,)
-    encoder.layers.l.layer_norm.weight / .bias           (D,)          after attention
-    encoder.layers.l.feed_forward.intermediate_dense.weight / .bias   (F, D) / (F,)
-    encoder.layers.l.feed_forward.output_dense.weight / .bias         (D, F) / (D,)
-    encoder.layers.l.final_layer_norm.weight / .bias     (D,)          after the FFN
-"""
+that. The math is in :class:`HubertModel`'s docstring, the converted weights' names and layouts (what the CoreML
+export reads) in :meth:`HubertModel.sanitize`'s."""
 
 from __future__ import annotations
 
@@ -260,6 +226,18 @@ class Encoder(nn.Module):
 
 
 class HubertModel(nn.Module):
+    """The encoder, all float32, channels-last inside:
+
+    * feature extractor: ``len(conv_dim)`` bias-free ``Conv1d`` (kernels ``conv_kernel``, strides
+      ``conv_stride``); after conv 0 a GroupNorm with one group per channel (eps 1e-5, the PyTorch default);
+      GELU (exact, erf) after every conv. Frames: plain conv arithmetic, T = floor((N - 400) / 320) + 1 for
+      the base kernels (:meth:`HubertArgs.num_frames`).
+    * feature projection: LayerNorm(conv_dim[-1]) -> Linear(conv_dim[-1] -> hidden).
+    * positional conv: grouped Conv1d(hidden, hidden, K, padding K // 2, groups) with the weight norm
+      folded in, last frame dropped when K is even, GELU; added to the projected features.
+    * encoder: LayerNorm, then post-LN layers ``x = LN(x + Attn(x)); x = LN_final(x + FFN(x))`` with
+      FFN = Linear -> GELU -> Linear. LayerNorm eps = ``layer_norm_eps``."""
+
     def __init__(self, args: HubertArgs):
         super().__init__()
         self.args = args
@@ -302,7 +280,29 @@ class HubertModel(nn.Module):
 
     @staticmethod
     def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """HF ``HubertModel`` state dict -> MLX names/layouts (see the module docstring)."""
+        """HF ``HubertModel`` state dict -> MLX names/layouts: what a converted safetensors file holds and what the
+        CoreML export reads.
+
+        Names are the Hugging Face names; ``masked_spec_embed`` is dropped, the weight-norm pair is folded, conv
+        weights are in MLX layout (out, kernel, in / groups), all float32. C = conv_dim[i], D = hidden_size,
+        K = num_conv_pos_embeddings, G = num_conv_pos_embedding_groups, F = intermediate_size, i = conv index,
+        l = layer index::
+
+            feature_extractor.conv_layers.i.conv.weight          (C_i, kernel_i, C_{i-1})   C_{-1} = 1
+            feature_extractor.conv_layers.0.layer_norm.weight    (C_0,)   GroupNorm scale
+            feature_extractor.conv_layers.0.layer_norm.bias      (C_0,)
+            feature_projection.layer_norm.weight / .bias         (C_last,)
+            feature_projection.projection.weight                 (D, C_last)   Linear (out, in)
+            feature_projection.projection.bias                   (D,)
+            encoder.pos_conv_embed.conv.weight                   (D, K, D / G) folded g * v / ||v||
+            encoder.pos_conv_embed.conv.bias                     (D,)
+            encoder.layer_norm.weight / .bias                    (D,)
+            encoder.layers.l.attention.{q,k,v,out}_proj.weight   (D, D)        Linear (out, in)
+            encoder.layers.l.attention.{q,k,v,out}_proj.bias     (D,)
+            encoder.layers.l.layer_norm.weight / .bias           (D,)          after attention
+            encoder.layers.l.feed_forward.intermediate_dense.weight / .bias   (F, D) / (F,)
+            encoder.layers.l.feed_forward.output_dense.weight / .bias         (D, F) / (D,)
+            encoder.layers.l.final_layer_norm.weight / .bias     (D,)          after the FFN"""
         w = {k: v for k, v in weights.items() if not k.endswith("masked_spec_embed")}
         w = {k[len("hubert.") :] if k.startswith("hubert.") else k: v for k, v in w.items()}
         w = to_float32(fold_weight_norm(w))

@@ -5,17 +5,12 @@ stage and the CPU. The decode step (one row, memory-bound) gains on AVX2 and AVX
 (the GPT prefill: ~200 rows; RoBERTa: ~25 tokens) is bound by arithmetic, where BLAS ``sgemm`` on the weight
 upcast to float32 can beat the float16 GEMM, on one thread: on several, BLAS's spinning threads lose most of
 their speed when a neighbour process holds a core, and the kernels' pool does not. :data:`DEFAULTS` holds the
-faster path per (build, stage, one or several threads), each measured alternately in one process (the figures in
-each reason: min of 6-8 rounds, 2-core VMs, AVX2 on a loaded AMD EPYC, AVX-512 from the README's kernel runs and
-the 2-core Xeon VM; ``python tests/models/bench_cpu_paths.py`` repeats them for the build in use). Where two CPUs
-of a build disagree, the table takes the path that loses least on the other (the AVX-512 prefill at one thread:
-the float16 GEMM 12-15 % faster on the 2-core Xeon VM; on a 16-vCPU Xeon BLAS was 25 % faster than the GEMM's
-dot tiles, which its broadcast tiles take 0.72 of the time of, there not measured);
-a fixed table, not a calibration at load, because a timing taken at load on a busy machine picks at random.
-The runtime's ``gpt_prefill`` / ``bert_gemm`` (``PRIMESPEECH_GPT_PREFILL`` / ``PRIMESPEECH_BERT_GEMM``) force a
-path; :func:`path` takes the runtime. :func:`chosen` reports every stage's path and reason (``primespeech-mlx
-bench`` prints it).
-"""
+faster path per (build, stage, one or several threads), each measured alternately in one process
+(``python tests/models/bench_cpu_paths.py``; the figures: docs/performance.md, "CPU paths per instruction set");
+where two CPUs of a build disagree, the path that loses least on the other. A fixed table, not a calibration at
+load, because a timing taken at load on a busy machine picks at random. ``PRIMESPEECH_GPT_PREFILL`` /
+``PRIMESPEECH_BERT_GEMM`` force a path; :func:`path` takes the runtime; :func:`chosen` reports every stage's path
+and reason (``primespeech-mlx bench`` prints it)."""
 
 from __future__ import annotations
 

@@ -1,29 +1,13 @@
 """float16-weight products with float32 accumulation on the CPU: which build of the C kernels this machine runs.
 
-A decode step reads every block weight once per token (~300 MB in float32 for v2): it is bound by memory
-bandwidth. The released GPT checkpoints store their weights as float16, so keeping them in float16 loses
-nothing, but numpy and BLAS have no float16 x float32 product. The kernels in ``csrc/half_gemv.c`` read the
-float16 weights, convert them in registers and accumulate in float32 (the gemv of the decode step, the whole
-decode step's blocks in one call, a small-M GEMM for the prefill and RoBERTa, the prefill's attention; a small
-thread pool whose work splits never change a value). :class:`~.half_matrix.HalfMatrix` wraps one weight.
-
-Builds (the runtime's ``isa``, ``PRIMESPEECH_ISA``), compiled once per process and build by
-``native.compile_shared`` into the package's cache:
-
-- ``avx512``: AVX-512F tiles (16 lanes) with AVX2/FMA/F16C; where the CPU has ``avx512f``;
-- ``avx2``: AVX2 + FMA + F16C (8 lanes); where the CPU has them (also on an AVX-512 CPU, to measure it);
-- ``generic``: the portable C (compiler vector extensions and ``_Float16``; NEON on aarch64), any CPU;
-- ``none``: no kernels: numpy float32 and MLX.
-
-``auto`` (the default) picks ``avx512`` or ``avx2`` by this CPU's flags, else ``none`` (other CPUs, Apple's
-included: the portable build's speed there is unmeasured, so float32 stays the default). A build the CPU
-cannot run is refused (never an illegal instruction), and every build passes a self-check against numpy before
-use. :func:`library` returns None where no kernels are to be had (then callers keep float32);
-:func:`kernel` is the library for the GPT unless its mode (``PRIMESPEECH_GPT_HALF``) is ``0``. Every function
-takes the build asked for (``isa``) and the mode as arguments: a cache of the builds, no process-wide choice.
-Threads: :func:`threads` (the package's BLAS thread count, i.e. ``PRIMESPEECH_THREADS``; :func:`set_threads`
-holds them at one while the vocoder lane works).
-"""
+A decode step reads every block weight once per token: it is bound by memory bandwidth. The released GPT
+checkpoints store their weights as float16, so keeping them in float16 loses nothing, but numpy and BLAS have no
+float16 x float32 product. The kernels in ``csrc/half_gemv.c`` read the float16 weights, convert them in
+registers and accumulate in float32 (the gemv of the decode step, the whole decode step's blocks in one call, a
+small-M GEMM for the prefill and RoBERTa, the prefill's attention; a small thread pool whose work splits never
+change a value). :class:`~.half_matrix.HalfMatrix` wraps one weight. :func:`choose_isa` lists the builds
+(``PRIMESPEECH_ISA``); every function takes the build asked for and the mode as arguments: a cache of the
+builds, no process-wide choice."""
 
 from __future__ import annotations
 
@@ -97,7 +81,23 @@ def cpu_flags() -> list[str] | str:
 
 
 def choose_isa(asked: str = "auto") -> tuple[str, str]:
-    """(the build to use for ``asked``: avx512, avx2, generic or none; why)."""
+    """(the build to use for ``asked``: avx512, avx2, generic or none; why).
+
+    Builds (the runtime's ``isa``, ``PRIMESPEECH_ISA``), compiled once per process and build by
+    ``native.compile_shared`` into the package's cache:
+
+    - ``avx512``: AVX-512F tiles (16 lanes) with AVX2/FMA/F16C; where the CPU has ``avx512f``;
+    - ``avx2``: AVX2 + FMA + F16C (8 lanes); where the CPU has them (also on an AVX-512 CPU, to measure it);
+    - ``generic``: the portable C (compiler vector extensions and ``_Float16``; NEON on aarch64), any CPU;
+    - ``none``: no kernels: numpy float32 and MLX.
+
+    ``auto`` (the default) picks ``avx512`` or ``avx2`` by this CPU's flags, else ``none`` (other CPUs, Apple's
+    included: the portable build's speed there is unmeasured, so float32 stays the default). A build the CPU
+    cannot run is refused (never an illegal instruction), and every build passes a self-check against numpy before
+    use. :func:`library` returns None where no kernels are to be had (then callers keep float32); :func:`kernel` is
+    the library for the GPT unless its mode (``PRIMESPEECH_GPT_HALF``) is ``0``. Threads: :func:`threads` (the
+    package's BLAS thread count, i.e. ``PRIMESPEECH_THREADS``; :func:`set_threads` holds them at one while the
+    vocoder lane works)."""
     asked = _asked(asked)
     flags = cpu_flags()
     if asked == "none":

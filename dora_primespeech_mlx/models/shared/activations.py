@@ -1,12 +1,10 @@
 """Exact GELU for the encoders (CNHubert, RoBERTa) that is fast on MLX's CPU backend.
 
-On the CPU, MLX computes ``erf`` (and ``exp``) one scalar library call per element: about 31 ns per
-element on the 2-core bench VM, against 0.5 ns for a multiply. ``nn.gelu`` (erf form) thus took 57 ms
-of RoBERTa's 420 ms on 23 tokens. Here erf is the odd/even rational approximation on [-4, 4] (outside
-it erf is +/-1 in float32) with the float32 coefficients published in Eigen / XLA (``erf_float``),
-built only from multiplies, adds and one divide, compiled into one kernel: max |error| 4.2e-7 against
-the exact erf (MLX's own: 4.5e-7), 9x faster (2.9 ms -> 0.3 ms for 23 x 4096).
-"""
+On the CPU, MLX computes ``erf`` (and ``exp``) one scalar library call per element, so ``nn.gelu`` (erf form)
+costs many times a multiply per element (docs/performance.md, "GELU on MLX's CPU backend"). Here erf is the
+odd/even rational approximation on [-4, 4] (outside it erf is +/-1 in float32) with the float32 coefficients
+published in Eigen / XLA (``erf_float``), built only from multiplies, adds and one divide, compiled into one
+kernel: max |error| 4.2e-7 against the exact erf (MLX's own: 4.5e-7)."""
 
 from __future__ import annotations
 

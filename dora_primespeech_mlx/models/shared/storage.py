@@ -53,8 +53,8 @@ def parameter_bytes(model: nn.Module) -> int:
 
 def trim_heap() -> bool:
     """Give freed heap memory back to the OS (glibc ``malloc_trim``). Loading converts many numpy
-    arrays into MLX arrays; the freed numpy buffers stay in the heap otherwise (measured: RSS 3.08 GB
-    -> 2.02 GB after loading the four fp32 models). Returns False where unavailable."""
+    arrays into MLX arrays; the freed numpy buffers stay in the heap otherwise, about a third of the RSS after
+    loading the four float32 models. Returns False where unavailable."""
     import ctypes
     import sys
 

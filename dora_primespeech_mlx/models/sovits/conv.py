@@ -1,20 +1,15 @@
 """1-D convolutions for the SoVITS synthesizer, with GEMM formulations for the MLX CPU backend.
 
 MLX on CPU runs ``conv1d`` with ``dilation > 1`` and every ``conv_transpose1d`` through a naive loop
-(``slow_conv_1D``) that is 50-100x slower than a matrix product (performance-notes.md section 9).
-The functions here express those convolutions as one GEMM each:
+(``slow_conv_1D``), far slower than a matrix product (performance-notes.md section 9; docs/performance.md,
+"The SoVITS vocoder on ONNX Runtime"). :func:`conv1d_gemm` (pad, stack the K dilated, strided shifted slices on
+the channel axis, one matmul) and :func:`conv_transpose1d_gemm` (``x @ W[Ci, K*Co]``, then an overlap-add of
+``ceil(K/s)`` shifted blocks) express them as one GEMM each.
 
-- :func:`conv1d_gemm`: pad, stack the K (dilated, strided) shifted slices on the channel axis (one strided
-  copy), one matmul.
-- :func:`conv_transpose1d_gemm`: ``x @ W[Ci, K*Co]``, then an overlap-add of ``ceil(K/s)`` shifted blocks.
-
-Which path runs is decided in one place, :func:`use_gemm`: ``"auto"`` (the default) takes the GEMM path
-when the default device is the CPU and the native MLX ops elsewhere (Metal/CUDA, where they are fast).
-Each convolution module carries its form (``impl``: ``auto`` | ``gemm`` | ``native``); :func:`set_impl` gives
-every convolution of a model one form (the loader passes the runtime's ``conv_impl``).
-
-Layout: activations are (B, L, C) and weights are MLX's (C_out, K, C_in), for both directions.
-"""
+:func:`use_gemm` decides the path: ``"auto"`` (the default) takes the GEMM path when the default device is the
+CPU and the native MLX ops elsewhere (Metal/CUDA, where they are fast). Each convolution module carries its form
+(``impl``: ``auto`` | ``gemm`` | ``native``); :func:`set_impl` gives every convolution of a model one form (the
+loader passes the runtime's ``conv_impl``). Layout: activations (B, L, C), weights MLX's (C_out, K, C_in)."""
 
 from __future__ import annotations
 

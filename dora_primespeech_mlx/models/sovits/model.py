@@ -2,30 +2,9 @@
 and v2ProPlus.
 
 Public methods keep the PyTorch (B, C, T) convention; inside, activations are (B, T, C). The stages
-(gpt-sovits-v2.md section 6) are exposed one by one so the engine can stream:
-
-    ge = model.ref_embedding(spec)                       # (B, gin, 1)
-    y = model.encode_features(codes, phones, ge)         # (B, 192, 2T) before the speed change
-    x, m_p, logs_p, y_mask = model.project(y, speed)     # prior statistics, output_frames(2T, speed) frames
-    z_p = model.sample_prior(m_p, logs_p, noise_scale, noise=..., seed=...)
-    z = model.flow_reverse(z_p, y_mask, ge)
-    audio = model.vocode(z, ge, y_mask)                  # (B, 1, 640 * T')
-
-``decode`` runs them all; ``decode_staged`` returns every intermediate. A streamed sentence decodes
-windows of tokens onto one fixed output grid instead of each window's own speed change::
-
-    y = model.encode_features(codes[..., start:end], phones, ge)  # (B, 192, 2 (end - start))
-    f0, f1 = grid_frame(start, speed), grid_frame(end, speed)    # last window: output_frames(2 * end, speed)
-    if speed != 1:
-        y = interpolate_at(y, grid_positions(f0, f1, speed, start, y.shape[2]), axis=2)
-    x, m_p, logs_p, y_mask = model.project(y, 1.0)
-
-v2Pro / v2ProPlus (one code path; only their configs differ) also condition on a speaker-verification
-embedding of each reference (``models/sv/model.py``, (1, D_sv)): ``ref_embedding(spec, sv_emb=e)`` gives
-``ge = prelu(ref_enc(spec) + sv_emb_linear(e))`` (gin wide; several references are averaged after the
-PReLU), and the TextEncoder's MRTE gets ``ge_to512(ge)`` instead of ``ge``. That projection happens
-inside ``encode_features`` / ``decode``, so callers pass the same gin-wide ``ge`` to every stage, as for v2.
-"""
+(gpt-sovits-v2.md section 6) are exposed one by one so the engine can stream windows of tokens onto one fixed
+output grid; :class:`SoVITSModel` shows the calls. v2Pro / v2ProPlus (one code path; only their configs differ)
+also condition on a speaker-verification embedding of each reference (``models/sv/model.py``)."""
 
 from __future__ import annotations
 
@@ -267,6 +246,29 @@ class Quantizer(nn.Module):
 
 
 class SoVITSModel(nn.Module):
+    """The synthesizer, stage by stage::
+
+        ge = model.ref_embedding(spec)                       # (B, gin, 1)
+        y = model.encode_features(codes, phones, ge)         # (B, 192, 2T) before the speed change
+        x, m_p, logs_p, y_mask = model.project(y, speed)     # prior statistics, output_frames(2T, speed) frames
+        z_p = model.sample_prior(m_p, logs_p, noise_scale, noise=..., seed=...)
+        z = model.flow_reverse(z_p, y_mask, ge)
+        audio = model.vocode(z, ge, y_mask)                  # (B, 1, 640 * T')
+
+    ``decode`` runs them all; ``decode_staged`` returns every intermediate. A streamed sentence decodes
+    windows of tokens onto one fixed output grid instead of each window's own speed change::
+
+        y = model.encode_features(codes[..., start:end], phones, ge)  # (B, 192, 2 (end - start))
+        f0, f1 = grid_frame(start, speed), grid_frame(end, speed)    # last window: output_frames(2 * end, speed)
+        if speed != 1:
+            y = interpolate_at(y, grid_positions(f0, f1, speed, start, y.shape[2]), axis=2)
+        x, m_p, logs_p, y_mask = model.project(y, 1.0)
+
+    v2Pro / v2ProPlus: ``ref_embedding(spec, sv_emb=e)`` gives ``ge = prelu(ref_enc(spec) + sv_emb_linear(e))``
+    (gin wide; several references are averaged after the PReLU), and the TextEncoder's MRTE gets ``ge_to512(ge)``
+    instead of ``ge``. That projection happens inside ``encode_features`` / ``decode``, so callers pass the same
+    gin-wide ``ge`` to every stage, as for v2."""
+
     vocoder_backend = None  # runs the generator outside MLX (vocoder.build; given by use_vocoder), or None: MLX
 
     def __init__(self, args: SoVITSArgs):

@@ -9,19 +9,9 @@
   not installed or fails to load, ONNX Runtime;
 - ``mlx``: always MLX.
 
-:func:`build` makes the backend for a loaded :class:`~.model.SoVITSModel`, which its owner hands to the model
-(``SoVITSModel.use_vocoder``); ``SoVITSModel.vocode`` (hence ``decode`` and everything the engine calls) then runs
-the generator there. Any failure — ``onnxruntime``
-or ``onnx`` missing, a graph that does not build or load, an error while running — logs **one** warning
-and falls back to MLX for good; :func:`status` (the engine's ``stats()["backends"]["sovits"]``) says
-which backend runs and why.
-
-Memory: while ONNX Runtime serves the generator, the MLX generator's weights (a second copy of them, plus the
-GEMM layout of its transposed convolutions) are not kept resident when the model came from a converted file
-(``weights_file``, set by ``convert.load``): :class:`MLXWeights` drops them after the session is built and
-reads them back from that file the first time MLX must run the generator (a failure, or MLX chosen later),
-checking that they are the weights the ONNX graph was built from. A model built in memory keeps them.
-"""
+:func:`build` makes the backend, which its owner hands to the model (``SoVITSModel.use_vocoder``). Any failure
+logs **one** warning and falls back to MLX for good; :func:`status` says which backend runs and why. While ONNX
+Runtime serves the generator the MLX copy of its weights is not kept resident (:class:`MLXWeights`)."""
 
 from __future__ import annotations
 
@@ -124,7 +114,13 @@ class VocoderBackend:
 
 class MLXWeights:
     """The MLX generator's weights of one SoVITS model, dropped while ONNX Runtime serves the generator and
-    read back from the model's converted ``weights_file`` when MLX must run it (module docstring)."""
+    read back from the model's converted ``weights_file`` when MLX must run it.
+
+    While ONNX Runtime serves the generator, the MLX generator's weights (a second copy of them, plus the GEMM layout
+    of its transposed convolutions) are not kept resident when the model came from a converted file
+    (``weights_file``, set by ``convert.load``): they are dropped after the session is built and read back from that
+    file the first time MLX must run the generator (a failure, or MLX chosen later), checking that they are the
+    weights the ONNX graph was built from. A model built in memory keeps them."""
 
     PREFIX = "dec."
 
@@ -246,10 +242,10 @@ def _openvino(sovits, cache_dir, threads: int | None) -> VocoderBackend | None:
 
 def auto_parts(threads: int) -> int:
     """``PRIMESPEECH_VOCODER_PARTS=auto``: two parts at two threads, else whole. Two one-thread runs side by side beat
-    one run with two intra-op threads from ~100 latent frames (2-core AVX2 EPYC; ``models/vocoder_split``,
-    ``tests/tools/vocoder_cut_sweep.py``). At 4 threads on a 16-vCPU AVX-512 Xeon four parts won on the vocoder alone
-    from ~200 frames but lost end to end (one sentence 2.08 against 1.85 s, docs/performance.md), so with more threads
-    ONNX Runtime's own threads run it (``threads`` 0: all cores)."""
+    one run with two intra-op threads from ~100 latent frames (``models/vocoder_split``,
+    ``tests/tools/vocoder_cut_sweep.py``); with more threads four parts won on the vocoder alone but lost end to end
+    (docs/performance.md, "On a 16-vCPU Intel Xeon with AVX-512, alternated"), so there ONNX Runtime's own threads
+    run it (``threads`` 0: all cores)."""
     return 2 if threads == 2 else 1
 
 

@@ -1,20 +1,16 @@
 """The SoVITS generator (HiFi-GAN vocoder) on ONNX Runtime, for CPU-only machines.
 
-Why: on the CPU, MLX runs the generator's convolutions through this package's GEMM path at 10-85 GFLOP/s
-per layer and on one core; ONNX Runtime's MLAS convolutions run every layer shape of the v2 generator at
-close to the machine's sgemm peak and use the configured threads (``python -m
-dora_primespeech_mlx.bench.conv`` measures it layer by layer; README, "Performance").
+Why: on the CPU, MLX runs the generator's convolutions through this package's GEMM path, well below the
+machine's sgemm peak and on one core; ONNX Runtime's MLAS convolutions run every layer shape of the v2 generator
+close to that peak and use the configured threads (docs/performance.md, "The SoVITS vocoder on ONNX Runtime").
 
 The ONNX graph is built **without torch** from the loaded :class:`~.hifigan.Generator`'s weights with the
 ``onnx`` helper API (:func:`build_generator_model`): the same operations in the same order as
 ``Generator.__call__``, in ONNX's (B, C, T) layout, batch and time dynamic. It is cached on disk under a
 name derived from a digest of the weights and of this builder's version (:func:`load_or_build`), written
-atomically (temporary file + rename), so it is built once per model and never half-read.
-
-:class:`OnnxGenerator` is the small interface the SoVITS model calls: ``generator(z, ge) -> audio`` with
-numpy arrays, z (B, inter, T), ge (B, gin, 1) -> (B, 1, T * hop). Choosing it (and falling back to MLX on
-any failure) is :mod:`.vocoder`'s job.
-"""
+atomically, so it is built once per model and never half-read. :class:`OnnxGenerator` is what the SoVITS model
+calls: ``generator(z, ge) -> audio`` with numpy arrays; choosing it (and falling back to MLX on any failure) is
+:mod:`.vocoder`'s job."""
 
 from __future__ import annotations
 
@@ -229,9 +225,8 @@ def resolve_threads(threads: int | None = None) -> int:
 
 def layout_for(threads: int) -> str:
     """The graph layout for ``threads`` intra-op threads (0: ONNX Runtime's default, all cores): ``2d`` (NCHWc
-    kernels) for one thread, ``1d`` (im2col + its threaded GEMM) for more. Measured in one run on the 2-core
-    VM, v2 generator, 215 frames (4.3 s): 1 thread 1.72 s (2d) vs 1.98 s (1d); 2 threads 1.17 s (2d) vs 1.08 s
-    (1d); at 24-100 frames (stream windows) the same order or a tie (README, "ONNX Runtime")."""
+    kernels) for one thread, ``1d`` (im2col + its threaded GEMM) for more, the faster of the two at each
+    (docs/performance.md, "The SoVITS vocoder on ONNX Runtime")."""
     return "2d" if threads == 1 else "1d"
 
 
@@ -261,13 +256,12 @@ class OnnxGenerator:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
-        # Spinning worker threads collapse when a neighbour process takes a core (measured, 2 threads at
-        # loadavg 4.6: 2.63 s min spinning vs 1.94 s not, per 4 s of audio); they only wait when idle.
+        # Spinning worker threads collapse when a neighbour process takes a core (docs/performance.md, "Spinning
+        # intra-op threads"); they only wait when idle.
         self.spin = bool(spin)  # None: off
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spin else "0")
-        # No CPU memory arena: the arena keeps every activation buffer of the largest decode so far (RSS +~100 MB
-        # with the v2 generator after 4 s of audio); plain allocations go back to the heap/OS. Measured in one
-        # run, alternating: 0-1.4 % slower per decode (README, "Memory").
+        # No CPU memory arena: the arena keeps every activation buffer of the largest decode so far; plain
+        # allocations go back to the heap/OS, for a small cost per decode (docs/memory.md, "The levers").
         self.arena = bool(arena)
         opts.enable_cpu_mem_arena = self.arena
         source = model if isinstance(model, bytes) else str(model)

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import vocoder_onnx
 
-LAYOUT = "2d"  # the graph layout OpenVINO runs (2 threads, 215 frames: 2-D 0.97-1.00 s, 1-D 1.12-1.18 s)
+LAYOUT = "2d"  # the graph layout OpenVINO runs, the faster of the two there (docs/performance.md, "On OpenVINO")
 
 
 def load_or_build(dec, cache_dir: str | os.PathLike | None, threads: int | None = None) -> OpenVinoGenerator:

@@ -8,23 +8,8 @@
 
 Both follow the original step by step **in float32**, with torch's rounding wherever it can be reproduced,
 because the sv network amplifies ~1e-4 differences of the features some 30-fold (the tiny network of the
-test fixtures even more):
-
-- the resampler's kernel is computed in float64 and stored in float32 (as torchaudio does for float32
-  audio), and each output sample accumulates its taps in order with one rounding per tap (a float32 FMA
-  chain: torch's ``conv1d`` result, bit for bit on the reference fixtures);
-- the fbank takes every step of kaldi.py in float32 (frame means, pre-emphasis, the povey window, numpy's
-  float32 FFT, power, mel filters, log). The mel filters are the sensitive part: where an FFT bin lies
-  close to a filter edge, its weight is a small difference of two float32 mel values, so one ulp of a mel
-  value moves the weight by up to 1e-4 relative. kaldi.py computes those mel values with torch's float32
-  ``log``, which on x86 CPUs is MKL's ``vsLn`` (VML high-accuracy mode); it is not correctly rounded: for
-  the 512-point FFT at 16 kHz (the only setting ``sv.py`` uses) it is one ulp off at 21 of the 256 bins.
-  :data:`MKL_LN_ULP_OFFSETS` lists those offsets (generated with MKL by ``tests/tools/mkl_mel_log_offsets.py``),
-  so the filters are exactly the original's. Every other setting uses the correctly rounded logarithm.
-
-What is left is the FFT's own float32 rounding (MKL's in the original, pocketfft's here): it moves the log
-energies of the weakest bins (a few 1e-5) and is far inside the features' tolerance.
-"""
+test fixtures even more). What is left is the FFT's own float32 rounding (MKL's in the original, pocketfft's
+here): it moves the log energies of the weakest bins (a few 1e-5), far inside the features' tolerance."""
 
 from __future__ import annotations
 
@@ -82,8 +67,10 @@ def resample_sinc(
     (ceil(N * new / orig),) float32: zero-pad ``width`` left and ``width + orig`` right, correlate each
     output phase's kernel with stride ``orig``, interleave the phases, cut to the target length.
 
-    Each output sample is ``acc = fma(x_t, k_t, acc)`` over the taps t in order, in float32 (one rounding
-    per tap; the exact float32 product plus the float32 accumulator is formed in float64 and rounded)."""
+    The kernel is computed in float64 and stored in float32 (as torchaudio does for float32 audio). Each output
+    sample is ``acc = fma(x_t, k_t, acc)`` over the taps t in order, in float32 (one rounding per tap; the exact
+    float32 product plus the float32 accumulator is formed in float64 and rounded): torch's ``conv1d`` result,
+    bit for bit on the reference fixtures."""
     x = np.asarray(wav, dtype=F32).reshape(-1)
     if orig_freq == new_freq:
         return x.copy()
@@ -115,7 +102,13 @@ def mel_banks(num_bins: int, padded_window: int, sample_rate: float, low_freq: f
 
     Computed in float32 step by step as kaldi.py does (its tensors are float32 whatever the audio's
     dtype; the scalars are python floats, rounded to float32 where they meet a tensor), with torch's
-    float32 logarithm for the bins' mel values (module docstring)."""
+    float32 logarithm for the bins' mel values. The filters are the sensitive part: where an FFT bin lies close to
+    a filter edge, its weight is a small difference of two float32 mel values, so one ulp of a mel value moves the
+    weight by up to 1e-4 relative. kaldi.py computes those mel values with torch's float32 ``log``, which on x86
+    CPUs is MKL's ``vsLn`` (VML high-accuracy mode); it is not correctly rounded: for the 512-point FFT at 16 kHz
+    (the only setting ``sv.py`` uses) it is one ulp off at 21 of the 256 bins. :data:`MKL_LN_ULP_OFFSETS` lists
+    those offsets (generated with MKL by ``tests/tools/mkl_mel_log_offsets.py``), so the filters are exactly the
+    original's. Every other setting uses the correctly rounded logarithm."""
     nyquist = 0.5 * sample_rate
     if high_freq <= 0.0:
         high_freq += nyquist
