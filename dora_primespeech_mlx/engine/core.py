@@ -104,8 +104,6 @@ class GPTSoVITSEngine:
         self._lock = threading.RLock()
         self._lane = overlap.VocoderLane(  # the vocoder beside the GPT (overlap.py)
             on_busy=functools.partial(_one_thread_beside_lane, self.runtime.hold_blas))
-        self._stream_bert_upto: int | None = 1  # a stream's BERT: first sentence with the request (None: all)
-        self._join_while_covering = False  # waiting sentences join a decode whose pacer covers (measuring tools)
         self.pacing_plan: pacing.PacingOptions | None = None  # None: the settings' (pacing_options)
         self.rates = pacing.StreamRates()  # measured speeds: how a stream paces its windows (engine/pacing.py)
         self.batching = batching.Batching()  # the GPT's decode batch and the queued texts that joined it
@@ -301,7 +299,7 @@ class GPTSoVITSEngine:
                     self.batching.reconcile(queued)  # texts cancelled since they joined leave the batch
                 if r is None:
                     r = self._prepare(text, voice, config, overrides, timer, cancel,
-                                      bert_upto=self._stream_bert_upto)
+                                      bert_upto=self.pacing_options().bert_upto)
                 else:
                     timer = r.timer or timer
                     pipeline.check_cancel(cancel)
@@ -325,7 +323,7 @@ class GPTSoVITSEngine:
         voice or settings, or any error: its own call reports it)."""
         try:
             j = self._prepare(u.text, u.voice, None, dict(u.overrides), Timer(), u.cancel,
-                              bert_upto=self._stream_bert_upto)
+                              bert_upto=self.pacing_options().bert_upto)
         except Exception:  # noqa: BLE001 - its own synthesize_stream call raises it where it can be answered
             return None
         if j.models.gpt is not r.models.gpt or voice_id(j.spec) != voice_id(r.spec):

@@ -54,13 +54,24 @@ class PacingOptions:
     ``start``: ``"gapless"``, the request's first sentence plans for the later sentences too (its first piece may
     be larger so that their starts keep up); ``"earliest"``, where the listener waits for its first audio, it plans
     as if it were the request's only sentence (its first piece as early as it alone allows; a later sentence's
-    start may then leave a gap)."""
+    start may then leave a gap).
+    ``bert_first``: the request's first sentence gets its BERT features before the stream starts and the others
+    after its first audio (off: every sentence's before the stream starts).
+    ``join_while_covering``: waiting sentences join the decode even while the pacer counts on this sentence's
+    steps alone (off in the default plan: they decode after it, as the plan has them)."""
 
     taper: bool = True
     end_waits: bool = True
     later_full: bool = True
     cover_later: bool = True
     start: str = "gapless"
+    bert_first: bool = True
+    join_while_covering: bool = False
+
+    @property
+    def bert_upto(self) -> int | None:
+        """How many sentences get their BERT features before the stream starts (None: all)."""
+        return 1 if self.bert_first else None
 
     def __post_init__(self) -> None:
         if self.start not in STARTS:

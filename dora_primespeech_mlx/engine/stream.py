@@ -178,7 +178,7 @@ class Stream:
         # it, as the plan has them)
         pacer = sentence.pacer
         with self._locked():
-            covering = pacer.covering and not self.engine._join_while_covering
+            covering = pacer.covering and not self.options.join_while_covering
             self._admit_next(sentence, None if covering else self.until,
                              len(sentence.tokens) + 1 - sentence.cut_at)
             pacer.rows = min(batch.max_rows, len(batch.active))

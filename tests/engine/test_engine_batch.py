@@ -164,3 +164,32 @@ def test_hostile_queued_texts_do_not_join_or_break_the_stream(engine, batched, m
     for u in bad:
         with pytest.raises((PrimeSpeechError, ValueError, TypeError)):
             list(engine.synthesize_stream(u.text, voice=u.voice, key=u.key, upcoming=lambda: [], **u.overrides))
+
+
+@pytest.mark.parametrize("join", [False, True])
+def test_waiting_sentences_join_a_covering_decode_only_when_the_plan_says(engine, batched, monkeypatch, join):
+    """While a sentence's pacer covers (the plan counts on its steps alone), the sentences waiting behind it do not
+    join its decode; a plan with ``join_while_covering`` lets them (PacingOptions, not an engine attribute)."""
+    import time
+
+    from dora_primespeech_mlx.engine import stream as stream_mod
+
+    if _sentences(engine, MULTI) < 2:
+        pytest.skip("the front end gives one sentence for the text with this voice")
+
+    class Covering(pacing.Pacer):
+        covering = property(lambda self: True, lambda self, value: None)  # always covering
+
+    monkeypatch.setattr(pacing, "Pacer", Covering)
+    monkeypatch.setattr(batching, "ADMIT_QUEUED_S", 0.0)
+    monkeypatch.setattr(engine, "pacing_plan", pacing.PacingOptions(join_while_covering=join))
+    offered = []
+    real = stream_mod.Stream._admit_next
+    monkeypatch.setattr(stream_mod.Stream, "_admit_next",
+                        lambda self, sentence, until, n: offered.append(until) or real(self, sentence, until, n))
+    list(engine.synthesize_stream(MULTI, seed=5, playing_until=time.perf_counter() + 60, **KW))
+    assert offered, "no token was decoded"
+    if join:
+        assert any(u is not None for u in offered), "the plan lets them join, but none was offered"
+    else:
+        assert all(u is None for u in offered), "a waiting sentence was offered a covering decode"

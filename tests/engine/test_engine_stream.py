@@ -310,7 +310,7 @@ def test_vocoder_beside_the_gpt_gives_the_same_audio(engine, small, monkeypatch,
 def test_stream_first_audio_waits_for_one_sentences_bert(engine, small, monkeypatch):
     """A stream computes the first sentence's BERT with the request and the others' after its first audio (one
     batch); a whole request batches all sentences at once."""
-    from dora_primespeech_mlx.engine import pipeline
+    from dora_primespeech_mlx.engine import pacing, pipeline
 
     calls, real = [], pipeline.bert_features
     monkeypatch.setattr(pipeline, "bert_features", lambda results, *a: calls.append(len(results)) or real(results, *a))
@@ -325,6 +325,12 @@ def test_stream_first_audio_waits_for_one_sentences_bert(engine, small, monkeypa
     assert sentences >= 3 and calls == [1, sentences - 1]
     calls.clear()
     engine.synthesize(text, **kw)
+    assert calls == [sentences]
+    calls.clear()  # a plan without bert_first: every sentence's BERT before the stream starts
+    monkeypatch.setattr(engine, "pacing_plan", pacing.PacingOptions(bert_first=False))
+    stream = engine.synthesize_stream(text, **kw)
+    assert calls == [sentences]
+    list(stream)
     assert calls == [sentences]
 
 

@@ -136,7 +136,7 @@ def parse_variant(spec: str):
 def one_run(opts: dict, name: str = "warm-up") -> dict:
     engine.settings = dataclasses.replace(engine.settings, batch=int(opts.get("batch", 4)))
     batching.ADMIT_QUEUED_S = float(opts.get("admit", base_admit))
-    engine._join_while_covering = opts.get("join", "0") == "1"
+    engine.pacing_plan = pacing.PacingOptions(join_while_covering=opts.get("join", "0") == "1")
     player = Player()
     handler = MessageHandler(settings, lambda progress: (engine, voice), DirectTransport(player))
     handler.start()

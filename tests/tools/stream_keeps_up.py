@@ -89,9 +89,9 @@ def apply_variant(opts: dict) -> dict:
     slowdown = opts.pop("slowdown", "1") != "0"
     type(rates).slowdown = base_slowdown if slowdown else property(lambda self: 1.0)
     crop = opts.pop("crop", "1") != "0"
-    eng._stream_bert_upto = None if opts.pop("bert_all", "0") == "1" else 1
-    eng._join_while_covering = opts.pop("join", "0") == "1"
-    eng.pacing_plan = pacing.PacingOptions(taper=opts.pop("taper", "1") != "0",
+    eng.pacing_plan = pacing.PacingOptions(bert_first=opts.pop("bert_all", "0") != "1",
+                                           join_while_covering=opts.pop("join", "0") == "1",
+                                           taper=opts.pop("taper", "1") != "0",
                                            later_full=opts.pop("later", "1") != "0",
                                            cover_later=opts.pop("cover_later", "1") != "0",
                                            end_waits=opts.pop("endwait", "1") != "0",
