@@ -1,5 +1,5 @@
 """An input's metadata as the node echoes it on its outputs: sanitised and bounded
-(:func:`.messages.sanitize_metadata`), without dora's send ``timestamp``; a text's also with its ids defaulted and
+(:func:`.metadata.sanitize_metadata`), without dora's send ``timestamp``; a text's also with its ids defaulted and
 what was not echoed as sent reported."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .messages import normalize_segment_index, sanitize_metadata
+from .metadata import normalize_segment_index, sanitize_metadata
 from .order import TIMESTAMP_KEY
 
 

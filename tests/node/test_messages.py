@@ -15,12 +15,11 @@ from dora_primespeech_mlx.dataflow.messages import (
     PATH_MAX_CHARS,
     ControlCommand,
     InputError,
-    as_int,
     decode_text_value,
     parse_control,
     parse_text,
-    sanitize_metadata,
 )
+from dora_primespeech_mlx.dataflow.metadata import as_int, sanitize_metadata
 from dora_primespeech_mlx.text import has_speakable
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_reliability import FakeEngine, Recorder, make
 
-from dora_primespeech_mlx.dataflow.messages import (
+from dora_primespeech_mlx.dataflow.metadata import (
     INT64_MAX,
     METADATA_MAX_CHARS,
     METADATA_MAX_DEPTH,
