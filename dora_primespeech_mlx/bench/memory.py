@@ -77,7 +77,7 @@ def memory_engine_probe(root: Path, repeat: int = 2, release_mlx: bool = True, a
     spec = bench_voice(root)
     engine = GPTSoVITSEngine(model_dir=root, runtime=runtime)
     engine.load_voice(spec)
-    out: dict[str, Any] = {"loaded": memory_breakdown(engine)}
+    out: dict[str, Any] = {"loaded": memory_breakdown(engine), "loading_peak_rss_mb": round(peak_rss_mb(), 1)}
     opts = {"text_split_method": "cut0", "top_k": 15, "seed": 1}
     for _ in range(repeat):
         engine.synthesize(TARGET_TEXT, voice=spec, **opts)
@@ -131,11 +131,12 @@ def memory_levers(root: Path) -> str:
         m = memory_engine(root, *levers)
         dtypes.add(m["bert_dtype"])
         rows.append(f"| {label} | {m['loaded']['rss_mb']:.0f} | {m['after_requests']['rss_mb']:.0f} | "
-                    f"{m['after_trim']['rss_mb']:.0f} ({m['trim_ms']:.0f} ms) | {m['peak_rss_mb']:.0f} | "
+                    f"{m['after_trim']['rss_mb']:.0f} ({m['trim_ms']:.0f} ms) | {m['loading_peak_rss_mb']:.0f} | "
+                    f"{m['peak_rss_mb']:.0f} | "
                     f"{m['after_trim']['mlx_active_mb']:.0f} | {m['after_trim']['other_mb']:.0f} | {loadavg()} |")
         print(rows[-1], file=sys.stderr, flush=True)
     bert = "/".join(sorted(dtypes))  # the storage the engines chose (PRIMESPEECH_BERT_HALF, auto by default)
     head = (f"engine RSS (MB), bench voice, RoBERTa {bert}, fresh process per row\n"
-            "| levers | voice loaded | after 3 requests | after end-of-request trim | peak | MLX buffers "
-            "| rest | loadavg |\n|---|---|---|---|---|---|---|---|")
+            "| levers | voice loaded | after 3 requests | after end-of-request trim | peak while loading | peak "
+            "| MLX buffers | rest | loadavg |\n|---|---|---|---|---|---|---|---|---|")
     return "\n".join([head, *rows])

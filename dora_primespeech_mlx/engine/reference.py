@@ -58,10 +58,11 @@ class ReferenceBuilder:
                                             data=text_data)
         if result is None:
             return Reference(None, None, None, "", ge, seconds)
-        with stage("bert", timer):
-            bert = bert_features([result], spec, models.encoders)[0]
+        # CNHubert's forward before RoBERTa loads: its activations are the loading's peak (docs/memory.md)
         with stage("reference", timer):
             semantic = self.prompt_semantic(models, wav16k)
+        with stage("bert", timer):
+            bert = bert_features([result], spec, models.encoders)[0]
         return Reference(semantic, np.asarray(result.phone_ids, dtype=np.int32), bert, result.norm_text, ge, seconds)
 
     def load(self, path: Path, sovits) -> tuple[np.ndarray, np.ndarray]:

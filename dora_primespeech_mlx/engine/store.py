@@ -46,6 +46,7 @@ class VoiceStore:
         def create():
             self.say(f"loading {kind} model {path}")
             with stage("load"):
+                trim_after_request()  # what the work before left in the heap goes back before this model's peak
                 model = loader(Path(path), root=self.model_dir, runtime=rt, keep_converted=self.keep_converted)
                 if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (sovits/vocoder.py)
                     model.use_vocoder(vocoder.from_runtime(model, rt, load.onnx_cache_dir(path, self.model_dir)))

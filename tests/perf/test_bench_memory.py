@@ -8,8 +8,8 @@ from dora_primespeech_mlx.bench import memory as bench
 
 def _probe(rss: float, dtype: str) -> dict:
     part = {"rss_mb": rss, "mlx_active_mb": rss / 2, "other_mb": rss / 4}
-    return {"loaded": part, "after_requests": part, "after_trim": part, "trim_ms": 1.0, "peak_rss_mb": rss + 1,
-            "bert_dtype": dtype}
+    return {"loaded": part, "after_requests": part, "after_trim": part, "trim_ms": 1.0, "peak_rss_mb": rss + 2,
+            "loading_peak_rss_mb": rss + 1, "bert_dtype": dtype}
 
 
 def test_memory_levers_rows_and_the_storage_the_engines_used(monkeypatch, tmp_path):
@@ -26,6 +26,9 @@ def test_memory_levers_rows_and_the_storage_the_engines_used(monkeypatch, tmp_pa
     rows = [r for r in table if r.startswith("| ") and not r.startswith("| levers")]
     assert [r.split(" | ")[0][2:] for r in rows] == [m[0] for m in (*bench.MEMORY_LEVERS, bench.MEMORY_LEVERS[0])]
     assert rows[0].split(" | ")[1] == "1010"
+    head = table[1].split(" | ")
+    assert rows[0].split(" | ")[head.index("peak while loading")] == "1011"  # apart from the process's peak
+    assert rows[0].split(" | ")[head.index("peak")] == "1012"
 
 
 def test_memory_levers_names_mixed_storage(monkeypatch, tmp_path):

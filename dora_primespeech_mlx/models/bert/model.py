@@ -224,7 +224,9 @@ class BertModel(nn.Module):
         """Store every Linear weight and the word embedding as float16 when all of them are float16 values
         (each checked while it is converted, one pass with the kernel); else leave (or put back) float32."""
         done = []
-        for m in self._linears() + [self.embeddings.word_embeddings]:
+        # the word embedding (the largest weight) first, while the other float32 weights are not yet read: its
+        # float32, numpy and float16 copies side by side then add to the least memory
+        for m in [self.embeddings.word_embeddings, *self._linears()]:
             w = m.weight
             if w.dtype != mx.float32:
                 continue
