@@ -128,12 +128,23 @@ class Player:
             self.cv.notify_all()
 
 
+_MODEL_DIRS: list[str] = []  # this process's temporary model directories (the converted models: gigabytes)
+
+
+def remove_model_dirs() -> None:
+    """Remove this process's temporary model directories (at exit; a side process ends with ``os._exit``, which
+    skips ``atexit``, so it calls this first)."""
+    while _MODEL_DIRS:
+        shutil.rmtree(_MODEL_DIRS.pop(), ignore_errors=True)
+
+
 def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
     """(model dir with the voice, voice name, its language): the real-size set as "Big", or the fixture voice."""
     import yaml
 
     md = tempfile.mkdtemp(prefix="conversation-")
-    atexit.register(shutil.rmtree, md, ignore_errors=True)  # the converted models (gigabytes with the real-size set)
+    _MODEL_DIRS.append(md)
+    atexit.register(remove_model_dirs)
     if tiny:
         root = Path(tiny) / "models"
         cases = json.loads((root / "cases.json").read_text(encoding="utf-8"))
@@ -440,6 +451,9 @@ def add_arguments(p) -> None:
 
 if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-    code = side_main(sys.argv[1:])
+    try:
+        code = side_main(sys.argv[1:])
+    finally:
+        remove_model_dirs()
     sys.stdout.flush()
     os._exit(code)  # not the interpreter's teardown: the engine's native threads may still be winding down

@@ -73,13 +73,15 @@ def test_summary_table_and_sides(tmp_path):
     assert sides["upstream"].startswith("not run")
 
 
-def test_conversation_end_to_end_with_the_tiny_voice():
-    """The whole tool (orchestrator, a side process, the node's handler and engine) on the fixture voice."""
+def test_conversation_end_to_end_with_the_tiny_voice(tmp_path):
+    """The whole tool (orchestrator, a side process, the node's handler and engine) on the fixture voice; the side
+    process's temporary model directory (gigabytes with the real-size set) is gone when it ends."""
     require_fixture("models/cases.json")
     cmd = [sys.executable, "-m", "dora_primespeech_mlx.cli", "bench", "--conversation", "--tiny", str(fixtures_root()),
            "--threads", "1", "--rates", "60", "--sentences", "3", "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, TMPDIR=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(tmp_path.glob("conversation-*")), "a side left its model directory behind"
     out = json.loads(proc.stdout)
     assert not out["not_run"], out["not_run"]
     (row,) = out["rows"]
