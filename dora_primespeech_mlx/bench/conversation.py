@@ -303,7 +303,8 @@ class UpstreamSide:
 
 
 def side_main(argv: list[str]) -> int:
-    """A side's process: one warm-up, then every (language, rate) ``--runs`` times; one ``CONV {json}`` line each."""
+    """A side's process: one warm-up per language, then every (language, rate) ``--runs`` times; one ``CONV {json}``
+    line each."""
     import argparse
 
     ap = argparse.ArgumentParser()
@@ -325,8 +326,8 @@ def side_main(argv: list[str]) -> int:
     if a.tiny:  # the fixture voice speaks its own language only
         langs = [x for x in langs if x == side.language] or [side.language]
     rates = [float(r) for r in a.rates.split(",")]
-    warm = llm_script(ANSWERS[langs[0]][:2], langs[0], max(rates))
-    side.run(warm, langs[0], 0)  # loads, compiles and caches the reference
+    for lang in langs:  # loads, compiles and caches the reference, and each language's front end (a node's
+        side.run(llm_script(ANSWERS[lang][:2], lang, max(rates)), lang, 0)  # warm-up does that too)
     run_id = 1
     for _ in range(a.runs):
         for lang in langs:
