@@ -256,3 +256,15 @@ def test_lazy_reason_rules():
     assert lazy_reason("cli", "engine") is not None
     assert lazy_reason("engine.encoders", "coreml.runtime") is not None
     assert lazy_reason("engine.store", "coreml.runtime") is None
+
+
+def test_the_package_imports_no_torch():
+    """No module of the package imports PyTorch, anywhere in its body (the original's side of the conversation
+    bench lives in tests/tools/conversation_upstream.py)."""
+    bad = []
+    for mod, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            bad += [f"{mod}:{node.lineno} imports {n}" for n in names if n == "torch" or n.startswith("torch.")]
+    assert not bad, "\n".join(bad)

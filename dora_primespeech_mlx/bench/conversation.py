@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import queue
 import re
 import shutil
 import statistics
@@ -237,74 +236,10 @@ class OursSide:
         return out
 
 
-# ---- the original's side (its venv's python, the compare tools' set-up) -----------------------------------------
-
-
-class UpstreamSide:
-    """The original's ``TTS`` (streaming_mode, 16-token chunks as sidebyside.py drives it) on the real-size set,
-    with the compare tools' fixed front end (``tools``: the compare tools folder)."""
-
-    def __init__(self, models: str, tools: str, threads: int | None, split: str):
-        sys.path.insert(0, tools)
-        sys.argv = [sys.argv[0], "--preset", "public", "--out", os.path.join(tempfile.gettempdir(), "unused")]
-        import make_fixtures as mf  # the compare tools: puts the original's checkout ($GSV_ROOT) on sys.path
-        import torch
-
-        if threads:
-            torch.set_num_threads(threads)
-        from text.LangSegmenter import LangSegmenter
-        from TTS_infer_pack.TTS import TTS, TTS_Config
-
-        cfg = TTS_Config({"custom": {
-            "device": "cpu", "is_half": False, "version": "v2",
-            "t2s_weights_path": os.path.join(models, "gpt", "s1-v2-random.ckpt"),
-            "vits_weights_path": os.path.join(models, "sovits", "s2G-v2-random.pth"),
-            "bert_base_path": os.path.join(models, "chinese-roberta-wwm-ext-large"),
-            "cnhuhbert_base_path": os.path.join(models, "chinese-hubert-base")}})
-        cfg.configs_path = os.path.join(tempfile.gettempdir(), "conversation_tts_infer.yaml")
-        ref = os.path.join(models, "ref_5s_32k.wav")
-        if not os.path.exists(ref):  # the compare tools' reference clip (sidebyside.py writes the same)
-            import numpy as np
-            import soundfile as sf
-
-            wave = mf.synth_wave(32000, 5 * 32000, 99, f0=(120.0, 220.0), amp=0.7)
-            sf.write(ref, np.round(wave * 32767).astype(np.int16), 32000, subtype="PCM_16")
-        self.tts = TTS(cfg)
-        self.mf, self.segmenter = mf, LangSegmenter
-        self.inputs = {"ref_audio_path": os.path.join(models, "ref_5s_32k.wav"),
-                       "prompt_text": "这是一段用于测试的参考音频。", "prompt_lang": "all_zh", "top_k": 15, "top_p": 1,
-                       "temperature": 1, "text_split_method": split,
-                       "batch_size": 1, "speed_factor": 1.0, "seed": 1, "repetition_penalty": 1.35,
-                       "streaming_mode": True, "parallel_infer": False, "fixed_length_chunk": True,
-                       "min_chunk_length": 16, "return_fragment": False}
-        self.fragments = False
-
-    def run(self, script: Script, lang: str, run_id: int) -> dict:
-        self.tts.text_preprocessor.clean_text_inf = self.mf.fixed_frontend_for(lang)
-        self.segmenter.getTexts = staticmethod(lambda text, default_lang="": [{"lang": lang, "text": text}])
-        texts: queue.Queue = queue.Queue()
-        audio: list[tuple[float, float]] = []
-
-        def worker():
-            while (text := texts.get()) is not None:
-                for sr, chunk in self.tts.run(dict(self.inputs, text=text, text_lang=f"all_{lang}"
-                                                   if lang == "zh" else lang)):
-                    audio.append((time.perf_counter(), len(chunk) / sr))
-
-        thread = threading.Thread(target=worker, daemon=True)
-        thread.start()
-        t0 = time.perf_counter()
-        feed(script, lambda text, _meta: texts.put(text), False, t0)
-        texts.put(None)
-        thread.join()
-        out = metrics(script, [(at - t0, d) for at, d in audio])
-        out["fed"] = "sentences"
-        return out
-
-
-def side_main(argv: list[str]) -> int:
+def side_main(argv: list[str], upstream: type | None = None) -> int:
     """A side's process: one warm-up per language, then every (language, rate) ``--runs`` times; one ``CONV {json}``
-    line each."""
+    line each. ``upstream``: the original's side (``tests/tools/conversation_upstream.py`` passes it; the package
+    holds no PyTorch code)."""
     import argparse
 
     ap = argparse.ArgumentParser()
@@ -321,7 +256,7 @@ def side_main(argv: list[str]) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting of this side")
     a = ap.parse_args(argv)
     side = (OursSide(a.models, a.tiny, a.threads, a.split, dict(kv.split("=", 1) for kv in a.set)) if a.side == "ours"
-            else UpstreamSide(a.models, a.tools, a.threads, a.split))
+            else _upstream(upstream)(a.models, a.tools, a.threads, a.split))
     langs = a.langs.split(",")
     if a.tiny:  # the fixture voice speaks its own language only
         langs = [x for x in langs if x == side.language] or [side.language]
@@ -338,6 +273,15 @@ def side_main(argv: list[str]) -> int:
                            loadavg=os.getloadavg()[0])
                 print("CONV " + json.dumps(res), flush=True)
     return 0
+
+
+def _upstream(side: type | None) -> type:
+    if side is None:
+        raise SystemExit("the original's side runs from a checkout: tests/tools/conversation_upstream.py")
+    return side
+
+
+UPSTREAM_SCRIPT = Path(__file__).resolve().parents[2] / "tests" / "tools" / "conversation_upstream.py"
 
 
 # ---- the orchestrator (``primespeech-mlx bench --conversation``) ------------------------------------------------
@@ -378,11 +322,13 @@ def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
             out["upstream"] = "not run: the original's side needs the real-size set (--models), not --tiny"
         elif tools is None:
             out["upstream"] = "not run: no compare tools (shared/tools/compare; --compare-tools)"
+        elif not UPSTREAM_SCRIPT.is_file():
+            out["upstream"] = f"not run: the original's side is {UPSTREAM_SCRIPT.name} of a checkout (tests/tools)"
         elif not Path(models, "gpt", "s1-v2-random.ckpt").is_file():
             out["upstream"] = f"not run: no real-size set in {models} (make_big.py)"
         else:
-            out["upstream"] = ([args.upstream, here, "upstream", *common, "--models", models, "--tools", str(tools)],
-                               dict(base_env))
+            out["upstream"] = ([args.upstream, str(UPSTREAM_SCRIPT), "upstream", *common, "--models", models,
+                                "--tools", str(tools)], dict(base_env))
     return out
 
 
