@@ -89,7 +89,7 @@ def test_a_voice_loads_roberta_after_its_reference_forward(tmp_path, monkeypatch
         assert events.index("forward") < events.index("bert"), events
 
 
-def test_roberta_converts_its_word_embedding_first():
+def test_roberta_converts_its_word_embedding_first(monkeypatch):
     """float16 RoBERTa: the word embedding (its largest weight) is converted before any other weight is read, so
     its float32, numpy and float16 copies never sit beside the converted rest."""
     from conftest import model_cases, require_fixture
@@ -105,11 +105,8 @@ def test_roberta_converts_its_word_embedding_first():
     if not cases:
         require_fixture("models/cases.json")
     shapes, real = [], bert_model.to_float16_exact
-    try:
-        bert_model.to_float16_exact = lambda a, fn: shapes.append(a.shape) or real(a, fn)
-        model, _ = load_bert(require_fixture("models/" + cases[0]["model"]), cache=False, runtime=Runtime())
-    finally:
-        bert_model.to_float16_exact = real
+    monkeypatch.setattr(bert_model, "to_float16_exact", lambda a, fn: shapes.append(a.shape) or real(a, fn))
+    model, _ = load_bert(require_fixture("models/" + cases[0]["model"]), cache=False, runtime=Runtime())
     if model.embeddings.word_embeddings.weight.dtype != mx.float16:
         pytest.skip("the fixture RoBERTa's weights are not float16 values: kept float32")
     assert shapes[0] == tuple(model.embeddings.word_embeddings.weight.shape), shapes[:3]
