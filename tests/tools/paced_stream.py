@@ -59,7 +59,9 @@ md = model_dir_with_big(MODELS, "paced-")
 
 settings = Settings.from_env({"VOICE_NAME": "Big", "PRIMESPEECH_MODEL_DIR": md, "STREAMING": "true", "SEED": "1",
                               "TOP_K": "15", "TEXT_LANG": "all_zh", "GPTSVITS_WARMUP": "false",
-                              "LOG_LEVEL": "WARNING", "PRIMESPEECH_ISA": os.environ.get("PRIMESPEECH_ISA", "auto")})
+                              "LOG_LEVEL": "WARNING", "PRIMESPEECH_ISA": os.environ.get("PRIMESPEECH_ISA", "auto"),
+                              # the front end's dictionaries where this environment has them (else downloaded)
+                              **{k: os.environ[k] for k in ("PRIMESPEECH_TEXT_DATA",) if os.environ.get(k)}})
 engine, voice = engine_factory(settings)(lambda m: None)
 engine.synthesize(SENTENCES[0])  # load and cache everything once
 
