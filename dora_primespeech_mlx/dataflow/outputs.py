@@ -18,7 +18,7 @@ import pyarrow as pa
 from ..errors import SynthesisError
 from ..settings import LOG_LEVELS, Settings
 from .clock import PlaybackClock
-from .utterance import Utterance, without_convention
+from .utterance import Heard, Utterance, without_convention
 
 NODE_NAME = "primespeech"
 SEND_TRIES = 3
@@ -112,9 +112,11 @@ class Outputs:
             self.send("audio", array, md)
 
     def audio(self, job, audio, sample_rate: int, voice, language: str, index: int, final: bool, streaming: bool,
-              volume: float | None) -> float:
+              volume: float | None, span: tuple[int, int] | None = None, sentence_end: bool = False) -> float:
         """Send one chunk of ``job``'s audio (unless the job was answered meanwhile); its duration in seconds.
-        Raises :class:`SynthesisError` (nothing sent) for NaN or inf samples."""
+        ``span``: the engine's span of the job's text this chunk starts (None: the whole text), ``sentence_end``:
+        the chunk ends one of the engine's sentences. Raises :class:`SynthesisError` (nothing sent) for NaN or inf
+        samples."""
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if not np.isfinite(audio).all():  # NaN/inf never leave the node: the text is answered with this error
             raise SynthesisError(f"voice {voice.name}: the synthesis produced non-finite samples (NaN or inf); "
@@ -133,8 +135,11 @@ class Outputs:
                 md.update(sample_rate=sample_rate, duration=float(duration), voice=str(voice.name),
                           language=str(language), chunk_index=int(index), fragment_num=int(index) + 1,
                           is_final=bool(final), is_streaming=bool(streaming))
+                heard, start, end, sentence, done = spoken(job, span, final, sentence_end if streaming else True)
+                md.update(text=heard.text[start:end], text_start=int(start), text_end=int(end))
                 self.emit_audio(audio, md)
                 self.clock.sent(duration)
+                heard.sent(start, end, duration, sentence, done)
         return duration
 
     def silence(self, job, utterance: Utterance | None = None, always: bool = False) -> None:
@@ -147,8 +152,11 @@ class Outputs:
         rate = SAMPLE_RATE
         if utterance is not None:
             md = {**utterance.metadata, **utterance.chunk_metadata(True, None)}
+            at = utterance.heard.sent_to  # no text: an empty span where the utterance's spoken text ends so far
         else:
             md = without_convention(job.metadata)
+            at = 0
+        md.update(text="", text_start=at, text_end=at)
         md.update(sample_rate=rate, duration=SILENCE_S, voice=str(getattr(voice, "name", "")),
                   language=str(getattr(voice, "language", "")), chunk_index=0, fragment_num=1, is_final=True,
                   is_streaming=bool(self.settings.streaming), silent=True)
@@ -166,3 +174,21 @@ def audio_metadata(job, final: bool) -> dict:
     if job.utterance is None:
         return without_convention(job.metadata)
     return {**job.utterance.metadata, **job.utterance.chunk_metadata(final, job.part)}
+
+
+def spoken(job, span: tuple[int, int] | None, final: bool, sentence_end: bool):
+    """Where a chunk of ``job``'s audio lies in its text: (the :class:`.utterance.Heard` of the text or utterance,
+    the chunk's span in it, the sentence it belongs to (None: the previous chunk's), whether it ends that
+    sentence). ``span`` is the engine's, in the job's own text (None: all of it). A sentence of an utterance is one
+    sentence whose first chunk's span starts where the sentence before it ended (the white space between them goes
+    with it) and which ends with the job's last chunk; a plain text's sentences are the engine's."""
+    n = len(job.request.text)
+    a, b = (0, n) if span is None else (max(0, min(int(span[0]), n)), max(0, min(int(span[1]), n)))
+    utterance = job.utterance
+    if utterance is not None:
+        tile, at, end = utterance.tiles[job.part] if job.part < len(utterance.tiles) else (0, 0, n)
+        start = tile if a == 0 and b > 0 else at + a
+        return utterance.heard, start, at + b, (tile, end), bool(final)
+    if job.heard is None:
+        job.heard = Heard(job.request.text)
+    return job.heard, a, b, ((a, b) if b > a else None), bool(sentence_end or final)
