@@ -9,6 +9,7 @@ import json
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -17,23 +18,28 @@ import pyarrow as pa
 
 from ..errors import SynthesisError
 from ..settings import LOG_LEVELS, Settings
+from .cancellation import CANCEL_STAGES
 from .clock import PlaybackClock
-from .utterance import Heard, Utterance, without_convention
+from .utterance import Heard, Utterance, session_of, without_convention
 
 NODE_NAME = "primespeech"
 SEND_TRIES = 3
 SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
 SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' rate)
+SESSION_COUNTS = ("answered", "completed", "skipped", "errors", "cancelled")  # per session (stats: sessions)
+MAX_SESSIONS = 64
 COUNT_NAMES = ("texts", "completed", "skipped", "errors", "cancelled", "busy", "worker_restarts", "utterances",
                "sentences")
 
 
 class Counts(dict):
-    """The node's counters (``stats`` reports them), each update under one lock."""
+    """The node's counters (``stats`` reports them), each update under one lock; and per session (the last
+    :data:`MAX_SESSIONS` seen): its answers by outcome and the seconds of audio sent."""
 
     def __init__(self):
         super().__init__({name: 0 for name in COUNT_NAMES})
         self._lock = threading.Lock()
+        self.sessions: OrderedDict[str, dict] = OrderedDict()
 
     def add(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -42,6 +48,19 @@ class Counts(dict):
     def snapshot(self) -> dict:
         with self._lock:
             return dict(self)
+
+    def session(self, session: str, name: str, n: float = 1) -> None:
+        """Count ``n`` of ``name`` (an outcome, ``cancelled`` or ``audio_s``) for ``session``."""
+        with self._lock:
+            counts = self.sessions.pop(session, None) or {**{k: 0 for k in SESSION_COUNTS}, "audio_s": 0.0}
+            counts[name] += n
+            self.sessions[session] = counts
+            while len(self.sessions) > MAX_SESSIONS:
+                self.sessions.popitem(last=False)
+
+    def sessions_snapshot(self) -> dict:
+        with self._lock:
+            return {k: {**v, "audio_s": round(v["audio_s"], 3)} for k, v in self.sessions.items()}
 
 
 class Outputs:
@@ -87,6 +106,10 @@ class Outputs:
         if outcome == "error":
             md.update(session_status="error", error=error or "error", error_stage=stage or "synthesis")
         self.counts.add("errors" if outcome == "error" else outcome)
+        session = session_of(md)
+        self.counts.session(session, "answered")
+        self.counts.session(session, ("cancelled" if stage in CANCEL_STAGES else "errors") if outcome == "error"
+                            else outcome)
         for attempt in range(SEND_TRIES):
             try:
                 self.send("segment_complete", pa.array([outcome]), md)
@@ -139,6 +162,7 @@ class Outputs:
                 md.update(text=heard.text[start:end], text_start=int(start), text_end=int(end))
                 self.emit_audio(audio, md)
                 self.clock.sent(duration)
+                self.counts.session(session_of(md), "audio_s", duration)
                 heard.sent(start, end, duration, sentence, done)
         return duration
 

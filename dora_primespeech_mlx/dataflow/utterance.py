@@ -197,6 +197,12 @@ def convention(md: dict) -> tuple[Any, Any, bool, bool]:
     return md.get("segment_id"), seq, md.get("fin") is True, md.get("flush") is True
 
 
+def session_of(metadata: dict) -> str:
+    """The session a text belongs to: its ``session_id`` as a string (``default`` without one), as an utterance's
+    key names it."""
+    return str(metadata.get("session_id", "default"))
+
+
 def without_convention(md: dict) -> dict:
     """``md`` without the per-message convention keys (``seq``, ``fin``, ``flush``)."""
     return {k: v for k, v in md.items() if k not in CONVENTION_KEYS}
