@@ -59,6 +59,7 @@ class Counts(dict):
                 self.sessions.popitem(last=False)
 
     def sessions_snapshot(self) -> dict:
+        """The per-session counts, as ``stats`` reports them."""
         with self._lock:
             return {k: {**v, "audio_s": round(v["audio_s"], 3)} for k, v in self.sessions.items()}
 
@@ -159,7 +160,7 @@ class Outputs:
                           language=str(language), chunk_index=int(index), fragment_num=int(index) + 1,
                           is_final=bool(final), is_streaming=bool(streaming))
                 heard, start, end, sentence, done = spoken(job, span, final, sentence_end if streaming else True)
-                md.update(text=heard.text[start:end], text_start=int(start), text_end=int(end))
+                md.update(text=heard.text[start:end], text_start=int(start))  # (its end: start + len(text))
                 self.emit_audio(audio, md)
                 self.clock.sent(duration)
                 self.counts.session(session_of(md), "audio_s", duration)
@@ -180,7 +181,7 @@ class Outputs:
         else:
             md = without_convention(job.metadata)
             at = 0
-        md.update(text="", text_start=at, text_end=at)
+        md.update(text="", text_start=at)
         md.update(sample_rate=rate, duration=SILENCE_S, voice=str(getattr(voice, "name", "")),
                   language=str(getattr(voice, "language", "")), chunk_index=0, fragment_num=1, is_final=True,
                   is_streaming=bool(self.settings.streaming), silent=True)
