@@ -205,15 +205,18 @@ def spoken(job, span: tuple[int, int] | None, final: bool, sentence_end: bool):
     """Where a chunk of ``job``'s audio lies in its text: (the :class:`.utterance.Heard` of the text or utterance,
     the chunk's span in it, the sentence it belongs to (None: the previous chunk's), whether it ends that
     sentence). ``span`` is the engine's, in the job's own text (None: all of it). A sentence of an utterance is one
-    sentence whose first chunk's span starts where the sentence before it ended (the white space between them goes
-    with it) and which ends with the job's last chunk; a plain text's sentences are the engine's."""
+    sentence whose first chunk's span starts where the audio sent before it ended (the white space between them,
+    and a sentence before it that gave no audio, go with it) and which ends with the job's last chunk; a plain
+    text's sentences are the engine's."""
     n = len(job.request.text)
     a, b = (0, n) if span is None else (max(0, min(int(span[0]), n)), max(0, min(int(span[1]), n)))
     utterance = job.utterance
     if utterance is not None:
-        tile, at, end = utterance.tiles[job.part] if job.part < len(utterance.tiles) else (0, 0, n)
-        start = tile if a == 0 and b > 0 else at + a
-        return utterance.heard, start, at + b, (tile, end), bool(final)
+        _, at, end = utterance.tiles[job.part] if job.part < len(utterance.tiles) else (0, 0, n)
+        if a == 0 and b > 0:  # its first chunk: from where the audio sent before this sentence ended
+            first = min(utterance.heard.sent_to, at)
+            return utterance.heard, first, at + b, (first, end), bool(final)
+        return utterance.heard, at + a, at + b, None, bool(final)
     if job.heard is None:
         job.heard = Heard(job.request.text)
     return job.heard, a, b, ((a, b) if b > a else None), bool(sentence_end or final)

@@ -531,3 +531,24 @@ def test_a_cancel_of_one_session_leaves_the_other_speaking():
     finally:
         gate.set()
         handler.stop()
+
+
+def test_the_chunks_text_tiles_an_utterance_also_past_a_sentence_with_nothing_to_speak():
+    """A sentence of an utterance that gives no audio (only marks: skipped) goes with the next one spoken: the
+    chunks' ``text`` joined is the utterance's spoken text, each chunk's ``text_start`` where the one before it
+    ended."""
+    engine = TextEngine()
+    handler, rec = make(engine)
+    try:
+        stream(handler, cut("Hello there. … See you soon. ", random.Random(21)))
+        rec.wait(lambda r: len(r.of("segment_complete")) == 1)
+        assert handler.wait_idle(5)
+        assert engine.texts == ["Hello there.", "See you soon."]
+        audio = [m for _, m in rec.of("audio")]
+        at = 0
+        for md in audio:
+            assert md["text_start"] == at
+            at += len(md["text"])
+        assert [md["text"] for md in audio] == ["Hello there.", " … See you soon."]
+    finally:
+        handler.stop()
