@@ -12,7 +12,7 @@ from .cancellation import CANCEL_STAGES
 from .jobs import Job
 from .messages import ERROR_MAX_CHARS, clip
 from .outputs import Outputs
-from .utterance import Utterance
+from .utterance import Heard, Utterance
 
 
 class Answers:
@@ -56,15 +56,16 @@ class Answers:
                 self.out.silence(job)
             level = "WARNING" if stage in (*CANCEL_STAGES, "busy") else "ERROR"
             self.out.log(level, f"text #{job.seq} ({describe(job.metadata)}): {stage} error: {error}")
+            heard = heard_of(job) if stage in CANCEL_STAGES and job.utterance is None else {}
             try:
                 self.out.status("error", job.metadata, level=level, message=error, error=error, error_stage=stage,
-                                seq=job.seq)
+                                seq=job.seq, **heard)
             except Exception as exc:
                 self.out.log("ERROR", f"status for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
             if job.utterance is not None:
                 self.part_done(job, "error", error, stage)
             else:
-                self.out.answer(job.metadata, "error", error, stage, f"text #{job.seq}")
+                self.out.answer({**job.metadata, **heard}, "error", error, stage, f"text #{job.seq}")
             return True
 
     def part_done(self, job: Job, outcome: str, error: str | None = None, stage: str | None = None) -> None:
@@ -86,8 +87,14 @@ class Answers:
                 return False
             self.out.counts.add("texts")
             self.out.counts.add("utterances")
-            if cancelled is not None:
-                self.out.answer(utterance.metadata, "error", cancelled[0], cancelled[1], what(utterance))
+            if cancelled is not None:  # with what of it went out (the listener heard it)
+                heard = utterance.heard.report()
+                try:
+                    self.out.status("cancelled", utterance.metadata, level="WARNING", message=cancelled[0],
+                                    error=cancelled[0], error_stage=cancelled[1], **heard)
+                except Exception as exc:
+                    self.out.log("ERROR", f"status for {what(utterance)} not sent: {type(exc).__name__}: {exc}")
+                self.out.answer({**utterance.metadata, **heard}, "error", cancelled[0], cancelled[1], what(utterance))
                 return True
             outcome, error, stage = utterance.outcome()
             try:
@@ -99,6 +106,13 @@ class Answers:
                 self.out.log("ERROR", f"{what(utterance)}: {type(exc).__name__}: {exc}")
             self.out.answer(utterance.metadata, outcome, error, stage, what(utterance))
             return True
+
+
+def heard_of(job: Job) -> dict:
+    """What of a cancelled plain text went out (:meth:`.utterance.Heard.report`)."""
+    if job.heard is not None:
+        return job.heard.report()
+    return Heard(getattr(job.request, "text", "") or "").report()
 
 
 def what(utterance: Utterance) -> str:

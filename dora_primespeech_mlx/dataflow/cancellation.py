@@ -10,17 +10,30 @@ from __future__ import annotations
 from typing import Any
 
 from .order import Stamp
-from .utterance import without_convention
+from .utterance import session_of, without_convention
 
 CANCELLED = "cancelled by reset"
 FLUSHED = "cancelled by a barge-in (flush)"
 STOPPING = "cancelled: the node is stopping"
-CANCEL_STAGES = ("reset", "flush", "stop")
+SESSION_CANCELLED = "cancelled by a cancel of its session"
+CANCEL_STAGES = ("reset", "flush", "stop", "cancel")
+MAX_SESSION_MARKS = 256  # sessions whose latest cancel is remembered
 
 
 class Marks:
     def __init__(self):
         self._marks: dict[str, Stamp | None] = {"reset": None, "flush": None}
+        self._sessions: dict[str, Stamp] = {}  # the latest cancel of each session (the last MAX_SESSION_MARKS)
+
+    def note_session(self, session: str, st: Stamp | None) -> None:
+        """A cancel of ``session`` sent at ``st``; the latest one counts."""
+        mark = self._sessions.pop(session, None)
+        if st is not None and (mark is None or mark.before(st)):
+            mark = st
+        if mark is not None:
+            self._sessions[session] = mark
+        while len(self._sessions) > MAX_SESSION_MARKS:
+            self._sessions.pop(next(iter(self._sessions)))
 
     def note(self, stage: str, st: Stamp | None) -> None:
         """A reset or barge-in (``stage``) sent at ``st``; the latest one counts."""
@@ -28,28 +41,34 @@ class Marks:
         if st is not None and (mark is None or mark.before(st)):
             self._marks[stage] = st
 
-    def cancelled(self, st: Stamp | None) -> tuple[str, str] | None:
-        """(reason, stage) when a message sent at ``st`` was sent before the latest reset or barge-in."""
+    def cancelled(self, st: Stamp | None, session: str | None = None) -> tuple[str, str] | None:
+        """(reason, stage) when a message sent at ``st`` was sent before the latest reset or barge-in (or, of
+        ``session``, before the latest cancel of that session)."""
         if st is None:
             return None
         for stage, reason in (("reset", CANCELLED), ("flush", FLUSHED)):
             mark = self._marks[stage]
             if mark is not None and st.before(mark):
                 return reason, stage
+        mark = self._sessions.get(session) if session is not None else None
+        if mark is not None and st.before(mark):
+            return SESSION_CANCELLED, "cancel"
         return None
 
 
 def collect(intake, jobs, reason: str, stage: str, before: Stamp | None = None,
-            keep: tuple[str, str] | None = None) -> tuple[list[Any], list[Any], list[Any]]:
+            keep: tuple[str, str] | None = None, session: str | None = None) -> tuple[list[Any], list[Any], list[Any]]:
     """Under ``intake.hold()``: take every text and utterance sent before ``before`` (all when None) but the
-    utterance ``keep`` out of the intake and the queue, and signal the text in flight to stop. Returns (texts
-    never admitted, admitted texts and sentences with the one in flight first, utterances) — each utterance
-    once, also those only their sentences name; the caller answers them."""
+    utterance ``keep`` (``session``: only those of that session) out of the intake and the queue, and signal the
+    text in flight to stop. Returns (texts never admitted, admitted texts and sentences with the one in flight
+    first, utterances) — each utterance once, also those only their sentences name; the caller answers them."""
 
     def spared(job) -> bool:
+        if session is not None and session_of(job.metadata) != session:
+            return True
         return keep is not None and job.utterance is not None and job.utterance.key == keep
 
-    waiting, utterances = intake.take(before, keep)
+    waiting, utterances = intake.take(before, keep, session)
     queued, current = jobs.take(("text",), before, spared)
     if current is not None and not current.answered and not current.cancel.is_set():
         current.error, current.error_stage = reason, stage
@@ -75,11 +94,12 @@ class Canceller:
         self.marks = Marks()
 
     def cancel(self, reason: str, stage: str, before: Stamp | None = None,
-               keep: tuple[str, str] | None = None) -> int:
-        """Cancel the texts and utterances sent before ``before`` (all when None) but the utterance ``keep``;
-        each text and utterance counts (and is answered) once. Returns how many."""
+               keep: tuple[str, str] | None = None, session: str | None = None) -> int:
+        """Cancel the texts and utterances sent before ``before`` (all when None) but the utterance ``keep``
+        (``session``: only that session's); each text and utterance counts (and is answered) once. Returns how
+        many."""
         with self.intake.hold(), self.answers.lock:
-            waiting, queued, utterances = collect(self.intake, self.jobs, reason, stage, before, keep)
+            waiting, queued, utterances = collect(self.intake, self.jobs, reason, stage, before, keep, session)
             self.out.counts.add("texts", len(waiting))  # counted when admitted, which these never were
             n = sum(self.answers.fail(job, reason, stage) for job in [*queued, *waiting])  # in flight first
             n += sum(self.answers.utterance(u, (reason, stage)) for u in utterances)
@@ -107,3 +127,15 @@ class Canceller:
         self.out.log("INFO", f"flush: {n} text(s) cancelled")
         self.out.flush_next(lambda: self.out.status("flush", without_convention(md),
                                                     message=f"flush: {n} text(s) cancelled", cancelled=n))
+
+    def cancel_session(self, session: str, md: dict, st: Stamp | None = None) -> None:
+        """``cancel`` of one session: cancel that session's texts and utterances sent before it (queued, in the
+        intake, being spoken) and report how many on ``status``; the other sessions go on speaking. The audio is
+        not marked ``flush`` (dora would empty the player's whole queue, the other sessions' audio with it)."""
+        self.marks.note_session(session, st)
+        n = self.cancel(SESSION_CANCELLED, "cancel", st, session=session)
+        if self.sessions is not None:
+            self.sessions.forget(session)  # its plain texts' open reasoning/code blocks go with them
+        self.out.log("INFO", f"cancel of session {session!r}: {n} text(s) cancelled")
+        self.out.status("cancel", without_convention(md), message=f"session {session}: {n} text(s) cancelled",
+                        cancelled=n, session=session)

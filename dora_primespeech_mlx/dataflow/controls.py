@@ -13,12 +13,13 @@ from .messages import ERROR_MAX_CHARS, clip
 
 
 def answer(cmd, md: dict, engine, voice, counts: dict, queued: int, status: Callable[..., None],
-           log: Callable[[str, str], None]) -> None:
-    """Run ``cmd`` against ``engine`` and send its answer through ``status(status, md, **fields)``."""
+           log: Callable[[str, str], None], sessions: dict | None = None) -> None:
+    """Run ``cmd`` against ``engine`` and send its answer through ``status(status, md, **fields)``; ``sessions``:
+    the per-session counts ``stats`` reports."""
     try:
         if cmd.name == "stats":
             status("stats", md, stats=jsonable(engine.stats()), node_counts=counts, voice=voice.name, queued=queued,
-                   message=f"{counts['texts']} text(s), voice {voice.name}")
+                   sessions=sessions or {}, message=f"{counts['texts']} text(s), voice {voice.name}")
         elif cmd.name == "list_voices":
             voices = jsonable(engine.list_voices())
             status("voices", md, voices=voices, current=voice.name,

@@ -32,7 +32,7 @@ from .messages import InputError, decode_text_value, parse_control
 from .order import Stamp, stamp
 from .outputs import NODE_NAME, Counts, Outputs
 from .speech import Speaker
-from .utterance import Fragment, convention, without_convention
+from .utterance import Fragment, convention, session_of, without_convention
 from .voices import Voices
 from .worker import WATCH_S, Worker
 
@@ -61,6 +61,8 @@ class MessageHandler:
     - **Barge-in**: a message with ``flush: true`` (on ``text`` or ``control``) cancels every text and utterance
       sent before it (the audio being made stops at the engine's next checkpoint, no chunk of it goes out after the
       flush), and the next ``audio`` the node sends carries ``flush: true``.
+    - **Cancel by session**: ``cancel`` (``session_id`` in its metadata, or ``cancel:SESSION``) cancels that
+      session's texts and utterances sent before it, the others go on speaking; no audio is marked ``flush``.
     - **Bounded**: at most ``MAX_QUEUED_TEXTS`` texts (sentences of utterances included) wait; one more is
       answered at once with ``error`` (busy)."""
 
@@ -203,13 +205,13 @@ class MessageHandler:
             job.error = str(exc)
         except Exception as exc:  # anything a hostile payload provokes
             job.error = f"unreadable text: {type(exc).__name__}"
-        if not self.admission.refused(job, self.marks.cancelled(st), self.intake.queued_texts()):
+        if not self.admission.refused(job, self.marks.cancelled(st, session_of(md)), self.intake.queued_texts()):
             self.intake.put_text(job, job.raw or "")
 
     def _on_fragment(self, value: Any, md: dict, st: Stamp | None, key: tuple[str, str], fragment: Fragment) -> None:
         """A fragment of a streamed utterance: to the intake (answered with its utterance, never alone). A fragment
         sent before a reset or barge-in that arrives after it, or of a cancelled utterance, is dropped."""
-        if self._stopping.is_set() or self.marks.cancelled(st) is not None or self.intake.forgotten(key):
+        if self._stopping.is_set() or self.marks.cancelled(st, key[0]) is not None or self.intake.forgotten(key):
             self.log("DEBUG", f"fragment of session {key[0]!r} segment {key[1]!r} dropped (cancelled)")
             return
         try:
@@ -236,6 +238,14 @@ class MessageHandler:
             return
         if command.name == "reset":
             self.cancellation.reset(md, st)
+        elif command.name == "cancel":  # one session's texts and utterances; the others go on
+            session = command.arg if command.arg is not None else md.get("session_id")
+            if session is None:
+                error = "cancel needs a session: a session_id in the control's metadata, or cancel:SESSION"
+                self.log("ERROR", error)
+                self.status("error", md, level="ERROR", message=error, error=error, command="cancel")
+            else:
+                self.cancellation.cancel_session(str(session), md, st)
         elif command.name == "change_voice":  # through the intake: behind the texts that arrived before it
             self.intake.put_control(Job("control", md, command=command, stamp=st))
         elif not self.ready.is_set() or self.engine is None:
@@ -257,4 +267,5 @@ class MessageHandler:
 
     def _run_control(self, cmd, md: dict) -> None:
         controls.answer(cmd, md, self.engine, self.voice, self.counts.snapshot(),
-                        self.jobs.pending() + self.intake.queued_texts(), self.status, self.log)
+                        self.jobs.pending() + self.intake.queued_texts(), self.status, self.log,
+                        self.counts.sessions_snapshot())

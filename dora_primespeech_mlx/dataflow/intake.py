@@ -27,7 +27,7 @@ from ..text import llm
 from ..text.speakable import has_speakable
 from .messages import InputError, TextRequest, parse_text
 from .sentences import LlmFeed
-from .utterance import Fragment, Utterance
+from .utterance import Fragment, Utterance, session_of
 
 MAX_OPEN = 64  # utterances assembled at once
 FORGOTTEN = 256  # keys of cancelled utterances remembered (their late fragments are dropped)
@@ -80,19 +80,22 @@ class Intake:
         with self._busy:
             yield
 
-    def take(self, before: Any = None, keep: tuple[str, str] | None = None) -> tuple[list[Any], list[Utterance]]:
+    def take(self, before: Any = None, keep: tuple[str, str] | None = None,
+             session: str | None = None) -> tuple[list[Any], list[Utterance]]:
         """Under :meth:`hold`: remove the queued plain texts and every utterance sent before the stamp ``before``
-        (all when None) but the one keyed ``keep``, also those whose fragments are all still queued here (they
-        arrived: each is answered); their queued fragments are dropped. Returns (text jobs, utterances), to be
-        answered by the caller."""
+        (all when None) but the one keyed ``keep`` (``session``: only that session's), also those whose fragments
+        are all still queued here (they arrived: each is answered); their queued fragments are dropped. Returns
+        (text jobs, utterances), to be answered by the caller."""
 
-        def sent_before(st: Any, key: tuple[str, str] | None = None) -> bool:
+        def sent_before(st: Any, key: tuple[str, str] | None = None, job: Any = None) -> bool:
             if keep is not None and key == keep:
+                return False
+            if session is not None and (key[0] if key is not None else session_of(job.metadata)) != session:
                 return False
             return before is None or st is None or st.before(before)
 
         with self._cv:
-            jobs = [item[1] for item in self._items if item[0] == "text" and sent_before(item[1].stamp)]
+            jobs = [item[1] for item in self._items if item[0] == "text" and sent_before(item[1].stamp, None, item[1])]
             gone = [k for k, u in self.open.items() if sent_before(u.stamp, k)]
             utterances = [self.open.pop(k) for k in gone]
             unopened: dict[tuple[str, str], tuple] = {}  # utterances whose first fragment is still queued here
@@ -105,7 +108,8 @@ class Intake:
             for key in dropped:
                 self.forget(key)
             self._items = deque(item for item in self._items if not (
-                (item[0] == "text" and sent_before(item[1].stamp)) or (item[0] == "fragment" and item[1] in dropped)))
+                (item[0] == "text" and sent_before(item[1].stamp, None, item[1]))
+                or (item[0] == "fragment" and item[1] in dropped)))
             return jobs, utterances
 
     def forgotten(self, key: tuple[str, str]) -> bool:

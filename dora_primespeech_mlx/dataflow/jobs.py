@@ -27,6 +27,7 @@ class Job:
     utterance: Any = None  # utterance.Utterance this sentence belongs to (None: a text of its own)
     part: int = 0  # the sentence's number within its utterance
     voice: Any = None  # the voice resolved for it (once; a change_voice clears it)
+    heard: Any = None  # utterance.Heard of a plain text (a sentence's goes to its utterance's)
     _claimed: bool = False
     answer_lock: threading.RLock = field(default_factory=threading.RLock)  # held while audio of the job is sent
 

@@ -2,7 +2,8 @@
 
 ``text`` input (one string, as the old dora-primespeech node read it): plain text, a JSON object, or a voice
 prefix on the text (:func:`parse_text` gives the forms). ``control`` input: ``reset``, ``stats``,
-``list_voices``, ``change_voice:NAME`` (also ``voice:NAME``), ``cleanup``. Their metadata: ``metadata.py``."""
+``list_voices``, ``change_voice:NAME`` (also ``voice:NAME``), ``cleanup``, ``cancel`` (the session named by the
+control's ``session_id``) and ``cancel:SESSION``. Their metadata: ``metadata.py``."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class TextRequest:
 
 @dataclass(frozen=True)
 class ControlCommand:
-    name: str  # reset | stats | list_voices | change_voice | cleanup
+    name: str  # reset | stats | list_voices | change_voice | cleanup | cancel
     arg: str | None = None
 
 
@@ -281,6 +282,13 @@ def parse_control(raw: str) -> ControlCommand:
     low = s.lower()
     if low in _SIMPLE:
         return ControlCommand(low)
+    if low == "cancel":  # one session's: the session_id of the control's metadata
+        return ControlCommand("cancel")
+    if low.startswith("cancel:"):
+        session = s[len("cancel:"):].strip()
+        if not session:
+            raise InputError(f"control {s!r}: missing session after 'cancel:'")
+        return ControlCommand("cancel", _check_length("cancel: session", session, NAME_MAX_CHARS))
     for prefix in ("change_voice:", "voice:"):
         if low.startswith(prefix):
             name = s[len(prefix):].strip()
@@ -288,5 +296,6 @@ def parse_control(raw: str) -> ControlCommand:
                 raise InputError(f"control {s!r}: missing voice name after {prefix!r}")
             return ControlCommand("change_voice", _check_length("change_voice: voice name", name, NAME_MAX_CHARS))
     raise InputError(
-        f"unknown control command {clip(s)!r} (known: reset, stats, list_voices, change_voice:NAME, cleanup)"
+        f"unknown control command {clip(s)!r} (known: reset, stats, list_voices, change_voice:NAME, cleanup, "
+        "cancel, cancel:SESSION)"
     )

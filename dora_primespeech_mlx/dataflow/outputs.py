@@ -9,6 +9,7 @@ import json
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -17,23 +18,28 @@ import pyarrow as pa
 
 from ..errors import SynthesisError
 from ..settings import LOG_LEVELS, Settings
+from .cancellation import CANCEL_STAGES
 from .clock import PlaybackClock
-from .utterance import Utterance, without_convention
+from .utterance import Heard, Utterance, session_of, without_convention
 
 NODE_NAME = "primespeech"
 SEND_TRIES = 3
 SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
 SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' rate)
+SESSION_COUNTS = ("answered", "completed", "skipped", "errors", "cancelled")  # per session (stats: sessions)
+MAX_SESSIONS = 64
 COUNT_NAMES = ("texts", "completed", "skipped", "errors", "cancelled", "busy", "worker_restarts", "utterances",
                "sentences")
 
 
 class Counts(dict):
-    """The node's counters (``stats`` reports them), each update under one lock."""
+    """The node's counters (``stats`` reports them), each update under one lock; and per session (the last
+    :data:`MAX_SESSIONS` seen): its answers by outcome and the seconds of audio sent."""
 
     def __init__(self):
         super().__init__({name: 0 for name in COUNT_NAMES})
         self._lock = threading.Lock()
+        self.sessions: OrderedDict[str, dict] = OrderedDict()
 
     def add(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -42,6 +48,20 @@ class Counts(dict):
     def snapshot(self) -> dict:
         with self._lock:
             return dict(self)
+
+    def session(self, session: str, name: str, n: float = 1) -> None:
+        """Count ``n`` of ``name`` (an outcome, ``cancelled`` or ``audio_s``) for ``session``."""
+        with self._lock:
+            counts = self.sessions.pop(session, None) or {**{k: 0 for k in SESSION_COUNTS}, "audio_s": 0.0}
+            counts[name] += n
+            self.sessions[session] = counts
+            while len(self.sessions) > MAX_SESSIONS:
+                self.sessions.popitem(last=False)
+
+    def sessions_snapshot(self) -> dict:
+        """The per-session counts, as ``stats`` reports them."""
+        with self._lock:
+            return {k: {**v, "audio_s": round(v["audio_s"], 3)} for k, v in self.sessions.items()}
 
 
 class Outputs:
@@ -87,6 +107,10 @@ class Outputs:
         if outcome == "error":
             md.update(session_status="error", error=error or "error", error_stage=stage or "synthesis")
         self.counts.add("errors" if outcome == "error" else outcome)
+        session = session_of(md)
+        self.counts.session(session, "answered")
+        self.counts.session(session, ("cancelled" if stage in CANCEL_STAGES else "errors") if outcome == "error"
+                            else outcome)
         for attempt in range(SEND_TRIES):
             try:
                 self.send("segment_complete", pa.array([outcome]), md)
@@ -112,9 +136,11 @@ class Outputs:
             self.send("audio", array, md)
 
     def audio(self, job, audio, sample_rate: int, voice, language: str, index: int, final: bool, streaming: bool,
-              volume: float | None) -> float:
+              volume: float | None, span: tuple[int, int] | None = None, sentence_end: bool = False) -> float:
         """Send one chunk of ``job``'s audio (unless the job was answered meanwhile); its duration in seconds.
-        Raises :class:`SynthesisError` (nothing sent) for NaN or inf samples."""
+        ``span``: the engine's span of the job's text this chunk starts (None: the whole text), ``sentence_end``:
+        the chunk ends one of the engine's sentences. Raises :class:`SynthesisError` (nothing sent) for NaN or inf
+        samples."""
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if not np.isfinite(audio).all():  # NaN/inf never leave the node: the text is answered with this error
             raise SynthesisError(f"voice {voice.name}: the synthesis produced non-finite samples (NaN or inf); "
@@ -133,8 +159,12 @@ class Outputs:
                 md.update(sample_rate=sample_rate, duration=float(duration), voice=str(voice.name),
                           language=str(language), chunk_index=int(index), fragment_num=int(index) + 1,
                           is_final=bool(final), is_streaming=bool(streaming))
+                heard, start, end, sentence, done = spoken(job, span, final, sentence_end if streaming else True)
+                md.update(text=heard.text[start:end], text_start=int(start))  # (its end: start + len(text))
                 self.emit_audio(audio, md)
                 self.clock.sent(duration)
+                self.counts.session(session_of(md), "audio_s", duration)
+                heard.sent(start, end, duration, sentence, done)
         return duration
 
     def silence(self, job, utterance: Utterance | None = None, always: bool = False) -> None:
@@ -147,8 +177,11 @@ class Outputs:
         rate = SAMPLE_RATE
         if utterance is not None:
             md = {**utterance.metadata, **utterance.chunk_metadata(True, None)}
+            at = utterance.heard.sent_to  # no text: an empty span where the utterance's spoken text ends so far
         else:
             md = without_convention(job.metadata)
+            at = 0
+        md.update(text="", text_start=at)
         md.update(sample_rate=rate, duration=SILENCE_S, voice=str(getattr(voice, "name", "")),
                   language=str(getattr(voice, "language", "")), chunk_index=0, fragment_num=1, is_final=True,
                   is_streaming=bool(self.settings.streaming), silent=True)
@@ -166,3 +199,24 @@ def audio_metadata(job, final: bool) -> dict:
     if job.utterance is None:
         return without_convention(job.metadata)
     return {**job.utterance.metadata, **job.utterance.chunk_metadata(final, job.part)}
+
+
+def spoken(job, span: tuple[int, int] | None, final: bool, sentence_end: bool):
+    """Where a chunk of ``job``'s audio lies in its text: (the :class:`.utterance.Heard` of the text or utterance,
+    the chunk's span in it, the sentence it belongs to (None: the previous chunk's), whether it ends that
+    sentence). ``span`` is the engine's, in the job's own text (None: all of it). A sentence of an utterance is one
+    sentence whose first chunk's span starts where the audio sent before it ended (the white space between them,
+    and a sentence before it that gave no audio, go with it) and which ends with the job's last chunk; a plain
+    text's sentences are the engine's."""
+    n = len(job.request.text)
+    a, b = (0, n) if span is None else (max(0, min(int(span[0]), n)), max(0, min(int(span[1]), n)))
+    utterance = job.utterance
+    if utterance is not None:
+        _, at, end = utterance.tiles[job.part] if job.part < len(utterance.tiles) else (0, 0, n)
+        if a == 0 and b > 0:  # its first chunk: from where the audio sent before this sentence ended
+            first = min(utterance.heard.sent_to, at)
+            return utterance.heard, first, at + b, (first, end), bool(final)
+        return utterance.heard, at + a, at + b, None, bool(final)
+    if job.heard is None:
+        job.heard = Heard(job.request.text)
+    return job.heard, a, b, ((a, b) if b > a else None), bool(sentence_end or final)

@@ -102,7 +102,9 @@ class Speaker:
                 if job.cancel.is_set():
                     break
                 total += self.out.audio(job, chunk.audio, chunk.sample_rate, voice, language,
-                                        chunk.chunk_index, bool(chunk.is_final), True, req.volume)
+                                        chunk.chunk_index, bool(chunk.is_final), True, req.volume,
+                                        chunk_span(chunk, len(text)),
+                                        bool(getattr(chunk, "sentence_end", chunk.is_final)))
                 n += 1
             return total, n, timings
         result = engine.synthesize(text, voice=voice, cancel=job.cancel, **overrides)
@@ -146,3 +148,12 @@ def request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> str
     cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else type(exc).__name__
     return (f"VOICE:{req.voice.kind.upper()}: the files it names cannot be loaded as a voice ({cause}; the node's "
             "operator can run `primespeech-mlx convert` on them to see why)")
+
+
+def chunk_span(chunk, n: int) -> tuple[int, int]:
+    """The engine's text span of a streamed chunk of a text of ``n`` characters (an engine that gives none: the
+    whole text on its first chunk, an empty span at its end on the others)."""
+    start, end = getattr(chunk, "text_start", None), getattr(chunk, "text_end", None)
+    if not isinstance(start, int) or not isinstance(end, int):
+        return (0, n) if chunk.chunk_index == 0 else (n, n)
+    return start, end

@@ -47,6 +47,11 @@ class Utterance:
     _claimed: bool = False
     last_input: float = field(default_factory=time.monotonic)
     skipped_gaps: int = 0
+    heard: Heard = field(default_factory=lambda: Heard(""))  # its text (the LLM stage's output) and what went out
+    # per sentence handed out (its ``part``): (its tile's start: where the sentence before it ended, its own start
+    # and end) in :attr:`heard`'s text; the tiles of the sentences tile the text through the last one
+    tiles: list[tuple[int, int, int]] = field(default_factory=list)
+    _placed: int = 0
 
     # -- fragments (intake thread) ----------------------------------------------------------------------
     def accept(self, fragment: Fragment) -> list[Fragment]:
@@ -70,9 +75,9 @@ class Utterance:
 
     def sentences_of(self, fragment: Fragment) -> list[str]:
         """The sentences ``fragment`` completes (all that is left at ``fin``)."""
-        out = self.cutter.push(self.feed.push(fragment.text))
+        out = self._push(self.feed.push(fragment.text))
         if fragment.fin:
-            out += self.cutter.push(self.feed.finish()) + self.cutter.finish()
+            out += self._push(self.feed.finish()) + self._place(self.cutter.finish())
         return out
 
     def rest(self) -> list[str]:
@@ -83,8 +88,24 @@ class Utterance:
             self.next_seq = seqs[-1] + 1  # a fragment after these is the segment's next
         out = []
         for fragment in held:
-            out += self.cutter.push(self.feed.push(fragment.text))
-        return out + self.cutter.push(self.feed.finish()) + self.cutter.finish()
+            out += self._push(self.feed.push(fragment.text))
+        return out + self._push(self.feed.finish()) + self._place(self.cutter.finish())
+
+    def _push(self, spoken: str) -> list[str]:
+        """The LLM stage's ``spoken`` text to the sentence cutter (and to the utterance's text)."""
+        self.heard.text += spoken
+        return self._place(self.cutter.push(spoken))
+
+    def _place(self, sentences: list[str]) -> list[str]:
+        """Where each new sentence lies in the utterance's text (:attr:`tiles`): a sentence is a stripped piece of
+        it, in order, so only white space lies between the end of the one before it and its start."""
+        for sentence in sentences:
+            at = self.heard.text.find(sentence, self._placed)
+            if at < 0:  # (cannot happen: the cutter returns pieces of the text it was given)
+                at = self._placed
+            self.tiles.append((self._placed, at, at + len(sentence)))
+            self._placed = at + len(sentence)
+        return sentences
 
     # -- sentences (worker) ----------------------------------------------------------------------------
     def part_done(self, outcome: str, error: str | None = None, stage: str | None = None) -> bool:
@@ -134,12 +155,52 @@ class Utterance:
             return md
 
 
+@dataclass
+class Heard:
+    """What of one text (a plain text, or an utterance's joined text) went out as audio: ``text`` is what the LLM
+    stage left of it (the text the audio's spans index). Updated by each audio chunk sent (:meth:`sent`); a
+    cancelled text or utterance reports it (:meth:`report`)."""
+
+    text: str
+    audio_s: float = 0.0  # seconds of audio sent
+    whole_to: int = 0  # the end of the last sentence whose audio went out whole
+    sent_to: int = 0  # the end of the last span whose audio started
+    cut: tuple[int, int] | None = None  # the sentence whose audio started and did not end
+
+    def sent(self, start: int, end: int, seconds: float, sentence: tuple[int, int] | None, done: bool) -> None:
+        """A chunk of ``seconds`` with the span (``start``, ``end``) went out; it belongs to ``sentence`` (None: the
+        one of the chunk before it), whose last chunk it is when ``done``."""
+        self.audio_s += seconds
+        self.sent_to = max(self.sent_to, end)
+        if sentence is not None:
+            self.cut = sentence
+        if done:
+            self.whole_to, self.cut = max(self.whole_to, self.sent_to), None
+
+    def report(self) -> dict:
+        """The metadata a cancelled text or utterance is answered with: what the listener got."""
+        md: dict[str, Any] = {"spoken_text": self.text[:self.whole_to], "spoken_end": self.whole_to,
+                              "audio_sent_s": round(self.audio_s, 3)}
+        if self.cut is not None:
+            start, end = self.cut
+            sent = min(max(self.sent_to, start), end)
+            md.update(cut_text=self.text[start:end], cut_start=start, cut_end=end,
+                      cut_sent_text=self.text[start:sent], cut_sent_end=sent)
+        return md
+
+
 def convention(md: dict) -> tuple[Any, Any, bool, bool]:
     """(segment_id, seq, fin, flush) of an input's metadata; a non-int ``seq`` counts as absent."""
     seq = md.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool):
         seq = None
     return md.get("segment_id"), seq, md.get("fin") is True, md.get("flush") is True
+
+
+def session_of(metadata: dict) -> str:
+    """The session a text belongs to: its ``session_id`` as a string (``default`` without one), as an utterance's
+    key names it."""
+    return str(metadata.get("session_id", "default"))
 
 
 def without_convention(md: dict) -> dict:

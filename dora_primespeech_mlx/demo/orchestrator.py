@@ -40,6 +40,8 @@ class Orchestrator:
         self.timeout = float(os.environ.get("WAIT_TIMEOUT", "120"))
         self.delay = float(os.environ.get("STREAM_DELAY", "0.05"))
         self.completes: dict[tuple[str, str], str] = {}
+        self.reports: dict[tuple[str, str], dict] = {}  # the segment_complete metadata (what went out)
+        self.history: list[dict] = []  # the conversation as the listener heard it
         self.first_audio: set[str] = set()
         self.answers: list[dict] = []
         self.control_id = 0
@@ -62,7 +64,9 @@ class Orchestrator:
             return
         md = event.get("metadata") or {}
         if event["id"] == "segment_complete":
-            self.completes[(str(md.get("question_id")), str(md.get("segment_index")))] = event["value"][0].as_py()
+            key = (str(md.get("question_id")), str(md.get("segment_index")))
+            self.completes[key] = event["value"][0].as_py()
+            self.reports[key] = dict(md)
         elif event["id"] == "audio":
             self.first_audio.add(str(md.get("question_id")))
         elif event["id"] == "status":
@@ -99,6 +103,21 @@ class Orchestrator:
         if wait:
             self.wait(lambda: any(a["metadata"].get("control_id") == cid for a in self.answers), command)
 
+    def heard(self, keys: list[tuple[str, str]], sentences: list[str]) -> tuple[str, float]:
+        """What the listener heard of an answer sent as ``sentences`` (one text each, ``keys``): the sentences
+        spoken whole, then what the cut one reports (``spoken_text``, and of the sentence it cut, the part whose
+        audio went out: ``cut_sent_text``); nothing after it. Returns (that text, the seconds of audio sent)."""
+        heard, seconds = [], 0.0
+        for key, sentence in zip(keys, sentences):
+            if self.completes.get(key) == "completed":
+                heard.append(sentence)
+                continue
+            md = self.reports.get(key, {})
+            heard.append(str(md.get("spoken_text", "")) + str(md.get("cut_sent_text", "")))
+            seconds = float(md.get("audio_sent_s", 0.0) or 0.0)
+            break
+        return "".join(h for h in heard if h.strip()).strip(), seconds
+
     def stream(self, question: str, answer: str, barge_in: bool = False) -> list[tuple[str, str]]:
         keys = []
         sentences = [s for s in answer.split("|") if s.strip()]
@@ -114,6 +133,14 @@ class Orchestrator:
             self.wait(lambda: question in self.first_audio, f"first audio of question {question}")
             self.control("reset")
         self.wait(lambda: all(k in self.completes for k in keys), f"segment_complete of question {question}")
+        # the LLM's history keeps what the listener heard, not what it meant to say
+        heard, seconds = self.heard(keys, sentences)
+        self.history.append({"role": "assistant", "content": heard})
+        if barge_in:
+            whole = sum(self.completes[k] == "completed" for k in keys)
+            print(f"orchestrator: answer {question} was cut by the barge-in: the listener heard {whole} of "
+                  f"{len(sentences)} sentence(s) whole ({seconds:.2f} s of audio of the cut one); history keeps "
+                  f"{heard!r}", file=sys.stderr)
         return keys
 
 
@@ -133,7 +160,8 @@ def converse(orch: Orchestrator) -> int:
     1. ``list_voices`` and ``stats``;
     2. answer 1 (``ANSWER_1``, sentences separated by ``|``) streamed on ``text`` every ``STREAM_DELAY``
        seconds; as soon as the first audio of it arrives it sends ``reset`` (the user barged in), so the
-       rest of answer 1 is cancelled (each cancelled text still gets its ``segment_complete``);
+       rest of answer 1 is cancelled (each cancelled text still gets its ``segment_complete``, which reports what
+       of it went out); the conversation history keeps what the listener heard of answer 1 (printed);
     3. ``change_voice:$VOICE_2`` (if set);
     4. answer 2 (``ANSWER_2``), streamed; it waits for every ``segment_complete``;
     5. ``stats``, then ``done``."""
@@ -147,7 +175,8 @@ def converse(orch: Orchestrator) -> int:
     keys2 = orch.stream("2", os.environ.get("ANSWER_2", ANSWER_2))
     orch.control("stats")
     outcomes = [orch.completes[k] for k in keys1 + keys2]
-    node.send_output("done", pa.array([True]), {"outcomes": json.dumps(outcomes)})
+    node.send_output("done", pa.array([True]), {"outcomes": json.dumps(outcomes),
+                                                "history": json.dumps(orch.history, ensure_ascii=False)})
     print(f"orchestrator: done, outcomes {outcomes}", file=sys.stderr)
     return 0
 

@@ -106,3 +106,9 @@ class AudioChunk:
     is_final: bool  # last chunk of the request
     sentence_index: int  # which text chunk it belongs to
     duration: float
+    # the span of the request's text (after the engine's LLM stage, if on) whose audio this chunk starts: a
+    # sentence's first chunk carries the sentence's span (text.spans.piece_spans; with any sentence before it that
+    # gave no audio), its later chunks an empty span at its end; the spans of a request's chunks tile its text
+    text_start: int = 0
+    text_end: int = 0
+    sentence_end: bool = False  # the last chunk of its sentence

@@ -33,6 +33,7 @@ from ..runtime import Runtime
 from ..settings import Settings
 from ..text import llm as llm_text
 from ..text.options import TextData
+from ..text.spans import piece_spans
 from ..text.warmup import warm_up
 from . import batching, overlap, pacing, pipeline
 from .backends import backends
@@ -56,6 +57,7 @@ class _Request:
     seed: int
     rows: dict = dataclasses.field(default_factory=dict)  # sentence -> its row in the decode batch (batching.py)
     timer: Timer | None = None  # the prepare's timings, for a queued text prepared ahead of its turn
+    spans: list = dataclasses.field(default_factory=list)  # (start, end) of each chunk in the text (text.spans)
 
 
 class GPTSoVITSEngine:
@@ -164,7 +166,8 @@ class GPTSoVITSEngine:
         self.rates.note_start("bert", bert_s, sum(len(c.phones) for c in chunks if c.bert is not None))
         speed = float(cfg.speed_factor if cfg.speed_factor is not None else spec.speed_factor)
         seed = cfg.seed if cfg.seed != -1 else secrets.randbelow(2**31)
-        return _Request(cfg, spec, models, ref, chunks, speed, seed)
+        spans = piece_spans(text, [c.source for c in chunks]) if isinstance(text, str) else []
+        return _Request(cfg, spec, models, ref, chunks, speed, seed, spans=spans)
 
     def synthesize(self, text: str, voice: str | VoiceSpec | None = None, config: SynthesisConfig | None = None,
                    cancel: threading.Event | None = None, **overrides) -> SynthesisResult:

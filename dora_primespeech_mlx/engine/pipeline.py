@@ -68,6 +68,7 @@ class TextChunk:
     bert: np.ndarray | None  # (1024, n) float32; None until :func:`fill_bert` (streams compute it sentence-wise)
     norm_text: str
     result: Any = None  # the front end's result (what the BERT features are computed from)
+    source: str = ""  # the piece of the text it was read from (text.segmentation.split_text)
 
 
 def check_cancel(cancel: threading.Event | None) -> None:
@@ -107,7 +108,7 @@ def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Mode
         phones = " ".join(ph for c in results for ph in c.phones)
         raise NothingToSpeakError(f"nothing speakable as {lang!r} in {text[:80]!r} (its phones are only "
                                   f"punctuation: {phones[:40]!r}); send it with its own language")
-    chunks = [TextChunk(np.asarray(c.phone_ids, dtype=np.int32), None, c.norm_text, c) for c in results]
+    chunks = [TextChunk(np.asarray(c.phone_ids, dtype=np.int32), None, c.norm_text, c, c.text) for c in results]
     fill_bert(chunks, 0, spec, models, timer, upto=bert_upto)
     return chunks
 

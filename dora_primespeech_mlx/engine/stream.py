@@ -96,6 +96,7 @@ class Stream:
         self.n_tokens = self.n_chunks = 0
         self.cancelled = False
         self.windows: list[tuple[int, int]] = []
+        self.spoken_sentence, self.spoken_to = -1, 0  # the text spans handed out (_span)
 
     # ---- the loop --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[AudioChunk]:
@@ -256,9 +257,19 @@ class Stream:
             if self.first is None:
                 self.first = now - self.t_start
             self.until = max(now, self.until or now) + len(piece) / sr  # a player starts it on arrival
-            yield AudioChunk(piece, sr, self.index, final and s == self.last, s, len(piece) / sr)
+            span = self._span(s)
+            yield AudioChunk(piece, sr, self.index, final and s == self.last, s, len(piece) / sr, *span, final)
             self.index += 1
             self.audio += len(piece)
+
+    def _span(self, s: int) -> tuple[int, int]:
+        """The text span sentence ``s``'s next piece carries: for its first piece, its sentence's (from where the
+        last span handed out ended: a sentence that gave no audio goes with it), else an empty span there."""
+        if s != self.spoken_sentence and s < len(self.r.spans):
+            start = self.spoken_to
+            self.spoken_sentence, self.spoken_to = s, self.r.spans[s][1]
+            return start, self.spoken_to
+        return self.spoken_to, self.spoken_to
 
     def _finish(self) -> None:
         """Drop the request's rows if it did not end, and record its counts and timings."""

@@ -732,5 +732,9 @@ class Sessions:
         """Forget every open block (``reset``)."""
         self._filters.clear()
 
+    def forget(self, session: object) -> None:
+        """Forget the open blocks of one session (a cancel of that session)."""
+        self._filters.pop(str(session), None)
+
 
 __all__ = ["MAX_BLOCK_CHARS", "MAX_BLOCK_MESSAGES", "Sessions", "StreamFilter", "clean", "language_family"]

@@ -328,4 +328,8 @@ def test_orchestrator_streams_switches_voice_and_barges_in(tmp_path):
         assert [c["fragment_num"] for c in chunks] == list(range(1, len(chunks) + 1)) and chunks[-1]["is_final"]
     assert by_status(report, "voice_changed")[0]["body"]["voice"] == VOICE_2
     assert len(by_status(report, "stats")) == 2 and by_status(report, "voices")
+    # the orchestrator keeps what the listener heard of answer 1 (the cancelled texts' reports) and prints it
+    (heard,) = [ln for ln in output.splitlines() if "answer 1 was cut by the barge-in" in ln]
+    whole = sum(s["outcome"] == "completed" for s in answer1)
+    assert f"the listener heard {whole} of 4 sentence(s) whole" in heard, heard
     print(f"orchestrator: dora run took {elapsed:.1f} s")

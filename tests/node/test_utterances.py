@@ -477,3 +477,78 @@ def test_a_repeated_fragment_after_fin_is_dropped():
         assert handler.wait_idle(5) and len(rec.of("segment_complete")) == 1 and engine.texts == SENTENCES
     finally:
         handler.stop()
+
+
+def test_a_cancel_of_one_session_leaves_the_other_speaking():
+    """``control`` ``cancel`` with a ``session_id``: that session's utterance being spoken stops, its queued texts
+    are answered cancelled (each once, with what went out), the other session's texts are spoken whole; no audio is
+    marked ``flush``; ``stats`` counts per session. ``cancel`` without a session is an error, ``cancel:NAME``
+    names one."""
+    from dora_primespeech_mlx.dataflow.messages import ControlCommand, parse_control
+
+    assert parse_control("cancel:room 2") == ControlCommand("cancel", "room 2")
+    gate = threading.Event()
+    engine = TextEngine(gate=gate)
+    handler, rec = make(engine)
+    try:
+        stream(handler, cut(ANSWER, random.Random(20)), segment=1, session="A")
+        assert engine.started.wait(5)
+        handler.on_input("text", pa.array(["A plain text of A."]), {"session_id": "A", "question_id": "a2"})
+        stream(handler, ["One. ", "Two."], segment=2, session="B")
+        handler.on_input("text", pa.array(["A plain text of B."]), {"session_id": "B", "question_id": "b2"})
+        handler.on_input("control", pa.array(["cancel"]), {})  # no session: an error, nothing cancelled
+        handler.on_input("control", pa.array(["cancel"]), {"session_id": "A"})
+        rec.wait(lambda r: len(r.of("segment_complete")) == 2)
+        deadline = time.monotonic() + 5
+        while not engine.cancelled and time.monotonic() < deadline:
+            time.sleep(0.005)
+        gate.set()
+        rec.wait(lambda r: len(r.of("segment_complete")) == 4)
+        assert handler.wait_idle(5)
+        done = [(m.get("session_id"), str(m.get("segment_id", m.get("question_id"))), a.to_pylist()[0],
+                 m.get("error_stage")) for a, m in rec.of("segment_complete")]
+        assert sorted(done[:2]) == [("A", "1", "error", "cancel"), ("A", "a2", "error", "cancel")]
+        assert done[2:] == [("B", "2", "completed", None), ("B", "b2", "completed", None)]
+        assert engine.cancelled and engine.cancelled[0][0] == SENTENCES[0]  # the sentence being made stopped
+        audio = [m for _, m in rec.of("audio")]
+        assert all(m["session_id"] == "B" for m in audio) and not any("flush" in m for m in audio)
+        assert "".join(m["text"] for m in audio if m.get("segment_id") == 2).split() == ["One.", "Two."]
+        statuses = rec.statuses()
+        (cancel,) = [s for s in statuses if s["status"] == "cancel"]
+        assert cancel["cancelled"] == 2 and cancel["session"] == "A"
+        assert any(s["status"] == "error" and s.get("command") == "cancel" for s in statuses)
+        (a1,) = [m for _, m in rec.of("segment_complete") if m.get("segment_id") == 1]
+        assert a1["spoken_text"] == "" and a1["audio_sent_s"] == 0
+        handler.on_input("control", pa.array(["stats"]), {})
+        (stats,) = [s for s in rec.statuses() if s["status"] == "stats"]
+        assert stats["sessions"]["A"]["cancelled"] == 2 and stats["sessions"]["A"]["audio_s"] == 0
+        assert stats["sessions"]["B"]["completed"] == 2 and stats["sessions"]["B"]["audio_s"] > 0
+        # a late fragment of the cancelled utterance is dropped; the session speaks again afterwards
+        handler.on_input("text", pa.array(["More."]), {"session_id": "A", "segment_id": 1, "seq": 99})
+        stream(handler, ["Back again."], segment=3, session="A")
+        rec.wait(lambda r: len(r.of("segment_complete")) == 5)
+        assert rec.of("segment_complete")[-1][1]["segment_id"] == 3
+    finally:
+        gate.set()
+        handler.stop()
+
+
+def test_the_chunks_text_tiles_an_utterance_also_past_a_sentence_with_nothing_to_speak():
+    """A sentence of an utterance that gives no audio (only marks: skipped) goes with the next one spoken: the
+    chunks' ``text`` joined is the utterance's spoken text, each chunk's ``text_start`` where the one before it
+    ended."""
+    engine = TextEngine()
+    handler, rec = make(engine)
+    try:
+        stream(handler, cut("Hello there. … See you soon. ", random.Random(21)))
+        rec.wait(lambda r: len(r.of("segment_complete")) == 1)
+        assert handler.wait_idle(5)
+        assert engine.texts == ["Hello there.", "See you soon."]
+        audio = [m for _, m in rec.of("audio")]
+        at = 0
+        for md in audio:
+            assert md["text_start"] == at
+            at += len(md["text"])
+        assert [md["text"] for md in audio] == ["Hello there.", " … See you soon."]
+    finally:
+        handler.stop()
