@@ -293,8 +293,12 @@ class Settings(defaults.RequestDefaults):
         "Texts waiting to be spoken; one more is answered at once with segment_complete `error` (busy), "
         "never dropped.", ("GPTSVITS_MAX_QUEUED_TEXTS",))
     threads: int | str = setting("PRIMESPEECH_THREADS", "auto", _threads,
-        "CPU BLAS threads: a number, or auto (1 on machines with <= 2 usable CPUs, else the library default). "
+        "CPU threads (BLAS, float16 kernels, vocoder), the most PRIMESPEECH_THREAD_PLAN=adapt uses: a number, or "
+        "auto (1 on machines with <= 2 usable CPUs, else every usable CPU). "
         "OPENBLAS_NUM_THREADS / MKL_NUM_THREADS set by the user are respected.", (), audience="tuning")
+    thread_plan: str = setting("PRIMESPEECH_THREAD_PLAN", "adapt", _choice(("adapt", "fixed")),
+        "adapt: at each request use only the cores free now (affinity mask, /proc/stat, CPU pressure), at most "
+        "PRIMESPEECH_THREADS | fixed: always PRIMESPEECH_THREADS' count (threads.py).", (), audience="tuning")
     user_blas_threads: str | None = setting("OPENBLAS_NUM_THREADS", None, _str,
         "Read, never written: when set (or MKL_NUM_THREADS), PRIMESPEECH_THREADS=auto leaves the BLAS threads "
         "to it.", ("MKL_NUM_THREADS",), audience="deployment")

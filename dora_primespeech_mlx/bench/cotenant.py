@@ -1,21 +1,17 @@
-"""Co-tenants for ``primespeech-mlx bench --conversation --cotenant SPEC``: a process that runs beside a side while
-it is measured, the way the LLM writing the answer shares the machine with the TTS (docs/conversation.md).
+"""Co-tenants for ``primespeech-mlx bench --conversation --cotenant SPEC``: a process that runs beside a side while it
+is measured, as the LLM writing the answer shares the machine with the TTS (docs/conversation.md). ``SPEC`` is
+``KIND`` or ``KIND:key=value,...``:
 
-``SPEC`` is ``KIND`` or ``KIND:key=value,key=value``:
+- ``loop`` (``threads=1,mb=400,rate=48,dim=2048``): each token a chain of float32 matrix-vector products over ``mb``
+  MB of random weights (square layers of ``dim`` rows) on ``threads`` BLAS threads, paced to ``rate`` tokens/s
+  (``0``: as fast as it can); memory-bound like a CPU LLM. numpy only.
+- ``llama`` (``threads=1,rate=0,shape=qwen2.5-0.5b,quant=q8_0,ctx=512``, ``model=PATH``, ``python=PATH``): llama.cpp
+  (llama-cpp-python, the extra ``llm``) decoding greedily, random weights in a Qwen2 shape (:data:`SHAPES`) written
+  as GGUF with the ``gguf`` package (:func:`write_gguf`; no download), cached under ``~/.cache/primespeech-ref``.
 
-- ``loop``: a synthetic memory-bound "LLM": each token is a chain of float32 matrix-vector products over ``mb``
-  megabytes of random weights (square layers of ``dim`` rows), on ``threads`` BLAS threads, paced to ``rate``
-  tokens per second (``0``: as fast as it can). Defaults ``threads=1,mb=400,rate=48,dim=2048``. numpy only.
-- ``llama``: a real LLM runtime, llama.cpp through ``llama-cpp-python``, decoding greedily on ``threads`` threads at
-  ``rate`` tokens per second (``0``, the default: as fast as it can), with random weights in the shape of a small
-  Qwen (``shape``: ``qwen2.5-0.5b`` or ``qwen2.5-1.5b``; ``quant``: ``q8_0`` or ``f16``) written here as a GGUF file
-  with the ``gguf`` package (no download; cached under ``~/.cache/primespeech-ref/cotenant`` or ``model=PATH``).
-  ``python=PATH`` runs it with another interpreter (one with ``llama-cpp-python`` and ``gguf`` installed).
-
-The co-tenant runs as a process of its own: it prints ``READY`` once it has made its first token, and on the end of
-its standard input stops and prints ``DONE {json}`` (tokens, seconds, tokens per second from its first token to its
-stop). This file imports only the standard library at its top and runs as a script (``python cotenant.py KIND
-OPTIONS_JSON``), so another interpreter can run it by its path."""
+The process prints ``READY`` after its first token; at the end of its standard input it stops and prints
+``DONE {json}`` (tokens, seconds, tokens/s). This file imports only the standard library at its top and runs as a
+script (``python cotenant.py KIND OPTIONS_JSON``), so another interpreter (``python=``) can run it by its path."""
 
 from __future__ import annotations
 
@@ -38,7 +34,8 @@ DEFAULTS: dict[str, dict[str, object]] = {
     "llama": {"threads": 1, "rate": 0.0, "shape": "qwen2.5-0.5b", "quant": "q8_0", "ctx": 512},
 }
 # Qwen2.5 configurations (the released models' config.json): hidden, layers, heads, kv heads, FFN, vocab.
-SHAPES = {"qwen2.5-0.5b": (896, 24, 14, 2, 4864, 151936), "qwen2.5-1.5b": (1536, 28, 12, 2, 8960, 151936)}
+SHAPES = {"qwen2.5-0.5b": (896, 24, 14, 2, 4864, 151936), "qwen2.5-1.5b": (1536, 28, 12, 2, 8960, 151936),
+          "tiny": (64, 2, 4, 2, 128, 512)}  # tiny: the tests' quick check that the runtime runs
 READY_TIMEOUT_S = 600.0  # writing a GGUF of random weights takes a while the first time
 
 
@@ -80,7 +77,11 @@ class Cotenant:
 
     def __init__(self, spec: CotenantSpec, env: dict[str, str] | None = None):
         self.spec = spec
-        self.env = dict(os.environ if env is None else env)
+        if env is None:  # this process's environment, as the settings hand it to child processes
+            from ..settings import child_env
+
+            env = child_env()
+        self.env = dict(env)
         self.proc: subprocess.Popen | None = None
         self._stderr = tempfile.TemporaryFile("w+")
 
@@ -242,13 +243,13 @@ def llama_step(options: dict):
         write_gguf(model, str(options["shape"]), str(options["quant"]))
     n = int(options["threads"])
     llm = Llama(str(model), n_ctx=int(options["ctx"]), n_threads=n, n_threads_batch=n, n_batch=64, verbose=False)
-    state = {"token": 1}
+    state, vocab = {"token": 1}, llm.n_vocab()
 
     def step():
         if llm.n_tokens >= llm.n_ctx() - 1:
             llm.reset()
-        llm.eval([state["token"]])
-        state["token"] = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        llm.eval([state["token"]])  # the last token's logits, read from the context (no logits_all copy)
+        state["token"] = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))))
     return step
 
 

@@ -107,6 +107,30 @@ def test_cotenant_loop_runs_at_most_its_rate_and_stops():
         cotenant.Cotenant(cotenant.parse("llama:python=/bin/false")).start(timeout=30)
 
 
+def _llama_python() -> str | None:
+    """An interpreter with llama-cpp-python and gguf (the extra ``llm``): this one, or ``$LLAMA_PYTHON``."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("gguf"):
+        return sys.executable
+    return os.environ.get("LLAMA_PYTHON")
+
+
+def test_cotenant_llama_writes_a_random_qwen_and_decodes(tmp_path):
+    """The llama co-tenant: a GGUF of random weights in a Qwen2 shape written with the gguf package, loaded by
+    llama.cpp, decoding tokens until stopped."""
+    python = _llama_python()
+    if python is None:
+        pytest.skip("no llama-cpp-python here (pip install '.[llm]', or LLAMA_PYTHON=an interpreter that has it)")
+    model = tmp_path / "tiny.gguf"
+    c = cotenant.Cotenant(cotenant.parse(f"llama:shape=tiny,quant=f16,rate=40,model={model},python={python}"))
+    c.start(timeout=300)
+    time.sleep(1.0)
+    got = c.stop()
+    assert model.is_file() and got["kind"] == "llama" and got["tokens"] >= 1
+    assert got["tokens"] <= 40 * got["seconds"] + 1
+
+
 def test_conversation_end_to_end_with_the_tiny_voice(tmp_path):
     """The whole tool (orchestrator, a side process, the node's handler and engine) on the fixture voice, idle and
     beside a loop co-tenant in one run; the side process's temporary model directory (gigabytes with the real-size

@@ -81,7 +81,7 @@ def apply_variant(opts: dict) -> dict:
         backend.generator, backend.split = vocoders[parts]
     hold = opts.pop("blas_hold", "1") != "0"  # the runtime's hold_blas
     yields = opts.pop("gpt_yield", "1") != "0"
-    eng._lane.on_busy = functools.partial(core._one_thread_beside_lane, hold) if yields else None
+    eng._lane.on_busy = functools.partial(core._lane_busy, eng.threads, hold) if yields else None
     rates = eng.rates  # the pacer's inputs: instance attributes shadow the methods for this variant only
     rates.__dict__.pop("expected_tokens", None)
     if opts.pop("length", "1") == "0":
