@@ -245,6 +245,10 @@ class Settings(defaults.RequestDefaults):
         "steps (earliest first audio, gaps where the machine is slow).", ("GPTSVITS_STREAM_PACE",))
     stream_start: str = setting("PRIMESPEECH_STREAM_START", "gapless", _choice(STREAM_STARTS),
         "Streaming's first chunk: gapless | earliest (sooner; later sentences may gap; docs/streaming.md).")
+    stream_max_wait: float = setting("PRIMESPEECH_STREAM_MAX_WAIT", 0.0, _ranged(_number, 0.0, 60.0),
+        "Streaming: the longest (s) a listener waits for audio, for the first chunk or after running dry; the plan "
+        "then spends an unavoidable wait in gaps of at most this instead of one wait before speaking. 0: off, every "
+        "wait before speaking (docs/streaming.md).", ())
     llm_text: bool = setting("PRIMESPEECH_LLM_TEXT", True, _bool,
         "Speak LLM output as prose: reasoning, tool calls and code unspoken (also across messages), markup "
         "as its words (docs/dataflow.md); false: the original's behaviour on raw text.", ("GPTSVITS_LLM_TEXT",))

@@ -321,7 +321,7 @@ class GPTSoVITSEngine:
         default plan with the start the settings choose (``PRIMESPEECH_STREAM_START``)."""
         if self.pacing_plan is not None:
             return self.pacing_plan
-        return pacing.PacingOptions(start=self.settings.stream_start)
+        return pacing.PacingOptions(start=self.settings.stream_start, max_wait_s=self.settings.stream_max_wait)
 
     def _prepare_joined(self, r: _Request, u: batching.Upcoming) -> _Request | None:
         """A queued text's request, prepared now to join ``r``'s decode batch; None when it cannot join (another
