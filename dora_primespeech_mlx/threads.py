@@ -2,8 +2,9 @@
 
 One plan per engine, built from the settings with the engine's :class:`~.runtime.Runtime` and handed down with it
 (``runtime.threads``): the float16 kernels' pool, the vocoder's cut into parts, the vocoder lane's hold and the BLAS
-all follow it. It counts the CPUs of the affinity mask, the cores other processes keep busy (``/proc/stat`` between
-two looks, less this process's own CPU time; else the load average) and CPU pressure (``/proc/pressure/cpu``), and
+all follow it. It counts the CPUs of the affinity mask, the cores other processes kept busy over the last second
+(``/proc/stat``, read by :class:`Probe`'s sampler, less this process's own CPU time; else the load average) and CPU
+pressure (``/proc/pressure/cpu``), and
 uses ``floor(free + 0.3)`` threads, at least 1, at most ``PRIMESPEECH_THREADS`` (:func:`cap_for`);
 ``PRIMESPEECH_THREAD_PLAN=fixed`` uses the cap as it is. The engine looks again at the start of each request
 (:meth:`ThreadPlan.refresh`); while the vocoder lane works the kernels and the BLAS keep to one thread. The BLAS
@@ -12,10 +13,12 @@ count is process-wide by nature (``_blas``): the plan sets it, only when its cou
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,9 @@ SMALL_MACHINE_CPUS = 2  # PRIMESPEECH_THREADS=auto: one thread on machines with 
 FIRST_WINDOW_S = 0.2  # the first look samples /proc/stat over this long
 MIN_WINDOW_S = 0.05  # a later look sooner than this after the one before keeps the decision
 FREE_ROUNDING = 0.3  # a core counts when at least 70 % of it is free
+RECENT_S = 1.0  # a look measures the cores' use over about this long before it
+SAMPLE_PERIOD_S = 0.25  # the background sampler reads /proc/stat this often
+RING = 64  # readings kept
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system (idle iowait) irq softirq steal; guest time is within user
 
 
@@ -86,13 +92,16 @@ class Probe:
     def __init__(self, proc: str | os.PathLike = "/proc", affinity: Callable[[], set[int]] | None = None,
                  own_cpu: Callable[[], float] = time.process_time, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, loadavg: Callable[[], tuple] | None = None,
-                 ticks: float | None = None):
+                 ticks: float | None = None, background: bool = True):
         self.proc = Path(proc)
         self.affinity = affinity or _affinity
         self.own_cpu, self.clock, self.sleep = own_cpu, clock, sleep
         self.loadavg = loadavg or _loadavg
         self.ticks = ticks or _ticks()
-        self._last: tuple[float, float, float] | None = None  # (wall, busy jiffies, own CPU s)
+        self.background = background
+        self._ring: collections.deque = collections.deque(maxlen=RING)  # (wall, CPUs, busy jiffies, own CPU s)
+        self._ring_lock = threading.Lock()
+        self._sampler: threading.Thread | None = None
 
     def _read(self, name: str) -> str | None:
         try:
@@ -100,30 +109,62 @@ class Probe:
         except OSError:
             return None
 
-    def _sample(self, cpus: set[int]) -> tuple[float, float, float] | None:
+    def record(self, cpus: set[int] | None = None) -> tuple | None:
+        """Read ``/proc/stat`` now into the recent readings (the background sampler calls this every
+        :data:`SAMPLE_PERIOD_S`); the reading, or None where it cannot be read."""
+        cpus = frozenset(self.affinity() if cpus is None else cpus)
         text = self._read("stat")
-        got = parse_stat(text, cpus) if text else None
-        return None if got is None else (self.clock(), got[0], self.own_cpu())
+        got = parse_stat(text, set(cpus)) if text else None
+        if got is None:
+            return None
+        reading = (self.clock(), cpus, got[0], self.own_cpu())
+        with self._ring_lock:
+            self._ring.append(reading)
+        return reading
+
+    def start(self) -> None:
+        """Start the background sampler (once; a daemon thread that ends with this probe): :meth:`look` then
+        measures the last :data:`RECENT_S` without waiting, however long ago the previous look was."""
+        if not self.background or self._sampler is not None:
+            return
+        ref = weakref.ref(self)
+
+        def sample() -> None:
+            while (probe := ref()) is not None:
+                probe.record()
+                del probe
+                time.sleep(SAMPLE_PERIOD_S)
+        self._sampler = threading.Thread(target=sample, name="primespeech-cpu-probe", daemon=True)
+        self._sampler.start()
+
+    def _before(self, now: tuple) -> tuple | None:
+        """The reading to measure from: the newest at least :data:`RECENT_S` before ``now``, else the oldest at
+        least :data:`MIN_WINDOW_S` before it (same CPUs)."""
+        with self._ring_lock:
+            ring = [r for r in self._ring if r[1] == now[1] and r[0] <= now[0] - MIN_WINDOW_S]
+        old = [r for r in ring if r[0] <= now[0] - RECENT_S]
+        return old[-1] if old else ring[0] if ring else None
 
     def look(self, window: float = FIRST_WINDOW_S) -> MachineView:
+        """What the machine offers: the cores other processes kept busy over the last :data:`RECENT_S` (or since
+        the oldest reading; the first look ever waits ``window``), the pressure and the load average."""
         cpus = self.affinity()
         n = max(1, len(cpus))
         text = self._read("pressure/cpu")
         pressure = parse_pressure(text) if text else None
         load = self.loadavg()
-        before = self._last
-        if before is None:
-            before = self._sample(cpus)
-            if before is not None:
-                self.sleep(window)
-        now = self._sample(cpus)
-        if now is None or before is None or now[0] - before[0] <= 0:
+        with self._ring_lock:
+            first = not self._ring
+        if first and self.record(cpus) is not None:
+            self.sleep(window)
+        now = self.record(cpus)
+        before = None if now is None else self._before(now)
+        if now is None or before is None:
             others = None if load is None else min(float(n), float(load[0]))
             return MachineView(n, others, pressure, None if load is None else load[0], "loadavg")
-        self._last = now
         wall = now[0] - before[0]
-        busy_s = (now[1] - before[1]) / self.ticks
-        own_s = now[2] - before[2]
+        busy_s = (now[2] - before[2]) / self.ticks
+        own_s = now[3] - before[3]
         others = min(float(n), max(0.0, (busy_s - own_s) / wall))
         return MachineView(n, others, pressure, None if load is None else load[0])
 
@@ -214,6 +255,7 @@ class ThreadPlan:
                 self.view = None
             else:
                 self.view = self.probe.look()
+                self.probe.start()  # from now on the next look measures the last second, without waiting
             self._count, self.reason = decide(cap, self.view, self.mode)
             self._when = now
             if not self._busy:

@@ -4,6 +4,7 @@ BLAS only when its count changes."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -49,7 +50,7 @@ class FakeProc:
     def probe(self, affinity=None, loadavg=(0.0, 0.0, 0.0)):
         return th.Probe(self.root, affinity=lambda: set(affinity if affinity is not None else self.cpus),
                         own_cpu=lambda: self.own_s, clock=lambda: self.now, sleep=self.advance,
-                        loadavg=lambda: loadavg, ticks=TICKS)
+                        loadavg=lambda: loadavg, ticks=TICKS, background=False)
 
 
 def plan(proc: FakeProc, threads="auto", mode="adapt", **kw):
@@ -210,3 +211,36 @@ def test_kernels_bound_to_a_plan_take_its_count():
     for _ in range(3):
         bound(w.ctypes.data, 0, 0, 0, 4, 8)
     assert seen == [1, 3, 2] and lib.nthreads is half_gemv.threads and bound.lib is lib.lib
+
+
+def test_a_look_measures_the_last_second_however_long_ago_the_last_one_was(tmp_path):
+    """After a long idle spell a co-tenant starts writing a second and a half before the next request: the look
+    measures the sampler's last second, not the whole spell since the previous look."""
+    proc = FakeProc(tmp_path, busy=(0.0, 0.0))
+    probe = proc.probe()
+    p = th.ThreadPlan(2, "adapt", probe=probe, set_blas=lambda n: None, hold_blas=lambda b: None)
+    assert p.refresh() == 2
+    for _ in range(120):  # 30 s idle, the sampler reading every 0.25 s
+        proc.advance(th.SAMPLE_PERIOD_S)
+        probe.record()
+    proc.busy = [1.0, 0.05]
+    for _ in range(6):
+        proc.advance(th.SAMPLE_PERIOD_S)
+        probe.record()
+    assert p.refresh(force=True) == 1 and p.view.others == pytest.approx(1.05)
+    assert len(probe._ring) <= th.RING
+
+
+def test_the_sampler_thread_reads_while_the_probe_lives(tmp_path):
+    proc = FakeProc(tmp_path)
+    probe = th.Probe(proc.root, affinity=lambda: {0, 1}, ticks=TICKS)
+    probe.start()
+    probe.start()  # (once)
+    deadline = time.monotonic() + 5
+    while len(probe._ring) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(probe._ring) >= 2 and probe._sampler.daemon
+    sampler = probe._sampler
+    del probe
+    sampler.join(2 * th.SAMPLE_PERIOD_S + 1)
+    assert not sampler.is_alive()  # it ends with its probe
