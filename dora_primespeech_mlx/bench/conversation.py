@@ -233,6 +233,10 @@ class OursSide:
         h.finish(60)
         out = metrics(script, [(at - t0, d) for at, d in player.audio])
         out["fed"] = "fragments" if self.fragments else "sentences"
+        plan = getattr(self.engine, "threads", None)  # the thread plan's last decision (threads.py; a checkout
+        if hasattr(plan, "describe"):                 # without one has none)
+            described = plan.describe()
+            out["threads_used"], out["threads_why"] = described.get("threads"), described.get("reason")
         return out
 
 

@@ -155,3 +155,4 @@ def test_conversation_end_to_end_with_the_tiny_voice(tmp_path):
         assert row["chunks"] >= 3 and row["audio_s"] > 0
         assert all(math.isfinite(row[m]) for m in conv.METRICS)
         assert row["gap_total"] >= row["gap_worst"] >= 0 and row["playback_end"] >= row["last_audio"]
+        assert row["threads_used"] == 1 and row["threads_why"]  # the thread plan's decision (at most --threads 1)
