@@ -31,7 +31,8 @@ KINDS = ("token_s", "frame_s", "latent_s")
 GROWTH = 1.2  # the first piece feeds a window this much larger than the break-even size (so the buffer grows)
 SLOWDOWN_MAX = 2.0  # the measured slowdown never exceeds this (windows twice as slow as estimated)
 LIVE_MIN_TOKENS = 4  # a sentence's own tokens since the last cut give its live speed from this many on
-LIVE_MAX = 2.0  # the live speed is taken at most this much slower, or faster, than the recent medians
+LIVE_MAX = 2.0  # the live speed is taken at most this much slower than the recent medians (never faster: a
+# sentence's first tokens are its cheapest, its KV cache still short; the medians follow a faster machine)
 COVER_LATER_FRACTION = 0.55  # ... where a token's work is above this share of its audio (below: windows grow fast)
 TAPER_SAFETY_S = 0.05  # seconds more in hand for each shrinking window (small windows' costs vary the most)
 TAPER_HEADROOM = 1.25  # a shrinking plan ends this much after the expected length: a sentence up to 25 % longer
@@ -228,12 +229,12 @@ class StreamRates:
         return max(1, round(statistics.median(seen) * phones)) if seen and phones > 0 else None
 
     def live_ratio(self, seconds: float, tokens: int) -> float | None:
-        """How many times slower than :attr:`token_s` a stream's ``tokens`` tokens just took ``seconds`` (within
-        :data:`LIVE_MAX` either way; not kept), None where nothing can be said."""
+        """How many times slower than :attr:`token_s` a stream's ``tokens`` tokens just took ``seconds`` (1 to
+        :data:`LIVE_MAX`; not kept), None where nothing can be said."""
         token_s = self.token_s
         if not token_s or seconds <= 0 or tokens <= 0:
             return None
-        return min(LIVE_MAX, max(1.0 / LIVE_MAX, seconds / tokens / token_s))
+        return min(LIVE_MAX, max(1.0, seconds / tokens / token_s))
 
     def known(self) -> bool:
         return None not in (self.token_s, self.frame_s, self.latent_s)
@@ -520,8 +521,8 @@ class Pacer:
     def live(self, seconds: float, tokens: int) -> None:
         """This sentence's ``tokens`` GPT tokens since the last cut took ``seconds``, each a step alone with the lane
         idle: from :data:`LIVE_MIN_TOKENS` on, the plan takes every speed (GPT, text encoder and flow, vocoder) that
-        much slower or faster than the recent medians (at most :data:`LIVE_MAX` either way): the machine as it is
-        now (a co-tenant that started, or stopped, since the medians were measured), not as it was."""
+        much slower than the recent medians (at most :data:`LIVE_MAX`; never faster, see there): the machine as it is
+        now (a co-tenant that started since the medians were measured), not as it was."""
         if self.options.live and self.paced and tokens >= LIVE_MIN_TOKENS:
             ratio = self.rates.live_ratio(seconds, tokens)
             if ratio is not None:

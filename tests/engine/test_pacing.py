@@ -651,9 +651,9 @@ def test_earliest_start_plans_the_first_sentence_as_if_alone(rates, lengths, sta
 
 
 def test_the_plan_follows_the_live_speed_of_the_sentence_s_tokens():
-    """Pacer.live: from LIVE_MIN_TOKENS tokens on, every speed of the plan follows how much slower (or faster) this
-    sentence's tokens are than the recent medians, within LIVE_MAX; the windows' estimate for the measured slowdown
-    counts the live speed (so that slowdown does not count it twice)."""
+    """Pacer.live: from LIVE_MIN_TOKENS tokens on, every speed of the plan follows how much slower this sentence's
+    tokens are than the recent medians, within LIVE_MAX, never faster; the windows' estimate for the measured
+    slowdown counts the live speed (so that slowdown does not count it twice)."""
     rates = rates_of(0.010, 0.0079, 0.06)
     pacer = Pacer(SynthesisConfig(), rates, 1.0, MARGIN, XF, HOP_S)
     pacer.live(3 * 0.02, 3)  # too few tokens to tell
@@ -664,9 +664,9 @@ def test_the_plan_follows_the_live_speed_of_the_sentence_s_tokens():
     assert pacer.live_ratio == pytest.approx(1.6)
     assert (pacer.token_s, pacer.frame_s, pacer.latent_s) == pytest.approx((0.016, 0.0079 * 1.6, 0.06 * 1.6))
     assert pacer.estimate(10) == pytest.approx(10 * 0.016 + 1.6 * (0.06 + 0.0079 * (20 + MARGIN + XF + 8)))
-    pacer.live(4 * 0.001, 4)  # faster than measured, at most LIVE_MAX
+    pacer.live(4 * 0.001, 4)  # faster than measured: the medians (a sentence's first tokens are its cheapest)
     pacer._plan()
-    assert pacer.live_ratio == pytest.approx(1 / pacing.LIVE_MAX)
+    assert pacer.live_ratio == 1.0 and pacer.token_s == pytest.approx(0.010)
     pacer.live(4 * 1.0, 4)
     assert pacer.live_ratio == pytest.approx(pacing.LIVE_MAX)
     off = Pacer(SynthesisConfig(), rates, 1.0, MARGIN, XF, HOP_S, options=PacingOptions(live=False))
