@@ -7,8 +7,9 @@ reads the environment or keeps a process-wide switch for these choices, so two e
 run side by side in one process. Benchmarks and tests build the runtime they want (``Runtime(vocoder="mlx")``,
 ``runtime.replace(fused_step=False)``).
 
-Process-wide by nature, hence not here: the CPU BLAS library and its thread count (loaded into the global symbol
-scope before MLX loads, ``_blas``), the folder and compiler of the native builds (``native``).
+Process-wide by nature, hence not here: the CPU BLAS library (loaded into the global symbol scope before MLX loads,
+``_blas``; its thread count is set by the engine's thread plan, ``threads``, the runtime's ``threads`` field), the
+folder and compiler of the native builds (``native``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .threads import ThreadPlan
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "device": ("auto", "cpu", "gpu"),
@@ -65,6 +67,8 @@ class Runtime:
     follow_busy_lane: bool = True  # a stream's window goes to the lane also while its earlier windows are there
     trim_after_reference: bool = True  # hand the heap back after a voice's reference features
     decoder_at_load: bool = True  # build the numpy GPT decoder's weights while loading
+    # the engine's thread counts (threads.ThreadPlan; the engine makes one from its settings where this is None)
+    threads: Any = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         bad = [f"{name}={getattr(self, name)!r} (expected one of {', '.join(values)})"
@@ -76,6 +80,7 @@ class Runtime:
     def from_settings(cls, settings: Any, **overrides: Any) -> Runtime:
         """The runtime the settings ask for (:data:`FROM_SETTINGS` fields), with ``overrides`` applied."""
         values = {name: getattr(settings, name) for name in FROM_SETTINGS}
+        values["threads"] = ThreadPlan.from_settings(settings)
         values.update(overrides)
         return cls(**values)
 
@@ -84,8 +89,10 @@ class Runtime:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> dict[str, Any]:
-        """Every field, for ``stats()`` and the bench."""
-        return dataclasses.asdict(self)
+        """Every field, for ``stats()`` and the bench (the thread plan as its own description)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["threads"] = self.threads.describe() if self.threads is not None else None
+        return out
 
 
 DEFAULT = Runtime()

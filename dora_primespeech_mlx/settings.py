@@ -245,6 +245,10 @@ class Settings(defaults.RequestDefaults):
         "steps (earliest first audio, gaps where the machine is slow).", ("GPTSVITS_STREAM_PACE",))
     stream_start: str = setting("PRIMESPEECH_STREAM_START", "gapless", _choice(STREAM_STARTS),
         "Streaming's first chunk: gapless | earliest (sooner; later sentences may gap; docs/streaming.md).")
+    stream_max_wait: float = setting("PRIMESPEECH_STREAM_MAX_WAIT", 0.0, _ranged(_number, 0.0, 60.0),
+        "Streaming: the longest (s) a listener waits for audio, for the first chunk or after running dry; the plan "
+        "then spends an unavoidable wait in gaps of at most this instead of one wait before speaking. 0: off, every "
+        "wait before speaking (docs/streaming.md).", ())
     llm_text: bool = setting("PRIMESPEECH_LLM_TEXT", True, _bool,
         "Speak LLM output as prose: reasoning, tool calls and code unspoken (also across messages), markup "
         "as its words (docs/dataflow.md); false: the original's behaviour on raw text.", ("GPTSVITS_LLM_TEXT",))
@@ -293,8 +297,12 @@ class Settings(defaults.RequestDefaults):
         "Texts waiting to be spoken; one more is answered at once with segment_complete `error` (busy), "
         "never dropped.", ("GPTSVITS_MAX_QUEUED_TEXTS",))
     threads: int | str = setting("PRIMESPEECH_THREADS", "auto", _threads,
-        "CPU BLAS threads: a number, or auto (1 on machines with <= 2 usable CPUs, else the library default). "
+        "CPU threads (BLAS, float16 kernels, vocoder), the most PRIMESPEECH_THREAD_PLAN=adapt uses: a number, or "
+        "auto (1 on machines with <= 2 usable CPUs, else every usable CPU). "
         "OPENBLAS_NUM_THREADS / MKL_NUM_THREADS set by the user are respected.", (), audience="tuning")
+    thread_plan: str = setting("PRIMESPEECH_THREAD_PLAN", "adapt", _choice(("adapt", "fixed")),
+        "adapt: at each request use only the cores free now (affinity mask, /proc/stat, CPU pressure), at most "
+        "PRIMESPEECH_THREADS | fixed: always PRIMESPEECH_THREADS' count (threads.py).", (), audience="tuning")
     user_blas_threads: str | None = setting("OPENBLAS_NUM_THREADS", None, _str,
         "Read, never written: when set (or MKL_NUM_THREADS), PRIMESPEECH_THREADS=auto leaves the BLAS threads "
         "to it.", ("MKL_NUM_THREADS",), audience="deployment")

@@ -233,6 +233,10 @@ class OursSide:
         h.finish(60)
         out = metrics(script, [(at - t0, d) for at, d in player.audio])
         out["fed"] = "fragments" if self.fragments else "sentences"
+        plan = getattr(self.engine, "threads", None)  # the thread plan's last decision (threads.py; a checkout
+        if hasattr(plan, "describe"):                 # without one has none)
+            described = plan.describe()
+            out["threads_used"], out["threads_why"] = described.get("threads"), described.get("reason")
         return out
 
 
@@ -254,6 +258,9 @@ def side_main(argv: list[str], upstream: type | None = None) -> int:
     ap.add_argument("--tools")
     ap.add_argument("--split", default="cut0")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting of this side")
+    ap.add_argument("--gate", action="store_true",
+                    help="after the warm-up print WARM and wait for a line on standard input (the orchestrator "
+                         "starts a co-tenant in between)")
     a = ap.parse_args(argv)
     side = (OursSide(a.models, a.tiny, a.threads, a.split, dict(kv.split("=", 1) for kv in a.set)) if a.side == "ours"
             else _upstream(upstream)(a.models, a.tools, a.threads, a.split))
@@ -263,6 +270,9 @@ def side_main(argv: list[str], upstream: type | None = None) -> int:
     rates = [float(r) for r in a.rates.split(",")]
     for lang in langs:  # loads, compiles and caches the reference, and each language's front end (a node's
         side.run(llm_script(ANSWERS[lang][:2], lang, max(rates)), lang, 0)  # warm-up does that too)
+    if a.gate:
+        print("WARM", flush=True)
+        sys.stdin.readline()
     run_id = 1
     for _ in range(a.runs):
         for lang in langs:
@@ -332,48 +342,113 @@ def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
     return out
 
 
-def summarize(rows: list[dict]) -> dict[tuple[str, str, float], dict[str, float]]:
-    """(side, language, rate) -> the median of each figure over the runs."""
-    groups: dict[tuple[str, str, float], list[dict]] = {}
+def summarize(rows: list[dict]) -> dict[tuple[str, str, str, float], dict[str, float]]:
+    """(side, load, language, rate) -> the median of each figure over the runs (load: ``idle`` or the co-tenant's
+    spec; its achieved tokens per second too)."""
+    groups: dict[tuple[str, str, str, float], list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["side"], r["lang"], r["rate"]), []).append(r)
-    return {k: {m: statistics.median(x[m] for x in v) for m in METRICS} | {"runs": len(v), "fed": v[0]["fed"]}
-            for k, v in groups.items()}
+        groups.setdefault((r["side"], r.get("load", "idle"), r["lang"], r["rate"]), []).append(r)
+    out = {}
+    for k, v in groups.items():
+        tps = [x["cotenant_tps"] for x in v if x.get("cotenant_tps") is not None]
+        out[k] = ({m: statistics.median(x[m] for x in v) for m in METRICS}
+                  | {"runs": len(v), "fed": v[0]["fed"], "cotenant_tps": statistics.median(tps) if tps else None})
+    return out
 
 
-def table(summary: dict[tuple[str, str, float], dict[str, float]], not_run: dict[str, str]) -> str:
-    lines = ["| side | lang | tokens/s | fed | runs | first audio s | gap total s | worst gap s | last token -> "
-             "last audio s | last token -> playback end s |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for (side, lang, rate), m in sorted(summary.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
-        lines.append(f"| {side} | {lang} | {rate:g} | {m['fed']} | {m['runs']} | {m['first_audio']:.2f} | "
-                     f"{m['gap_total']:.2f} | {m['gap_worst']:.2f} | {m['last_audio']:.2f} | {m['playback_end']:.2f} |")
+def table(summary: dict[tuple[str, str, str, float], dict[str, float]], not_run: dict[str, str]) -> str:
+    lines = ["| side | beside | co-tenant tokens/s | lang | tokens/s | fed | runs | first audio s | gap total s | "
+             "worst gap s | last token -> last audio s | last token -> playback end s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (side, load, lang, rate), m in sorted(summary.items(), key=lambda kv: (kv[0][2], kv[0][3], kv[0][0],
+                                                                              kv[0][1] != "idle", kv[0][1])):
+        tps = "–" if m.get("cotenant_tps") is None else f"{m['cotenant_tps']:.1f}"
+        lines.append(f"| {side} | {load} | {tps} | {lang} | {rate:g} | {m['fed']} | {m['runs']} | "
+                     f"{m['first_audio']:.2f} | {m['gap_total']:.2f} | {m['gap_worst']:.2f} | {m['last_audio']:.2f} | "
+                     f"{m['playback_end']:.2f} |")
     lines += [f"- {side}: {why}" for side, why in not_run.items()]
     return "\n".join(lines)
 
 
+def run_side(argv: list[str], env: dict[str, str], timeout: float, cotenant=None) -> tuple[list[dict], str | None]:
+    """One side process (``--gate``); ``cotenant`` (a :class:`.cotenant.CotenantSpec`) runs from the end of the
+    side's warm-up to the side's end. (its ``CONV`` rows, each with ``load`` and ``cotenant_tps``; why it failed, or
+    None)."""
+    from .cotenant import Cotenant
+
+    err = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([*argv, "--gate"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                            text=True)
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    rows, running, figures, problem = [], None, None, None
+    try:
+        for line in proc.stdout:
+            if line == "WARM\n":
+                if cotenant is not None:
+                    running = Cotenant(cotenant, env)
+                    try:
+                        running.start()
+                    except RuntimeError as exc:
+                        problem, running = str(exc), None
+                        proc.kill()
+                        break
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            elif line.startswith("CONV "):
+                rows.append(json.loads(line[5:]))
+        proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if running is not None:
+            try:
+                figures = running.stop()
+            except RuntimeError as exc:
+                problem = str(exc)
+    if problem is None and (proc.returncode or not rows):
+        err.seek(0)
+        problem = f"failed (exit {proc.returncode}): " + " ".join(err.read().split()[-40:])
+    for r in rows:
+        r["load"] = cotenant.text if cotenant is not None else "idle"
+        r["cotenant_tps"] = figures["tokens_per_s"] if figures else None
+        r["cotenant"] = figures
+    return rows, problem
+
+
 def run_conversation(args) -> int:
+    from .cotenant import parse
+
+    try:
+        cotenants = [parse(spec) for spec in (args.cotenant or [])]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     sides = side_commands(args)
     runnable = {k: v for k, v in sides.items() if not isinstance(v, str)}
     not_run = {k: v for k, v in sides.items() if isinstance(v, str)}
     rows: list[dict] = []
     threads = [int(t) for t in str(args.threads).split(",")] if args.threads else [None]
+    loads = [None, *cotenants]  # idle, then each co-tenant, for every side and thread count
     for rnd in range(args.rounds):
         order = list(runnable.items())
         if rnd % 2:
-            order.reverse()  # alternate which side goes first
+            order.reverse()  # alternate which side (and which load) goes first
         for n in threads:
             for name, (argv, env) in order:
-                cmd = argv + (["--threads", str(n)] if n else [])
-                run_env = {**env, "PRIMESPEECH_THREADS": str(n)} if n else env  # read at the side's start (BLAS)
-                proc = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=args.side_timeout)
-                got = [json.loads(x[5:]) for x in proc.stdout.splitlines() if x.startswith("CONV ")]
-                if proc.returncode or not got:
-                    not_run[name] = f"failed (exit {proc.returncode}): " + " ".join(proc.stderr.split()[-40:])
-                label = f"{name}@{n}t" if n and len(threads) > 1 else name
-                for r in got:
-                    r.update(side=label, round=rnd)
-                    print("CONV " + json.dumps(r), file=sys.stderr, flush=True)
-                rows += got
+                for cotenant in (loads if rnd % 2 == 0 else loads[::-1]):
+                    cmd = argv + (["--threads", str(n)] if n else [])
+                    run_env = {**env, "PRIMESPEECH_THREADS": str(n)} if n else env  # read at the side's start
+                    got, problem = run_side(cmd, run_env, args.side_timeout, cotenant)
+                    label = f"{name}@{n}t" if n and len(threads) > 1 else name
+                    if problem:
+                        not_run[label + (f" beside {cotenant.text}" if cotenant else "")] = problem
+                    for r in got:
+                        r.update(side=label, round=rnd)
+                        print("CONV " + json.dumps(r), file=sys.stderr, flush=True)
+                    rows += got
     if args.json:
         print(json.dumps({"rows": rows, "not_run": not_run}, indent=2))
     else:
@@ -394,6 +469,12 @@ def add_arguments(p) -> None:
     g.add_argument("--rates", default="20,60", help="LLM tokens per second (default 20,60)")
     g.add_argument("--sentences", type=int, default=4, choices=range(1, 6), help="sentences per answer (default 4)")
     g.add_argument("--tiny", metavar="FIXTURES", help="the fixture set's tiny voice instead of the real-size set")
+    g.add_argument("--cotenant", action="append", metavar="SPEC",
+                   help="also run every side beside this co-tenant, from the end of its warm-up to its end (rows "
+                        "beside the idle ones; repeatable): loop[:threads=1,mb=400,rate=48,dim=2048] (float32 "
+                        "matrix-vector products, memory-bound like a CPU LLM) or llama[:threads=1,rate=0,"
+                        "shape=qwen2.5-0.5b,quant=q8_0,python=PATH] (llama.cpp, random weights); see "
+                        "bench/cotenant.py")
 
 
 if __name__ == "__main__":

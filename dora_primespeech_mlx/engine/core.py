@@ -28,13 +28,13 @@ from ..assets import catalog as voices_mod
 from ..assets.catalog import VoiceSpec
 from ..errors import ConfigError, SynthesisCancelled
 from ..models.gpt.batch import DecodeBatch
-from ..models.kernels import half_gemv
 from ..runtime import Runtime
 from ..settings import Settings
 from ..text import llm as llm_text
 from ..text.options import TextData
 from ..text.spans import piece_spans
 from ..text.warmup import warm_up
+from ..threads import ThreadPlan
 from . import batching, overlap, pacing, pipeline
 from .backends import backends
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
@@ -88,7 +88,10 @@ class GPTSoVITSEngine:
             raise ConfigError(f"runtime must be a Runtime, not {type(runtime).__name__}")
         device = {"metal": "gpu", "cuda": "gpu", "mps": "gpu"}.get(device, device) if device is not None else None
         given = {k: v for k, v in (("device", device), ("encoders", encoders)) if v is not None}
+        if runtime.threads is None:  # the thread plan (threads.py): one per engine, from its settings
+            given["threads"] = ThreadPlan.from_settings(self.settings)
         self.runtime = runtime.replace(**given) if given else runtime
+        self.threads: ThreadPlan = self.runtime.threads.reach_blas(_blas.configure_threads, _blas.hold_one_thread)
         self.device = _pick_device(self.runtime.device)
         self.device_name = str(self.device if self.device is not None else mx.default_device())
         self.encoders = self.runtime.encoders  # CoreML on macOS ("auto"/"coreml"), MLX otherwise; see encoders.py
@@ -104,8 +107,8 @@ class GPTSoVITSEngine:
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
-        self._lane = overlap.VocoderLane(  # the vocoder beside the GPT (overlap.py)
-            on_busy=functools.partial(_one_thread_beside_lane, self.runtime.hold_blas))
+        self._lane = overlap.VocoderLane(  # the vocoder beside the GPT (overlap.py); the plan keeps the kernels and
+            on_busy=functools.partial(_lane_busy, self.threads, self.runtime.hold_blas))  # the BLAS to one thread
         self.pacing_plan: pacing.PacingOptions | None = None  # None: the settings' (pacing_options)
         self.rates = pacing.StreamRates()  # measured speeds: how a stream paces its windows (engine/pacing.py)
         self.batching = batching.Batching()  # the GPT's decode batch and the queued texts that joined it
@@ -177,6 +180,7 @@ class GPTSoVITSEngine:
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             self._stats.begin(stream=False)
+            self.threads.refresh()  # the cores free now (threads.py)
             try:
                 r = self._prepare(text, voice, config, overrides, timer, cancel)
                 sr, lane = r.models.sample_rate, self._lane_for(r.models)
@@ -293,6 +297,7 @@ class GPTSoVITSEngine:
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             self._stats.begin(stream=True)
+            self.threads.refresh()  # the cores free now (threads.py)
             try:
                 r = self.batching.take(listener.key, text, voice, overrides)
                 queued = listener.upcoming()
@@ -319,7 +324,7 @@ class GPTSoVITSEngine:
         default plan with the start the settings choose (``PRIMESPEECH_STREAM_START``)."""
         if self.pacing_plan is not None:
             return self.pacing_plan
-        return pacing.PacingOptions(start=self.settings.stream_start)
+        return pacing.PacingOptions(start=self.settings.stream_start, max_wait_s=self.settings.stream_max_wait)
 
     def _prepare_joined(self, r: _Request, u: batching.Upcoming) -> _Request | None:
         """A queued text's request, prepared now to join ``r``'s decode batch; None when it cannot join (another
@@ -393,13 +398,11 @@ def _listener(listener: Listener | None, key, upcoming, playing_until) -> Listen
     return listener
 
 
-def _one_thread_beside_lane(hold_blas: bool, busy: bool) -> None:
+def _lane_busy(plan: ThreadPlan, hold_blas: bool, busy: bool) -> None:
     """While the vocoder lane works, the GPT's float16 kernels and (``hold_blas``, the runtime's) the BLAS (MLX's
     matrix products: BERT, the prefill, the text encoder and flow) keep to one thread: the other cores are the
-    lane's (engine/overlap.py)."""
-    half_gemv.set_threads(1 if busy else None)
-    if hold_blas:
-        _blas.hold_one_thread(busy)
+    lane's (engine/overlap.py). The engine's thread plan holds that state (threads.py)."""
+    plan.lane(busy, hold_blas)
 
 
 def _pick_device(device: str) -> mx.Device | None:

@@ -30,6 +30,9 @@ SAFETY_FRACTION = 0.15  # ... plus this share of the estimated window cost (mach
 KINDS = ("token_s", "frame_s", "latent_s")
 GROWTH = 1.2  # the first piece feeds a window this much larger than the break-even size (so the buffer grows)
 SLOWDOWN_MAX = 2.0  # the measured slowdown never exceeds this (windows twice as slow as estimated)
+LIVE_MIN_TOKENS = 4  # a sentence's own tokens since the last cut give its live speed from this many on
+LIVE_MAX = 2.0  # the live speed is taken at most this much slower than the recent medians (never faster: a
+# sentence's first tokens are its cheapest, its KV cache still short; the medians follow a faster machine)
 COVER_LATER_FRACTION = 0.55  # ... where a token's work is above this share of its audio (below: windows grow fast)
 TAPER_SAFETY_S = 0.05  # seconds more in hand for each shrinking window (small windows' costs vary the most)
 TAPER_HEADROOM = 1.25  # a shrinking plan ends this much after the expected length: a sentence up to 25 % longer
@@ -58,7 +61,11 @@ class PacingOptions:
     ``bert_first``: the request's first sentence gets its BERT features before the stream starts and the others
     after its first audio (off: every sentence's before the stream starts).
     ``join_while_covering``: waiting sentences join the decode even while the pacer counts on this sentence's
-    steps alone (off in the default plan: they decode after it, as the plan has them)."""
+    steps alone (off in the default plan: they decode after it, as the plan has them).
+    ``max_wait_s``: the longest the listener waits for audio, for its first piece or after it ran dry
+    (``PRIMESPEECH_STREAM_MAX_WAIT``): a window is cut once waiting longer would exceed it, so an unavoidable wait
+    is spent in gaps of at most this; 0 (off): the plan keeps every wait before the first audio.
+    ``live``: the plan's speeds follow this sentence's own GPT tokens (:meth:`Pacer.live`)."""
 
     taper: bool = True
     end_waits: bool = True
@@ -67,6 +74,8 @@ class PacingOptions:
     start: str = "gapless"
     bert_first: bool = True
     join_while_covering: bool = False
+    max_wait_s: float = 0.0
+    live: bool = True
 
     @property
     def bert_upto(self) -> int | None:
@@ -74,6 +83,9 @@ class PacingOptions:
         return 1 if self.bert_first else None
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.max_wait_s, (int, float)) and 0 <= self.max_wait_s < math.inf):
+            raise ConfigError(f"pacing max_wait_s={self.max_wait_s!r}: a number of seconds >= 0 "
+                              "(PRIMESPEECH_STREAM_MAX_WAIT)")
         if self.start not in STARTS:
             raise ConfigError(f"pacing start={self.start!r} is invalid: use one of {', '.join(STARTS)} "
                               "(PRIMESPEECH_STREAM_START)")
@@ -216,6 +228,14 @@ class StreamRates:
             seen = list(self._lengths.get(voice, ()))
         return max(1, round(statistics.median(seen) * phones)) if seen and phones > 0 else None
 
+    def live_ratio(self, seconds: float, tokens: int) -> float | None:
+        """How many times slower than :attr:`token_s` a stream's ``tokens`` tokens just took ``seconds`` (1 to
+        :data:`LIVE_MAX`; not kept), None where nothing can be said."""
+        token_s = self.token_s
+        if not token_s or seconds <= 0 or tokens <= 0:
+            return None
+        return min(LIVE_MAX, max(1.0, seconds / tokens / token_s))
+
     def known(self) -> bool:
         return None not in (self.token_s, self.frame_s, self.latent_s)
 
@@ -275,8 +295,12 @@ class Pacer:
 
     def __init__(self, cfg: SynthesisConfig, rates: StreamRates | None, speed: float, margin_frames: int,
                  crossfade_frames: int, frame_audio_s: float, expected_tokens: int | None = None,
-                 after: list[tuple[int, float]] = (), taper: bool = True, options: PacingOptions | None = None):
+                 after: list[tuple[int, float]] = (), taper: bool = True, options: PacingOptions | None = None,
+                 wait_since: float | None = None):
         self.cfg = cfg
+        self.wait_since = wait_since  # when the listener began waiting for the first audio (None: the first cut())
+        self.live_ratio = 1.0  # this sentence's GPT seconds per token against the recent medians (live())
+        self.error_slow = 1.0  # the windows' measured slowdown (StreamRates.slowdown), without the live ratio
         self.options = options if options is not None else PacingOptions()
         self.steps = window_steps(cfg)
         self.next_step: int | None = None
@@ -307,7 +331,8 @@ class Pacer:
         """The sizes from the speeds measured so far (again at every decision: the windows of this stream
         update them)."""
         cfg, rates = self.cfg, self.rates
-        self.slow = slow = rates.slowdown  # recent windows took this much longer than estimated: slower speeds
+        self.error_slow = rates.slowdown  # recent windows took this much longer than estimated: slower speeds ...
+        self.slow = slow = self.error_slow * self.live_ratio  # ... and this sentence's tokens, the speed it has now
         self.token_s, self.frame_s, self.latent_s = rates.token_s * slow, rates.frame_s * slow, rates.latent_s * slow
         self.token_s = max(self.token_s, self._step_s(self.rows), self.batched_token_s)  # a batched step takes longer
         per_token = self.token_s + self.frame_s * self.frames_per_token  # work per token, beside the overhead
@@ -493,10 +518,21 @@ class Pacer:
         sent = tokens - (lookahead if first else 0) + (lookahead if last else 0)
         return sent * self.audio_per_token + (self.cfg.fragment_interval if last else 0.0)
 
+    def live(self, seconds: float, tokens: int) -> None:
+        """This sentence's ``tokens`` GPT tokens since the last cut took ``seconds``, each a step alone with the lane
+        idle: from :data:`LIVE_MIN_TOKENS` on, the plan takes every speed (GPT, text encoder and flow, vocoder) that
+        much slower than the recent medians (at most :data:`LIVE_MAX`; never faster, see there): the machine as it is
+        now (a co-tenant that started since the medians were measured), not as it was."""
+        if self.options.live and self.paced and tokens >= LIVE_MIN_TOKENS:
+            ratio = self.rates.live_ratio(seconds, tokens)
+            if ratio is not None:
+                self.live_ratio = ratio
+
     def estimate(self, new_tokens: int) -> float:
-        """A window's seconds (its GPT tokens and SoVITS) by the measured speeds, before the slowdown: what
-        :meth:`StreamRates.note_window` compares the window's measured seconds with."""
-        return (new_tokens * self.token_s + self.cost(new_tokens)) / self.slow
+        """A window's seconds (its GPT tokens and SoVITS) by the plan's speeds with the live speed but before the
+        windows' measured slowdown: what :meth:`StreamRates.note_window` compares the window's measured seconds
+        with."""
+        return (new_tokens * self.token_s + self.cost(new_tokens)) / self.error_slow
 
     def cost(self, new_tokens: int) -> float:
         """Estimated seconds of a window emitting ``new_tokens`` tokens (SoVITS up to and with the vocoder)."""
@@ -523,6 +559,8 @@ class Pacer:
         self._plan()
         top = self.cfg.stream_chunk_tokens
         queued = 0.0 if deadline is None else max(0.0, deadline - now)
+        if self._wait_is_up(new_tokens, now, deadline):
+            return True
         if (self.options.end_waits and self.expected_tokens and self.done + new_tokens == self.expected_tokens
                 and (deadline is None or queued > self.token_s + self.cost(new_tokens) + SAFETY_S)):
             # the sentence's expected last token: one step more shows whether it ends here; then this window is
@@ -552,6 +590,22 @@ class Pacer:
         # slower than real time and the listener ran dry: the largest windows (n_min), which make the total wait
         # the shortest; small ones would spend the time on each window's overhead
         return new_tokens >= self.n_min and self._one_more_is_late(new_tokens, now, deadline)
+
+    def _wait_is_up(self, new_tokens: int, now: float, deadline: float | None) -> bool:
+        """:attr:`PacingOptions.max_wait_s`: whether the listener, waiting for its first audio (since
+        :attr:`wait_since`) or once the audio sent has played (``deadline``, now or later), would wait longer than
+        the bound if this window were cut one token later. The window must send audio (a sentence's first: more
+        tokens than the lookahead)."""
+        bound = self.options.max_wait_s
+        if bound <= 0:
+            return False
+        if self.wait_since is None:
+            self.wait_since = now
+        since = self.wait_since if deadline is None else deadline  # (the listener runs, or ran, dry at deadline)
+        if new_tokens <= (self.cfg.stream_lookahead_tokens if self.done == 0 else 0):
+            return False
+        cost = self.cost(new_tokens + 1)
+        return now + self.token_s + cost + SAFETY_FRACTION * cost >= since + bound
 
     def _one_more_is_late(self, new_tokens: int, now: float, deadline: float) -> bool:
         """Whether the window, if one more token is awaited, would be ready later than the safety margin before

@@ -154,7 +154,7 @@ class Stream:
         after = self._later_sentences(s) if self.options.plans_ahead(s, waiting) else []
         pacer = pacing.Pacer(cfg, rates, r.speed, streaming.vocoder_margin(r.models, cfg), stitcher.crossfade_frames,
                              stitcher.hop / self.sr, rates.expected_tokens(r.spec.name, len(chunk.phones)), after,
-                             taper=s == 0, options=self.options)
+                             taper=s == 0, options=self.options, wait_since=self.t_start)
         return _Sentence(s, chunk, stitcher, bank, gen, pacer, lane_was_busy=self._lane_busy(),
                          steps=self.batch.steps, row_steps=self.batch.row_steps)
 
@@ -189,7 +189,11 @@ class Stream:
         """Keep ``tok``; whether the pacer cuts a window now."""
         sentence.tokens.append(tok)
         self.n_tokens += 1
-        return sentence.pacer.cut(len(sentence.tokens) - sentence.cut_at, time.perf_counter(), self.until)
+        new = len(sentence.tokens) - sentence.cut_at
+        if not (sentence.lane_was_busy or self._lane_busy()) and solo(self.batch, sentence.steps, sentence.row_steps,
+                                                                       new):
+            sentence.pacer.live(sentence.decode_s, new)  # the speed this sentence's tokens have now
+        return sentence.pacer.cut(new, time.perf_counter(), self.until)
 
     def _window(self, sentence: _Sentence, done: bool) -> Iterator[AudioChunk]:
         """Cut a window of the tokens since the last cut (``done``: the sentence's last), decode it and hand out

@@ -115,13 +115,16 @@ def test_the_engine_s_lane_keeps_the_blas_to_one_thread_while_it_works(hold, mon
     collapse: tests/tools/beside_lane.py); afterwards the configured count again."""
     from dora_primespeech_mlx import _blas
     from dora_primespeech_mlx.engine import core
+    from dora_primespeech_mlx.threads import ThreadPlan
 
     calls = []
     monkeypatch.setattr(_blas, "hold_one_thread", calls.append)
+    plan = ThreadPlan(2, "fixed").reach_blas(lambda n: None, _blas.hold_one_thread)  # as the engine does
 
     def running():
         assert calls == ([True] if hold else [])
+        assert plan.kernel_threads() == 1  # the float16 kernels too, held by the engine's plan
 
-    on_busy = functools.partial(core._one_thread_beside_lane, hold)  # the runtime's hold_blas
+    on_busy = functools.partial(core._lane_busy, plan, hold)  # the runtime's hold_blas
     _through_a_gated_lane(on_busy, 2, running, lambda: len(calls) == (2 if hold else 0))
     assert calls == ([True, False] if hold else [])

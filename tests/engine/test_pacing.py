@@ -60,9 +60,10 @@ def simulate_request(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int
 def simulate_timeline(cfg: SynthesisConfig, rates: StreamRates, lengths: list[int], start_s: float,
                       expected: bool = True, slow: list[float] = (1.0,), queued: float = 0.0, pause: bool = True,
                       lengths_expected: list[int | None] | None = None, eos_step: bool = False,
-                      options: PacingOptions | None = None):
+                      options: PacingOptions | None = None, live: bool = False):
     """:func:`simulate_request`'s stream: (first audio time, every later piece's margin, per sentence its window
-    sizes, when the last audio has played)."""
+    sizes, when the last audio has played). ``live``: as the engine, the pacer hears each token's seconds since the
+    last cut (:meth:`Pacer.live`)."""
     options = options or PacingOptions()
     lengths_expected = lengths_expected or (lengths if expected else [None] * len(lengths))
     now, until, first, margins, plans = 0.0, queued or None, None, [], []
@@ -76,6 +77,8 @@ def simulate_timeline(cfg: SynthesisConfig, rates: StreamRates, lengths: list[in
         tokens, cut_at, done_tokens, sizes = 0, 0, 0, []
         while True:
             now += rates.token_s * slow[len(sizes) % len(slow)]
+            if live and tokens < n_tokens:
+                pacer.live((tokens + 1 - cut_at) * rates.token_s * slow[len(sizes) % len(slow)], tokens + 1 - cut_at)
             if tokens == n_tokens:  # the end-of-sequence step
                 final = True
             else:
@@ -645,3 +648,69 @@ def test_earliest_start_plans_the_first_sentence_as_if_alone(rates, lengths, sta
     # with the caller's earlier audio still in hand nobody waits for the first words: both plan the whole request
     assert simulate_request(cfg, rates, lengths, start_s, queued=2.0, eos_step=True, options=earliest) == \
         simulate_request(cfg, rates, lengths, start_s, queued=2.0, eos_step=True)
+
+
+def test_the_plan_follows_the_live_speed_of_the_sentence_s_tokens():
+    """Pacer.live: from LIVE_MIN_TOKENS tokens on, every speed of the plan follows how much slower this sentence's
+    tokens are than the recent medians, within LIVE_MAX, never faster; the windows' estimate for the measured
+    slowdown counts the live speed (so that slowdown does not count it twice)."""
+    rates = rates_of(0.010, 0.0079, 0.06)
+    pacer = Pacer(SynthesisConfig(), rates, 1.0, MARGIN, XF, HOP_S)
+    pacer.live(3 * 0.02, 3)  # too few tokens to tell
+    pacer._plan()
+    assert pacer.token_s == pytest.approx(0.010) and pacer.live_ratio == 1.0
+    pacer.live(6 * 0.016, 6)
+    pacer._plan()
+    assert pacer.live_ratio == pytest.approx(1.6)
+    assert (pacer.token_s, pacer.frame_s, pacer.latent_s) == pytest.approx((0.016, 0.0079 * 1.6, 0.06 * 1.6))
+    assert pacer.estimate(10) == pytest.approx(10 * 0.016 + 1.6 * (0.06 + 0.0079 * (20 + MARGIN + XF + 8)))
+    pacer.live(4 * 0.001, 4)  # faster than measured: the medians (a sentence's first tokens are its cheapest)
+    pacer._plan()
+    assert pacer.live_ratio == 1.0 and pacer.token_s == pytest.approx(0.010)
+    pacer.live(4 * 1.0, 4)
+    assert pacer.live_ratio == pytest.approx(pacing.LIVE_MAX)
+    off = Pacer(SynthesisConfig(), rates, 1.0, MARGIN, XF, HOP_S, options=PacingOptions(live=False))
+    off.live(6 * 0.016, 6)
+    assert off.live_ratio == 1.0
+
+
+@pytest.mark.parametrize("factor", [1.3, 1.5])
+def test_a_machine_slowed_since_its_speeds_were_measured_keeps_up_on_its_live_speed(factor):
+    """A co-tenant started after the speeds were measured (idle): every token and window ``factor`` times slower
+    from the stream's start, no window measured slower yet. Planned on the medians the stream runs dry; on the live
+    speed of its own tokens it keeps up."""
+    cfg = SynthesisConfig()
+    rates = rates_of(0.010, 0.0079, 0.06)
+    _, stale, sizes = simulate_request(cfg, rates, [100], 0.0, slow=[factor], pause=False)
+    assert stale < 0, sizes
+    first, margins, plans, _ = simulate_timeline(cfg, rates, [100], 0.0, slow=[factor], pause=False, live=True)
+    assert min(margins) >= 0, plans
+    assert rates.slowdown == 1.0  # (the medians as measured: the live speed alone made the difference)
+
+
+@pytest.mark.parametrize("bound", [0.8, 1.5])
+def test_max_wait_bounds_the_first_audio_and_every_gap(bound):
+    """PRIMESPEECH_STREAM_MAX_WAIT: on a machine slower than real time the gapless plan holds the whole sentence
+    back; with the bound the first audio comes within it and no later wait is longer, the waits fewer than the
+    pieces."""
+    cfg = SynthesisConfig()
+    slow = rates_of(0.020, 0.012, 0.10)  # 44 ms of work per 40 ms of audio: no plan avoids waiting
+    first_gapless, _, plans = simulate_request(cfg, slow, [150], 0.0, pause=False)
+    assert first_gapless > 2 * bound  # (its first piece covers most of the sentence)
+    options = PacingOptions(max_wait_s=bound)
+    first, margins, plans, _ = simulate_timeline(cfg, slow, [150], 0.0, pause=False, options=options)
+    since = slow.token_s  # the first token: when the pacer first looks (the engine: the request's start)
+    assert first <= since + bound + 1e-9
+    assert min(margins) >= -bound - 1e-9, margins
+    gaps = [m for m in margins if m < 0]
+    assert len(gaps) < len(margins), plans
+    with pytest.raises(ConfigError):
+        PacingOptions(max_wait_s=-1)
+
+
+def test_max_wait_leaves_a_machine_that_keeps_up_alone():
+    """Where the plan keeps up, the bound changes nothing."""
+    cfg = SynthesisConfig()
+    for rates in (SLOW, FAST):
+        assert simulate(cfg, rates, 120, expected=120) == simulate(cfg, rates, 120, expected=120,
+                                                                  options=PacingOptions(max_wait_s=3.0))

@@ -68,7 +68,8 @@ def test_two_runtimes_side_by_side_match_each_alone(case, tmp_path):
             np.testing.assert_allclose(audio, alone[name][0], atol=1e-6, err_msg=f"{name}: audio differs beside")
 
     eager, fast = engines["eager"], engines["fast"]  # each engine's models follow its own runtime
-    assert eager.runtime is EAGER and fast.runtime is FAST
+    assert eager.runtime == EAGER and fast.runtime == FAST  # (each with a thread plan of its own, from its settings)
+    assert eager.runtime.threads is not None and eager.runtime.threads is not fast.runtime.threads
     assert _loaded(eager, "gpt").decoder.kind == "mlx" and _loaded(fast, "gpt").decoder.kind == "numpy"
     for eng, impl in ((eager, "native"), (fast, "gemm")):
         sovits = _loaded(eng, "sovits")

@@ -31,7 +31,7 @@ def fixed_rates(token_s: float, frame_s: float, latent_s: float, expected: int) 
     r.note_vocoder(frame_s, 1)
     r.note_latent(latent_s, window=True)
     for name in ("note_tokens", "note_step", "note_vocoder", "note_latent", "note_window", "note_start",
-                 "note_length"):
+                 "note_length", "live_ratio"):
         setattr(r, name, lambda *a, **k: None)
     r.expected_tokens = lambda name, phones: expected
     return r

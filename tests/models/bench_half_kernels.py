@@ -63,6 +63,7 @@ def main(argv=None) -> int:
 
     root = bench.ensure_models(bench.default_models_dir() if args.models_dir is None else args.models_dir)
     threads = half_gemv.threads()
+    kernels = half_gemv.library()
     print(f"loadavg {os.getloadavg()} | BLAS {_blas.thread_settings()} | kernels {half_gemv.library_status()}")
 
     rng = np.random.default_rng(0)
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
     def variant(linear, ffn, n_threads, fused=True):
         def apply():
             t2s_numpy._linear, t2s_numpy._ffn = linear, ffn
-            half_gemv.set_threads(n_threads)
+            kernels.nthreads = lambda: n_threads  # the library the decoder and BERT share (no plan here)
             return dec if fused else unfused
         return apply
 
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
                 state.step(int(tok), prompt.shape[1] + i)
                 res[name]["step"].append((time.perf_counter() - t) * 1e3)
     t2s_numpy._linear, t2s_numpy._ffn = new_linear, new_ffn
-    half_gemv.set_threads(None)
+    kernels.nthreads = half_gemv.threads
     print(f"kernel threads (after) {threads}; {args.n} rounds, {bench.N_TOKENS} steps each")
     _row(f"BERT {bench.N_BERT_TOKENS} tokens", {k: v["bert"] for k, v in res.items()})
     _row("GPT prefill", {k: v["prefill"] for k, v in res.items()})

@@ -33,12 +33,14 @@ def lib():
 
 
 @pytest.fixture
-def threads():
-    """Set the kernels' thread count for one test, restored afterwards."""
-    saved = dict(half_gemv._THREADS)
-    yield half_gemv.set_threads
-    half_gemv._THREADS.clear()
-    half_gemv._THREADS.update(saved)
+def threads(lib):
+    """Set the kernels' thread count for one test (``None``: the process default), restored afterwards."""
+    saved = lib.nthreads
+
+    def set_threads(n):
+        lib.nthreads = half_gemv.threads if n is None else (lambda: n)
+    yield set_threads
+    lib.nthreads = saved
 
 
 def _weights(rng, n, k):

@@ -303,6 +303,15 @@ def test_split_vocoder_gives_the_same_samples(mlx_model, parts):
     split = runner(z, ge)
     assert split.shape == whole.shape
     np.testing.assert_allclose(split, whole, rtol=0, atol=1e-6)
+    # an engine's thread plan with fewer free cores than parts now: the one-thread session runs it whole
+    calls, free = [], [1]
+    counted = SplitRunner(lambda a, b: (calls.append(a.shape[2]), gen(a, b))[1], parts, margin, hop,
+                          cores=lambda: free[0])
+    np.testing.assert_array_equal(counted(z, ge), whole)
+    assert calls == [frames]
+    free[0], calls[:] = parts, []
+    np.testing.assert_allclose(counted(z, ge), whole, rtol=0, atol=1e-6)
+    assert len(calls) == parts
     no_margin = SplitRunner(gen, parts, 0, hop)
     no_margin.parts_for = lambda n: parts
     assert np.abs(no_margin(z, ge) - whole).max() > 1e-3

@@ -15,6 +15,7 @@ import pytest
 from conftest import fixtures_root, require_fixture
 
 from dora_primespeech_mlx.bench import conversation as conv
+from dora_primespeech_mlx.bench import cotenant
 
 
 def test_tokens_and_schedule():
@@ -63,9 +64,16 @@ def test_summary_table_and_sides(tmp_path):
     rows = [{"side": "ours:a", "lang": "zh", "rate": 20.0, "fed": "sentences", **dict.fromkeys(conv.METRICS, v)}
             for v in (1.0, 3.0, 2.0)]
     s = conv.summarize(rows)
-    assert s[("ours:a", "zh", 20.0)]["first_audio"] == 2.0 and s[("ours:a", "zh", 20.0)]["runs"] == 3
+    assert s[("ours:a", "idle", "zh", 20.0)]["first_audio"] == 2.0 and s[("ours:a", "idle", "zh", 20.0)]["runs"] == 3
     text = conv.table(s, {"upstream": "not run: why"})
-    assert "| ours:a | zh | 20 | sentences | 3 | 2.00 |" in text and "- upstream: not run: why" in text
+    assert "| ours:a | idle | – | zh | 20 | sentences | 3 | 2.00 |" in text and "- upstream: not run: why" in text
+    beside = [dict(r, load="loop:rate=48", cotenant_tps=t, first_audio=5.0) for r, t in zip(rows, (40.0, 44.0, 47.0))]
+    s = conv.summarize(rows + beside)
+    assert s[("ours:a", "loop:rate=48", "zh", 20.0)]["cotenant_tps"] == 44.0
+    assert s[("ours:a", "idle", "zh", 20.0)]["cotenant_tps"] is None
+    lines = conv.table(s, {}).splitlines()
+    assert lines[2].startswith("| ours:a | idle | – | zh | 20 |")  # the idle row, then the co-tenant's beside it
+    assert lines[3].startswith("| ours:a | loop:rate=48 | 44.0 | zh | 20 | sentences | 3 | 5.00 |")
     args = SimpleNamespace(langs="zh", rates="20", sentences=3, ref_big=str(tmp_path), tiny=None,
                            ours=[str(tmp_path)], upstream=sys.executable, compare_tools=None, split="cut0")
     sides = conv.side_commands(args)
@@ -73,19 +81,78 @@ def test_summary_table_and_sides(tmp_path):
     assert sides["upstream"].startswith("not run")
 
 
+def test_cotenant_specs():
+    s = cotenant.parse("loop")
+    assert s.kind == "loop" and s.options == {"threads": 1, "mb": 400.0, "rate": 48.0, "dim": 2048}
+    s = cotenant.parse("loop:threads=2,mb=50,rate=0")
+    assert (s.threads, s.options["mb"], s.options["rate"], s.text) == (2, 50.0, 0.0, "loop:threads=2,mb=50,rate=0")
+    assert cotenant.parse("llama:threads=1,shape=qwen2.5-1.5b").options["quant"] == "q8_0"
+    for bad in ("gpu", "loop:rate=fast", "loop:size=3", "loop:threads=0", "loop:mb=-1", "llama:shape=qwen3",
+                "loop:threads"):
+        with pytest.raises(ValueError):
+            cotenant.parse(bad)
+
+
+def test_cotenant_loop_runs_at_most_its_rate_and_stops():
+    """The loop process writes tokens from READY to the end of its standard input, never faster than its rate."""
+    c = cotenant.Cotenant(cotenant.parse("loop:threads=1,mb=8,dim=512,rate=50"))
+    c.start(timeout=120)
+    time.sleep(1.0)
+    got = c.stop()
+    assert c.proc.returncode == 0
+    assert got["kind"] == "loop" and got["tokens"] >= 1 and got["seconds"] >= 0.9
+    assert got["tokens"] <= 50 * got["seconds"] + 1  # paced: token i no earlier than i / rate
+    assert got["tokens_per_s"] == pytest.approx(got["tokens"] / got["seconds"], rel=0.02)
+    with pytest.raises(RuntimeError, match="did not start"):  # a co-tenant that cannot run says why
+        cotenant.Cotenant(cotenant.parse("llama:python=/bin/false")).start(timeout=30)
+
+
+def _llama_python() -> str | None:
+    """An interpreter with llama-cpp-python and gguf (the extra ``llm``): this one, or ``$LLAMA_PYTHON``."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("gguf"):
+        return sys.executable
+    return os.environ.get("LLAMA_PYTHON")
+
+
+def test_cotenant_llama_writes_a_random_qwen_and_decodes(tmp_path):
+    """The llama co-tenant: a GGUF of random weights in a Qwen2 shape written with the gguf package, loaded by
+    llama.cpp, decoding tokens until stopped."""
+    python = _llama_python()
+    if python is None:
+        pytest.skip("no llama-cpp-python here (pip install '.[llm]', or LLAMA_PYTHON=an interpreter that has it)")
+    model = tmp_path / "tiny.gguf"
+    c = cotenant.Cotenant(cotenant.parse(f"llama:shape=tiny,quant=f16,rate=40,model={model},python={python}"))
+    c.start(timeout=300)
+    time.sleep(1.0)
+    got = c.stop()
+    assert model.is_file() and got["kind"] == "llama" and got["tokens"] >= 1
+    assert got["tokens"] <= 40 * got["seconds"] + 1
+
+
 def test_conversation_end_to_end_with_the_tiny_voice(tmp_path):
-    """The whole tool (orchestrator, a side process, the node's handler and engine) on the fixture voice; the side
-    process's temporary model directory (gigabytes with the real-size set) is gone when it ends."""
+    """The whole tool (orchestrator, a side process, the node's handler and engine) on the fixture voice, idle and
+    beside a loop co-tenant in one run; the side process's temporary model directory (gigabytes with the real-size
+    set) is gone when it ends."""
     require_fixture("models/cases.json")
     cmd = [sys.executable, "-m", "dora_primespeech_mlx.cli", "bench", "--conversation", "--tiny", str(fixtures_root()),
-           "--threads", "1", "--rates", "60", "--sentences", "3", "--json"]
+           "--threads", "1", "--rates", "60", "--sentences", "3", "--json", "--cotenant", "loop:mb=20,dim=512,rate=40"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, TMPDIR=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not list(tmp_path.glob("conversation-*")), "a side left its model directory behind"
     out = json.loads(proc.stdout)
     assert not out["not_run"], out["not_run"]
-    (row,) = out["rows"]
-    assert row["sentences"] == 3 and row["rate"] == 60 and row["fed"] in ("fragments", "sentences")
-    assert row["chunks"] >= 3 and row["audio_s"] > 0
-    assert all(math.isfinite(row[m]) for m in conv.METRICS)
-    assert row["gap_total"] >= row["gap_worst"] >= 0 and row["playback_end"] >= row["last_audio"]
+    idle, beside = sorted(out["rows"], key=lambda r: r["load"] != "idle")
+    assert idle["load"] == "idle" and idle["cotenant_tps"] is None
+    assert beside["load"] == "loop:mb=20,dim=512,rate=40" and beside["cotenant"]["kind"] == "loop"
+    # the co-tenant ran through the measured run (started before it, stopped after) and wrote tokens
+    measured = conv.llm_script(conv.ANSWERS[beside["lang"]][:3], beside["lang"], 60).times[-1] + beside["last_audio"]
+    assert beside["cotenant"]["seconds"] >= measured and beside["cotenant"]["tokens"] > 0
+    assert 0 < beside["cotenant_tps"] <= 40 * 1.05
+    for row in (idle, beside):
+        assert row["sentences"] == 3 and row["rate"] == 60 and row["fed"] in ("fragments", "sentences")
+        assert row["chunks"] >= 3 and row["audio_s"] > 0
+        assert all(math.isfinite(row[m]) for m in conv.METRICS)
+        assert row["gap_total"] >= row["gap_worst"] >= 0 and row["playback_end"] >= row["last_audio"]
+        assert row["threads_used"] == 1 and row["threads_why"]  # the thread plan's decision (at most --threads 1)

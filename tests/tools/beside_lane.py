@@ -60,7 +60,7 @@ z = np.concatenate([z, z], axis=2)
 print(f"BLAS {_blas.thread_settings()}; lane vocoder latent {z.shape[2]} frames")
 for rnd in range(A.rounds):
     for hold in (False, True):
-        lane.on_busy = functools.partial(core._one_thread_beside_lane, hold)  # as the runtime's hold_blas does
+        lane.on_busy = functools.partial(core._lane_busy, eng.threads, hold)  # as the runtime's hold_blas does
         alone, beside, vocoder = [], [], []
         for _ in range(A.runs):
             alone.append(latent()[0])

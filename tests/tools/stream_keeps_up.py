@@ -26,7 +26,9 @@ sentences join the decode also while the pacer covers) and ``taper=0`` (while co
 sentence's first piece is the smallest that keeps up, even with audio in hand) and ``endwait=0`` (a window ending at
 the sentence's expected length is cut without waiting a step for its end) and ``cover_later=0`` (windows that gain on
 the listener never cover for the later sentences' starts) and ``start=earliest`` (the first sentence's first chunk
-as early as that sentence alone allows: PRIMESPEECH_STREAM_START; these five are ``pacing.PacingOptions``). Prints one
+as early as that sentence alone allows: PRIMESPEECH_STREAM_START) and ``live=0`` (the plan on the recent medians
+alone, not the sentence's live token speed) and ``max_wait=S`` (PRIMESPEECH_STREAM_MAX_WAIT; these are
+``pacing.PacingOptions``). Prints one
 ``KEEPSUP`` line per variant;
 ``--whole`` also times a whole (non-streaming) request after each streamed one.
 """
@@ -81,7 +83,7 @@ def apply_variant(opts: dict) -> dict:
         backend.generator, backend.split = vocoders[parts]
     hold = opts.pop("blas_hold", "1") != "0"  # the runtime's hold_blas
     yields = opts.pop("gpt_yield", "1") != "0"
-    eng._lane.on_busy = functools.partial(core._one_thread_beside_lane, hold) if yields else None
+    eng._lane.on_busy = functools.partial(core._lane_busy, eng.threads, hold) if yields else None
     rates = eng.rates  # the pacer's inputs: instance attributes shadow the methods for this variant only
     rates.__dict__.pop("expected_tokens", None)
     if opts.pop("length", "1") == "0":
@@ -95,7 +97,9 @@ def apply_variant(opts: dict) -> dict:
                                            later_full=opts.pop("later", "1") != "0",
                                            cover_later=opts.pop("cover_later", "1") != "0",
                                            end_waits=opts.pop("endwait", "1") != "0",
-                                           start=opts.pop("start", "gapless"))
+                                           start=opts.pop("start", "gapless"),
+                                           live=opts.pop("live", "1") != "0",
+                                           max_wait_s=float(opts.pop("max_wait", "0")))
     Generator.receptive_frames = base_reach if crop else property(lambda self: 10**6)
     if not crop:
         opts["stream_vocoder_margin"] = "4096"  # every frame of each window through the vocoder

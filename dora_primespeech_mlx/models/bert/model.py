@@ -247,7 +247,8 @@ class BertModel(nn.Module):
         """The float16-weight kernels (the runtime's build) when MLX computes on the CPU here, else None."""
         if mx.default_device().type != mx.cpu:
             return None
-        return half_gemv.library(getattr(self, "runtime", DEFAULT).isa)
+        runtime = getattr(self, "runtime", DEFAULT)
+        return half_gemv.library(runtime.isa, runtime.threads)
 
     def _gemm(self) -> str:
         """The products' path of the numpy forward (``cpu_paths``: float16 kernel GEMM or BLAS on upcast weights)."""

@@ -15,7 +15,6 @@ import numpy as np
 from ...runtime import DEFAULT, Runtime
 from ..kernels import half_gemv
 from ..kernels.cpu_paths import path as stage_path
-from ..kernels.half_gemv import threads
 from ..kernels.half_matrix import HalfMatrix
 from ..shared.storage import half_storage
 from .model import T2SModel
@@ -52,7 +51,7 @@ def _add_norm(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray, fn, ep
     x = np.ascontiguousarray(x, dtype=np.float32)
     y = np.ascontiguousarray(y, dtype=np.float32)
     M, D = x.shape
-    fn.add_layer_norm_rows(x.ctypes.data, y.ctypes.data, w.ctypes.data, b.ctypes.data, M, D, float(eps), threads())
+    fn.add_layer_norm_rows(x.ctypes.data, y.ctypes.data, w.ctypes.data, b.ctypes.data, M, D, float(eps), fn.nthreads())
     return x
 
 
@@ -113,7 +112,7 @@ class _Weights:
         self.num_heads, self.head_dim, self.dim = a.num_heads, a.head_dim, a.hidden_dim
         self.scale = np.float32(1.0 / np.sqrt(a.head_dim))
         self.half = half_weights(model, runtime) if half is None or half else False
-        fn = half_gemv.kernel(runtime.isa, runtime.gpt_half) if self.half else None
+        fn = half_gemv.kernel(runtime.isa, runtime.gpt_half, runtime.threads) if self.half else None
         self.fused = runtime.fused_step  # float16 weights: blocks / prefill attention in one kernel call each
         self.prefill_gemm = stage_path("gpt_prefill", runtime)[0] if self.half else "float16"
         self.layers = [_Layer(b, fn) for b in model.layers]
@@ -240,7 +239,7 @@ class NumpyDecoder:
             if fn is not None:  # one head per chunk on the kernels' threads, BLAS's threads left alone
                 o = np.empty((T, D), dtype=np.float32)
                 fn.prefill_attention(qkv.ctypes.data, K.ctypes.data, V.ctypes.data, o.ctypes.data, scratch.ctypes.data,
-                                     T, D, H, K.shape[1], n_text, float(w.scale), threads())
+                                     T, D, H, K.shape[1], n_text, float(w.scale), fn.nthreads())
             else:
                 q = qkv[:, :D].reshape(T, H, hd).transpose(1, 0, 2)
                 K[:, :T] = qkv[:, D : 2 * D].reshape(T, H, hd).transpose(1, 0, 2)
@@ -287,7 +286,7 @@ def step_batch(states: list[NumpyDecodeState], tokens: list[int], positions: lis
     sp = (P * n)(*[s._scratch.ctypes.data for s in states])
     fn = d.predict.fn
     if fn.decode_layers_batch(tables, n, caps, ts, xp, sp, len(d.layers), d.dim, d.num_heads, states[0]._h.shape[0],
-                              float(d.scale), 1e-5, threads()) != 0:
+                              float(d.scale), 1e-5, fn.nthreads()) != 0:
         raise RuntimeError(f"the batched decode step refused {n} rows")
     for s in states:
         s.offset += 1
@@ -334,7 +333,7 @@ class NumpyDecodeState:
         if self._fused is not None and d.fused:  # every block in one kernel call (float16 weights)
             fn = d.predict.fn
             fn.decode_layers(self._fused, len(d.layers), self.keys[0].shape[1], t, x.ctypes.data,
-                             self._scratch.ctypes.data, d.dim, H, self._h.shape[0], float(d.scale), 1e-5, threads())
+                             self._scratch.ctypes.data, d.dim, H, self._h.shape[0], float(d.scale), 1e-5, fn.nthreads())
             self.offset = n
             return d.predict @ x
         for layer, K, V in zip(d.layers, self.keys, self.values):

@@ -11,6 +11,7 @@ builds, no process-wide choice."""
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import logging
 import platform
@@ -33,7 +34,6 @@ FLAGS = {
 NEEDS = {"avx512": ("avx512f", "avx2", "fma", "f16c"), "avx2": ("avx2", "fma", "f16c"), "generic": ()}
 ASKED = ("auto", "avx512", "avx2", "generic", "none")  # the builds one may ask for
 _LIBS: dict[str, dict[str, object]] = {}  # build asked for -> the library ("lib"), why not ("why"), "isa", "reason"
-_THREADS: dict[str, int] = {}
 _WARNED: set[tuple[str, str]] = set()
 
 
@@ -53,18 +53,10 @@ def _asked(isa: str) -> str:
     return isa
 
 
-def set_threads(threads: int | None) -> None:
-    """Threads for the kernels (None: back to the default, the package's BLAS thread count, which follows
-    ``PRIMESPEECH_THREADS``: 1 on machines with <= 2 usable CPUs unless set)."""
-    _THREADS.clear()
-    if threads is not None:
-        _THREADS["n"] = max(1, int(threads))
-
-
 def threads() -> int:
-    """The kernels' thread count now (see :func:`set_threads`)."""
-    if "n" in _THREADS:
-        return _THREADS["n"]
+    """The kernels' thread count without a thread plan: the package's BLAS thread count (``PRIMESPEECH_THREADS``: 1
+    on machines with <= 2 usable CPUs unless set). An engine's kernels ask its plan instead (:func:`kernel`,
+    :func:`library` with ``plan``: ``threads.ThreadPlan.kernel_threads``)."""
     n = _blas.thread_settings().get("blas_threads")
     return n if isinstance(n, int) and n > 0 else max(1, _blas.usable_cpus())
 
@@ -95,9 +87,8 @@ def choose_isa(asked: str = "auto") -> tuple[str, str]:
     included: the portable build's speed there is unmeasured, so float32 stays the default). A build the CPU
     cannot run is refused (never an illegal instruction), and every build passes a self-check against numpy before
     use. :func:`library` returns None where no kernels are to be had (then callers keep float32); :func:`kernel` is
-    the library for the GPT unless its mode (``PRIMESPEECH_GPT_HALF``) is ``0``. Threads: :func:`threads` (the
-    package's BLAS thread count, i.e. ``PRIMESPEECH_THREADS``; :func:`set_threads` holds them at one while the
-    vocoder lane works)."""
+    the library for the GPT unless its mode (``PRIMESPEECH_GPT_HALF``) is ``0``. Threads: an engine's thread plan
+    (``plan``: 1 while the vocoder lane works), else :func:`threads`."""
     asked = _asked(asked)
     flags = cpu_flags()
     if asked == "none":
@@ -124,12 +115,21 @@ def _build(isa: str) -> str:
     return native.compile_shared("half_gemv", FLAGS[isa])
 
 
-def library(asked: str = "auto"):
+def library(asked: str = "auto", plan=None):
     """The compiled kernels (:class:`_Kernel`) of the build ``asked`` for (see :func:`choose_isa`), whatever the GPT's
-    mode says, or None where they cannot be had (see :func:`library_status`). Built once per process and build."""
+    mode says, or None where they cannot be had (see :func:`library_status`). Built once per process and build;
+    ``plan`` (an engine's ``threads.ThreadPlan``): the kernels on that plan's threads."""
     entry = _LIBS.get(_asked(asked))
     if entry is not None:
-        return entry["lib"]
+        return _bound(entry["lib"], plan)
+    return _bound(_library(asked), plan)
+
+
+def _bound(lib, plan):
+    return lib if lib is None or plan is None else lib.on_threads(plan.kernel_threads)
+
+
+def _library(asked: str):
     lib, why = None, None
     isa, reason = choose_isa(asked)
     if isa == "none":
@@ -160,11 +160,11 @@ def isa(asked: str = "auto") -> str:
     return str(_LIBS[asked]["isa"])
 
 
-def kernel(asked: str = "auto", gpt_half: str = "auto"):
+def kernel(asked: str = "auto", gpt_half: str = "auto", plan=None):
     """The kernels for the GPT decode (:class:`_Kernel`), or None (see :func:`status` for why): the
-    :func:`library` of ``asked`` unless ``gpt_half`` (``PRIMESPEECH_GPT_HALF``) is ``0``."""
+    :func:`library` of ``asked`` unless ``gpt_half`` (``PRIMESPEECH_GPT_HALF``) is ``0``; on ``plan``'s threads."""
     fn, why = _kernel(asked, mode(gpt_half))
-    return fn
+    return _bound(fn, plan)
 
 
 def _kernel(asked: str, m: str):
@@ -189,14 +189,15 @@ _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 
 class _Kernel:
-    """The compiled library: ``kernel(W, x, b, y, n, k)`` is ``gemv_f16`` on :func:`threads` threads (rows split,
+    """The compiled library: ``kernel(W, x, b, y, n, k)`` is ``gemv_f16`` on ``nthreads()`` threads (rows split,
     every result bit-identical to one thread's); ``gemm(W, X, b, Y, m, n, k, act)``; ``ffn(...)`` (the decode
     step's fc1 -> ReLU -> fc2 in one call); ``upcast(src, dst, n)``."""
 
     ACT = {None: 0, "relu": 1, "gelu": 2}
 
-    def __init__(self, lib, isa: str):
+    def __init__(self, lib, isa: str, nthreads=None):
         self.lib, self.isa = lib, isa
+        self.nthreads = nthreads or threads  # () -> the thread count for the next call
         self.avx512 = isa == "avx512"
         self.gemv1 = _fn(lib, "gemv_f16", _P, _P, _P, _P, _I64, _I64)
         self.gemv_mt = _fn(lib, "gemv_f16_mt", _P, _P, _P, _P, _I64, _I64, _INT)
@@ -216,15 +217,21 @@ class _Kernel:
                                        ctypes.c_float, ctypes.c_float, _INT)
         self.decode_layers_batch.restype = _INT
 
+    def on_threads(self, nthreads) -> _Kernel:
+        """The same kernels with their thread count from ``nthreads()`` (a thread plan's ``kernel_threads``)."""
+        bound = copy.copy(self)
+        bound.nthreads = nthreads
+        return bound
+
     def __call__(self, W, x, b, y, n, k) -> None:
-        self.gemv_mt(W, x, b, y, n, k, threads())
+        self.gemv_mt(W, x, b, y, n, k, self.nthreads())
 
     def gemm(self, W, X, b, Y, m, n, k, act: str | None = None, nthreads: int | None = None) -> None:
-        if self.gemm_mt(W, X, b, Y, m, n, k, self.ACT[act], threads() if nthreads is None else nthreads):
+        if self.gemm_mt(W, X, b, Y, m, n, k, self.ACT[act], self.nthreads() if nthreads is None else nthreads):
             raise MemoryError(f"gemm_f16: no memory for the {m} x {k} rows' transposed copy and weight panels")
 
     def ffn(self, W1, b1, W2, b2, x, h, y, k, n1) -> None:
-        self.ffn_mt(W1, b1, W2, b2, x, h, y, k, n1, threads())
+        self.ffn_mt(W1, b1, W2, b2, x, h, y, k, n1, self.nthreads())
 
 
 def _self_check(fn) -> bool:

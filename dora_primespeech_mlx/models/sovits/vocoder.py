@@ -181,7 +181,7 @@ class MLXWeights:
 
 def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None,
           release_mlx: bool = True, parts: str | int = "1", spin: bool | None = None,
-          arena: bool = False) -> VocoderBackend:
+          arena: bool = False, cores=None) -> VocoderBackend:
     """The generator backend for ``sovits`` (see the module docstring), for ``sovits.use_vocoder``.
     ``cache_dir``: where the ONNX graph is cached (None: built in memory). ``release_mlx``: drop the MLX
     generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``).
@@ -189,6 +189,7 @@ def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto"
     single-threaded run per core (``models/vocoder_split``; latents too short for that run whole with ``threads``
     intra-op threads; ``auto``: :func:`auto_parts`; ``1``: always whole). ``spin``: the intra-op threads spin
     between convolutions (None: off); ``arena``: ONNX Runtime's CPU memory arena (off: buffers go back to the heap).
+    ``cores``: () -> the cores free now; a cut vocoder runs whole on one thread while they are fewer than its parts.
     :func:`from_runtime` passes an engine runtime's choices."""
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
@@ -211,7 +212,7 @@ def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto"
                 single = generator if generator.threads == 1 else vocoder_onnx.load_or_build(sovits.dec, cache_dir, 1,
                                                                                             arena=arena)
                 backend.split = SplitRunner(single, n, sovits.dec.receptive_frames, sovits.samples_per_frame,
-                                            whole=generator)
+                                            whole=generator, cores=cores)
         except Exception as exc:  # ImportError, a build or load error: MLX it is
             backend = VocoderBackend(mode, reason="fallback")
             backend.fail(f"ONNX Runtime backend unavailable: {type(exc).__name__}: {exc}")
@@ -223,8 +224,11 @@ def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto"
 def from_runtime(sovits, runtime, cache_dir: str | os.PathLike | None = None) -> VocoderBackend:
     """:func:`build` with a :class:`~dora_primespeech_mlx.runtime.Runtime`'s vocoder choices (``vocoder``,
     ``vocoder_parts``, ``vocoder_spin``, ``vocoder_arena``, ``release_mlx``)."""
+    plan = runtime.threads  # the engine's thread plan: the sessions' threads, and how many parts may run now
     return build(sovits, cache_dir, mode=runtime.vocoder, parts=runtime.vocoder_parts, spin=runtime.vocoder_spin,
-                 arena=runtime.vocoder_arena, release_mlx=runtime.release_mlx)
+                 arena=runtime.vocoder_arena, release_mlx=runtime.release_mlx,
+                 threads=None if plan is None else plan.vocoder_threads(),
+                 cores=None if plan is None else plan.vocoder_parts_now)
 
 
 def _openvino(sovits, cache_dir, threads: int | None) -> VocoderBackend | None:

@@ -27,9 +27,11 @@ class SplitRunner:
     a latent is cut into fewer parts, or runs on ``fn`` alone."""
 
     def __init__(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], parts: int, margin: int, hop: int,
-                 whole: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
+                 whole: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+                 cores: Callable[[], int] | None = None):
         self.fn, self.parts, self.margin, self.hop = fn, max(1, int(parts)), int(margin), int(hop)
         self.whole = whole
+        self.cores = cores  # () -> the cores free now (an engine's thread plan); fewer than parts: ``fn`` alone
         self._pool = ThreadPoolExecutor(self.parts - 1, thread_name_prefix="primespeech-vocoder-part") \
             if self.parts > 1 else None
 
@@ -38,6 +40,8 @@ class SplitRunner:
 
     def __call__(self, z: np.ndarray, ge: np.ndarray) -> np.ndarray:
         frames = z.shape[2]
+        if self.cores is not None and self.cores() < self.parts:  # the plan has fewer cores now: one thread, whole
+            return self.fn(z, ge)
         n = self.parts_for(frames)
         if n < self.parts and self.whole is not None:
             return self.whole(z, ge)
