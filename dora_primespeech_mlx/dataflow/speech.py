@@ -44,8 +44,7 @@ class Speaker:
             self.out.log("WARNING", f"text #{job.seq}: {w}")
         text = req.text
         if job.skip:
-            self.out.log("DEBUG", f"text #{job.seq}: nothing to speak ({text[:40]!r}), skipped")
-            self.answers.skip(job)
+            self.answers.skip(job, f"nothing to speak: no letters or digits in {text[:40]!r}", "DEBUG")
             return
         try:
             voice = self.voice_of(job)
@@ -62,8 +61,7 @@ class Speaker:
         except SynthesisCancelled:
             duration = chunks = 0
         except NothingToSpeakError as exc:
-            self.out.log("DEBUG", f"text #{job.seq}: nothing to speak ({exc}), skipped")
-            self.answers.skip(job)
+            self.answers.skip(job, *skip_reason(exc, language, "text_lang" in req.overrides, voice.language))
             return
         except SynthesisError as exc:
             stage = getattr(exc, "stage", "synthesis")
@@ -136,6 +134,19 @@ class Speaker:
         if job.voice is None:
             job.voice = self.voices.for_request(job.request, job.stamp)
         return job.voice
+
+
+def skip_reason(exc: NothingToSpeakError, language: str, text_sets_it: bool, voice_language: str) -> tuple[str, str]:
+    """(reason, log level) of a text the engine found nothing to speak in. Letters the language cannot read (a
+    Chinese answer to an English voice) are a WARNING that says what to do; no letters or digits at all, DEBUG."""
+    if exc.language is None:
+        return f"nothing to speak: {exc}", "DEBUG"
+    whose = "the text's language" if text_sets_it else "the voice's language"
+    hint = ("send it with its own `language` or `auto`" if text_sets_it
+            else "set `language` on the text (or TEXT_LANG) to its own or `auto`")
+    if text_sets_it and language != voice_language:
+        whose += f" (the voice's: {voice_language!r})"
+    return f"nothing speakable as {exc.language!r}, {whose}: {hint}", "WARNING"
 
 
 def request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> str | None:
