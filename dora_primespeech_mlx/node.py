@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dora_primespeech_mlx.dataflow.handler import NODE_NAME, WATCH_S, MessageHandler
+from dora_primespeech_mlx.dataflow.params import parameter_event
 from dora_primespeech_mlx.dataflow.transport import DirectTransport, OutboxTransport
 
 # Absolute imports: the operator runtime loads this file by path, as a top-level module.
@@ -300,6 +301,8 @@ def main() -> int:
         elif kind == "STOP":
             stopped = time.monotonic()
             break
+        elif (param := parameter_event(event)) is not None:  # dora param set / delete
+            handler.on_parameter(*param)
         elif daemon_lost(event):
             leave_orphaned(f"dora reports the daemon connection lost ({str(event.get('error')).splitlines()[0]})")
         elif kind == "ERROR" and "timed out" not in str(event.get("error", "")).lower():
@@ -361,6 +364,8 @@ class Operator:
             self.handler.on_input(input_id, dora_event.get("value"), dora_event.get("metadata"))
         elif kind == "INPUT":
             self._sliced = True  # a heartbeat
+        elif (param := parameter_event(dora_event)) is not None:  # dora param set / delete
+            self.handler.on_parameter(*param)
         elif kind == "STOP":
             self._stop(send_output)
             status = DoraStatus.STOP

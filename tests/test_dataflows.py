@@ -46,10 +46,11 @@ def test_every_shown_yaml_is_a_dataflow_or_the_cluster_file():
 @pytest.mark.parametrize("flow", dataflows(), ids=lambda p: str(p.relative_to(REPO)))
 def test_dora_validate(flow, tmp_path):
     assert "${" not in flow.read_text(encoding="utf-8"), "templates belong beside the tests that render them"
-    result = subprocess.run([_dora(), "validate", str(flow)], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "RUST_BACKTRACE": "0"})
+    # --strict-types: a type warning fails (dataflow.yaml: checked against the node manifest beside it, dora-node.yml)
+    result = subprocess.run([_dora(), "validate", "--strict-types", str(flow)], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "RUST_BACKTRACE": "0"})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Descriptor config OK" in result.stdout
+    assert "Descriptor config OK" in result.stdout and "All type annotations OK" in result.stdout
 
 
 def test_distributed_placement_matches_cluster_file():

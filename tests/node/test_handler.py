@@ -207,6 +207,47 @@ def test_every_text_gets_a_reason_a_person_can_read(model_dir, shared_engine):
     assert len(warnings) == 1, logs
 
 
+def test_runtime_parameters_take_their_place_among_the_texts(model_dir, shared_engine, monkeypatch):
+    """``dora param set`` (PARAM_UPDATE events): voice as change_voice, speed/language as the texts' defaults,
+    each in send order and answered on ``status``; a bad one is answered with an error and changes nothing."""
+    engine = shared_engine[0]
+    asked = []
+    stream = engine.synthesize_stream
+
+    def recording(text, **kw):
+        asked.append(kw.get("speed_factor"))
+        return stream(text, **kw)
+
+    monkeypatch.setattr(engine, "synthesize_stream", recording)
+    handler, rec = make_handler(model_dir, shared_engine)
+    text(handler, "Hi there.", question_id="before")
+    handler.on_parameter("voice", VOICE_2)
+    handler.on_parameter("speed", 9)  # out of range
+    handler.on_parameter("volume", 1)  # unknown
+    handler.on_parameter("speed", 1.5)
+    handler.on_parameter("streaming", True)
+    text(handler, "Hi there.", question_id="after")
+    rec.wait(lambda r: len(completes(r)) == 2)
+    handler.on_parameter("speed", None)  # deleted: the voice's own again
+    rec.wait(lambda r: sum(s["status"] == "parameter_set" for s in r.statuses()) == 3)
+    assert handler.finish(60)
+    voice_of = {m["question_id"]: m["voice"] for _, m in rec.of("audio")}
+    assert voice_of == {"before": VOICE, "after": VOICE_2}
+    streamed = {m["question_id"]: m["is_streaming"] for _, m in rec.of("audio")}
+    assert streamed == {"before": False, "after": True}  # streaming: true from the text after it
+    assert asked == [1.5]  # the streamed text (after the parameter) asked for speed 1.5
+    answers = [(json.loads(a[0].as_py()), m) for a, m in rec.of("status")]
+    changed = [(b, m) for b, m in answers if b["status"] == "voice_changed"]
+    assert len(changed) == 1 and changed[0][0]["voice"] == VOICE_2 and changed[0][1]["parameter"] == "voice"
+    errors = {m["parameter"]: b for b, m in answers if b["status"] == "error" and "parameter" in m}
+    assert set(errors) == {"speed", "volume"} and "0.25..4" in errors["speed"]["reason"]
+    assert "known: voice, speed, language" in errors["volume"]["reason"]
+    sets = [b for b, _ in answers if b["status"] == "parameter_set"]
+    assert [(b["parameter"], b["value"]) for b in sets] == [("speed", 1.5), ("streaming", True), ("speed", None)]
+    assert sets[1]["parameters"]["speed"] == 1.5 and "speed" not in sets[2]["parameters"]
+    assert handler.params.overrides == {}
+
+
 def test_control_commands(model_dir, shared_engine):
     handler, rec = make_handler(model_dir, shared_engine)
     for i, cmd in enumerate(["list_voices", "stats", "change_voice:No Such Voice", f"change_voice:{VOICE_2}",
