@@ -186,6 +186,7 @@ def _say_mistakes(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["say", "hi", "-o", str(folder)], "is a folder"),
         (["say", "hi", "-o", str(tmp_path / "x.ogg")], ".wav"),
         (["say", "hi", "--voice", "Nobody"], "unknown voice"),
+        (["say", "hi", "--voice", "Doubau"], "unknown voice 'Doubau' (did you mean 'Doubao'?)"),
     ]
 
 

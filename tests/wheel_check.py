@@ -119,6 +119,11 @@ def check_wheel_files(wheel: Path) -> None:
                    "dora_primespeech_mlx/dora-node.yml"):
         if not any(n.endswith(wanted) for n in names):
             raise SystemExit(f"{wheel.name} has no {wanted.lstrip('/')}")
+    with zipfile.ZipFile(wheel) as z:  # what `pip show -v` prints: the license and the project's links
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode("utf-8")
+    for wanted in ("License-Expression: MIT", "Project-URL: ", "Classifier: "):
+        if wanted not in meta:
+            raise SystemExit(f"{wheel.name}'s METADATA has no {wanted.strip()}")
 
 
 def user_env(venv: Path) -> dict:

@@ -12,6 +12,7 @@ and never stops the other voices; every transcript is bounded by :data:`MAX_PROM
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 import os
 import shlex
@@ -349,6 +350,18 @@ def _match(name: str, names) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
+def did_you_mean(name: str, names) -> str | None:
+    """The known voice name closest to a mistyped ``name`` ("Tinny" -> "Tiny", "luo xaing" -> "Luo Xiang"), compared
+    without case, spaces and punctuation; None when none is close."""
+
+    def norm(s: str) -> str:
+        return "".join(ch for ch in s.lower() if ch.isalnum())
+
+    by_norm = {norm(n): n for n in names}
+    close = difflib.get_close_matches(norm(name), list(by_norm), n=1, cutoff=0.75)
+    return by_norm[close[0]] if close else None
+
+
 def resolve_voice(name: str, root: Path, require_installed: bool = True, *, voices_dir: Path | None = None,
                   unknown_keys: str = "error") -> VoiceSpec:
     """The voice called ``name``; :class:`VoiceNotFoundError` / :class:`VoiceNotInstalledError` otherwise, and
@@ -361,7 +374,9 @@ def resolve_voice(name: str, root: Path, require_installed: bool = True, *, voic
         if hit is not None:
             raise ConfigError(f"voice {name!r} cannot be used: {by_name[hit].error}")
         note = f" (broken voice files: {', '.join(str(b.path) for b in broken)})" if broken else ""
-        raise VoiceNotFoundError(f"unknown voice {name!r}; known voices: {', '.join(sorted(voices))}{note}")
+        guess = did_you_mean(str(name).strip(), voices)
+        hint = f" (did you mean {guess!r}?)" if guess else ""
+        raise VoiceNotFoundError(f"unknown voice {name!r}{hint}; known voices: {', '.join(sorted(voices))}{note}")
     spec = voices[key]
     if require_installed:
         ensure_installed(spec, root)
