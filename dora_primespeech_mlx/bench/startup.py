@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..engine import GPTSoVITSEngine
-from ..text.warmup import warm_up
 from .measure import _preload_blas, bench_runtime
 from .weights import bench_voice, default_models_dir, ensure_models
 
@@ -22,6 +20,9 @@ def startup_probe(root: Path, started: float, spec=None) -> dict[str, Any]:
     """The stages in this process (run fresh by :func:`startup`), seconds each; ``started``: ``time.perf_counter()``
     before the process imported anything of the package (the imports stage runs from there); ``spec``: the voice
     (default: the bench's models in ``root``)."""
+    from ..engine import GPTSoVITSEngine  # (here: `primespeech-mlx` builds its parser without loading MLX)
+    from ..text.warmup import warm_up
+
     out: dict[str, Any] = {"imports_s": round(time.perf_counter() - started, 2)}
     engine = GPTSoVITSEngine(model_dir=root, runtime=bench_runtime())
     spec = spec if spec is not None else bench_voice(root)
