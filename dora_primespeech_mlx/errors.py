@@ -33,7 +33,12 @@ class DownloadError(PrimeSpeechError):
 
 
 class NothingToSpeakError(PrimeSpeechError, ValueError):
-    """The text has nothing speakable (empty, punctuation or symbols only)."""
+    """The text has nothing speakable (empty, punctuation or symbols only). ``language``: the language it was read
+    as when it has letters that language cannot read (e.g. Chinese read as ``en``); None when it has none."""
+
+    def __init__(self, message: str, language: str | None = None):
+        super().__init__(message)
+        self.language = language
 
 
 class SynthesisError(PrimeSpeechError, RuntimeError):

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dora_primespeech_mlx.dataflow.handler import NODE_NAME, WATCH_S, MessageHandler
+from dora_primespeech_mlx.dataflow.handler import WATCH_S, MessageHandler
+from dora_primespeech_mlx.dataflow.params import parameter_event
 from dora_primespeech_mlx.dataflow.transport import DirectTransport, OutboxTransport
 
 # Absolute imports: the operator runtime loads this file by path, as a top-level module.
@@ -119,23 +120,12 @@ def start_failure(handler: MessageHandler) -> str | None:
     return f"cannot start: {exc}{hint}"
 
 
-def headline(message: str) -> str:
-    """The first line of a message, without a clause that introduces the lines below (``; missing:``)."""
-    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    if first.endswith(":") and "; " in first:
-        return first.rsplit("; ", 1)[0]
-    return first.rstrip(" :;,")
-
-
 def report_start_failure(handler: MessageHandler, message: str, error: str) -> None:
-    """Say once why the node cannot start. dora 1.x shows a node's stdout as it comes and repeats a failed node's
-    stderr twice more (its exit report and the dataflow's summary): the whole message goes to stdout, stderr and
-    ``log`` get its first line, ``status`` (``error_stage: init``) gets all of it for the other nodes."""
-    first = headline(message)
-    if first != message.strip():
-        print(f"[{NODE_NAME}] ERROR {message}", flush=True)
-        first += " (the whole message: above, and on the status output)"
-    handler.log("ERROR", first)
+    """Say once why the node cannot start: the whole message (headline, the missing files, the command that fixes
+    it: :func:`~.assets.catalog.not_installed_message`) on stderr and ``log`` as the node's last lines (dora 1.x
+    shows a failed node's stderr in its exit report and in the dataflow's summary, the end of ``dora run``'s
+    output), and on ``status`` (``error_stage: init``) for the other nodes."""
+    handler.log("ERROR", message)
     handler.status("error", level="ERROR", message=message, error=error, error_stage="init")
 
 
@@ -300,6 +290,8 @@ def main() -> int:
         elif kind == "STOP":
             stopped = time.monotonic()
             break
+        elif (param := parameter_event(event)) is not None:  # dora param set / delete
+            handler.on_parameter(*param)
         elif daemon_lost(event):
             leave_orphaned(f"dora reports the daemon connection lost ({str(event.get('error')).splitlines()[0]})")
         elif kind == "ERROR" and "timed out" not in str(event.get("error", "")).lower():
@@ -361,6 +353,8 @@ class Operator:
             self.handler.on_input(input_id, dora_event.get("value"), dora_event.get("metadata"))
         elif kind == "INPUT":
             self._sliced = True  # a heartbeat
+        elif (param := parameter_event(dora_event)) is not None:  # dora param set / delete
+            self.handler.on_parameter(*param)
         elif kind == "STOP":
             self._stop(send_output)
             status = DoraStatus.STOP

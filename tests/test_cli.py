@@ -126,10 +126,15 @@ def test_offline_paths_give_the_same_exact_missing_files(tmp_path, capsys):
     with pytest.raises(DownloadError) as auto:  # the default: download, but offline
         engine_factory(Settings(voice=voice, model_dir=tmp_path))(lambda m: None)
     assert str(manual.value) == expected
-    assert expected in str(auto.value) and "cannot reach the Hugging Face Hub" in str(auto.value)
+    files = expected.split("\n\n")[0].split("\nOr copy")[0]  # the headline and the missing files
+    assert files in str(auto.value) and "cannot reach the Hugging Face Hub" in str(auto.value)
+    # offline, the command that fixes it runs on another machine: the download is not advised as if it could work
+    assert "Fix (needs internet access" in expected and "Fix (" not in str(auto.value)
+    assert "on a machine with internet access" in str(auto.value)
+    assert str(auto.value).rstrip().endswith(expected.rstrip().splitlines()[-1].strip())  # the command, last
 
     assert main(["download", voice, "--model-dir", str(tmp_path)]) == 2
-    assert expected in capsys.readouterr().err
+    assert files in capsys.readouterr().err
     assert main(["say", "hi", "--voice", voice, "--model-dir", str(tmp_path)]) == 2
     assert expected in capsys.readouterr().err
     assert not any(p.is_file() for p in tmp_path.rglob("*"))  # nothing half-written
@@ -181,6 +186,7 @@ def _say_mistakes(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["say", "hi", "-o", str(folder)], "is a folder"),
         (["say", "hi", "-o", str(tmp_path / "x.ogg")], ".wav"),
         (["say", "hi", "--voice", "Nobody"], "unknown voice"),
+        (["say", "hi", "--voice", "Doubau"], "unknown voice 'Doubau' (did you mean 'Doubao'?)"),
     ]
 
 

@@ -46,10 +46,11 @@ def test_every_shown_yaml_is_a_dataflow_or_the_cluster_file():
 @pytest.mark.parametrize("flow", dataflows(), ids=lambda p: str(p.relative_to(REPO)))
 def test_dora_validate(flow, tmp_path):
     assert "${" not in flow.read_text(encoding="utf-8"), "templates belong beside the tests that render them"
-    result = subprocess.run([_dora(), "validate", str(flow)], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "RUST_BACKTRACE": "0"})
+    # --strict-types: a type warning fails (dataflow.yaml: checked against the node manifest beside it, dora-node.yml)
+    result = subprocess.run([_dora(), "validate", "--strict-types", str(flow)], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "RUST_BACKTRACE": "0"})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Descriptor config OK" in result.stdout
+    assert "Descriptor config OK" in result.stdout and "All type annotations OK" in result.stdout
 
 
 def test_distributed_placement_matches_cluster_file():
@@ -124,8 +125,9 @@ def _runnable_here(flow: dict) -> dict:
 @pytest.mark.dora
 def test_shipped_dataflow_offline_says_it_once(tmp_path):
     """The shipped dataflow.yaml with no voice files and downloads off (both from the shell, with the shell's
-    VOICE_NAME): the missing-files message appears once in dora's output, the demo nodes end with one line each
-    that points at it (exit 0: no second failure), and only the TTS node fails."""
+    VOICE_NAME): the TTS node's whole message is its last lines, and dora's output ends with it (the headline, the
+    missing files, the command that fixes it); the demo nodes end with one line each that points at it without
+    repeating it (exit 0: no second failure), and only the TTS node fails."""
     flow = _runnable_here(yaml.safe_load((REPO / "dataflow.yaml").read_text(encoding="utf-8")))
     path = tmp_path / "dataflow.yaml"
     path.write_text(yaml.safe_dump(flow, allow_unicode=True), encoding="utf-8")
@@ -143,12 +145,21 @@ def test_shipped_dataflow_offline_says_it_once(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode != 0, out
-    assert out.count("primespeech-mlx download 'Maple'") == 1, out
-    missing = [ln.strip() for ln in out.splitlines() if str(empty) in ln and "moyoyo" in ln]
-    assert missing and len(missing) == len(set(missing)), out  # each missing file named once
+    command = f"primespeech-mlx download 'Maple' --model-dir {empty}"
+    headline = "voice 'Maple' is not installed"
+    # the node writes it once, on stderr; dora 1.1 shows stderr as it comes and repeats a failed node's stderr in its
+    # exit report and the summary: every copy is the whole message (no headline without its files and fix)
+    assert out.count(command) == out.count(headline) >= 1, out
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    end = max(i for i, ln in enumerate(lines) if ln == command)
+    summary = max(i for i, ln in enumerate(lines) if headline in ln)
+    files = lines[summary + 1:end]
+    assert lines[summary].startswith("[primespeech] ERROR cannot start: voice 'Maple' is not installed; missing:")
+    assert any(str(empty) in ln and "moyoyo" in ln for ln in files), out  # the files, then the fix
+    assert all(ln.startswith(("-----", "Location:", "binaries/")) for ln in lines[end + 1:]), out  # then the end
     for node in ("text_source", "wav_sink"):
-        lines = [ln for ln in out.splitlines() if f"{node}: " in ln and "could not start" in ln]
-        assert len(lines) == 1 and "voice 'Maple' is not installed" in lines[0], out
+        said = [ln for ln in lines if f"{node}: " in ln and "could not start" in ln]
+        assert len(said) == 1 and headline not in said[0] and "at the end" in said[0], out
         assert f"Node `{node}` failed" not in out, out
     assert "closed while waiting" not in out and "Traceback" not in out, out
     assert "Node `primespeech` failed" in out

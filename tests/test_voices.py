@@ -246,3 +246,17 @@ def test_long_prompt_text_is_refused_everywhere(tmp_path):
     with pytest.raises(ConfigError, match="MAX_PROMPT_CHARS"):  # the Python API: any VoiceSpec
         dataclasses.replace(base, prompt_text=long)
     assert time.monotonic() - t0 < 1
+
+
+def test_a_mistyped_voice_name_gets_a_suggestion(tmp_path):
+    """"Tinny" gets "did you mean 'Tiny'?" (also across case and spaces), a name like none gets only the list."""
+    folder = tmp_path / "voices" / "Tiny"
+    folder.mkdir(parents=True)
+    (folder / "voice.yaml").write_text("name: Tiny\nlanguage: en\nreference: ref.wav\n", encoding="utf-8")
+    for typed, meant in (("Tinny", "Tiny"), ("luo xaing", "Luo Xiang"), ("Doubau", "Doubao"), ("mapel", "Maple")):
+        with pytest.raises(VoiceNotFoundError) as exc:
+            resolve_voice(typed, tmp_path)
+        assert f"unknown voice {typed!r} (did you mean {meant!r}?); known voices:" in str(exc.value)
+    with pytest.raises(VoiceNotFoundError) as exc:
+        resolve_voice("Nobody At All", tmp_path)
+    assert "did you mean" not in str(exc.value) and "known voices: " in str(exc.value)

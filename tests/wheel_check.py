@@ -111,12 +111,19 @@ def dora_pins() -> list[str]:
 
 
 def check_wheel_files(wheel: Path) -> None:
-    """The wheel carries the license, the demo nodes' script and the demo dataflow (package data)."""
+    """The wheel carries the license, the demo nodes' script, the demo dataflow and the node manifest (package
+    data)."""
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
-    for wanted in ("/LICENSE", "dora_primespeech_mlx/demo/script.txt", "dora_primespeech_mlx/demo/dataflow.yaml"):
+    for wanted in ("/LICENSE", "dora_primespeech_mlx/demo/script.txt", "dora_primespeech_mlx/demo/dataflow.yaml",
+                   "dora_primespeech_mlx/dora-node.yml"):
         if not any(n.endswith(wanted) for n in names):
             raise SystemExit(f"{wheel.name} has no {wanted.lstrip('/')}")
+    with zipfile.ZipFile(wheel) as z:  # what `pip show -v` prints: the license and the project's links
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode("utf-8")
+    for wanted in ("License-Expression: MIT", "Project-URL: ", "Classifier: "):
+        if wanted not in meta:
+            raise SystemExit(f"{wheel.name}'s METADATA has no {wanted.strip()}")
 
 
 def user_env(venv: Path) -> dict:

@@ -12,15 +12,17 @@ and never stops the other voices; every transcript is bounded by :data:`MAX_PROM
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 import os
+import shlex
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 from ..convert.checkpoints import sovits_needs_sv
 from ..errors import ConfigError, VoiceNotFoundError, VoiceNotInstalledError
-from ..paths import expand, originals_dir, request_path, user_voices_dir
+from ..paths import DEFAULT_MODEL_DIR, expand, originals_dir, request_path, user_voices_dir
 from ..text.language_segments import SUPPORTED_OPTIONS
 from . import voicefile
 from .integrity import damaged
@@ -348,6 +350,18 @@ def _match(name: str, names) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
+def did_you_mean(name: str, names) -> str | None:
+    """The known voice name closest to a mistyped ``name`` ("Tinny" -> "Tiny", "luo xaing" -> "Luo Xiang"), compared
+    without case, spaces and punctuation; None when none is close."""
+
+    def norm(s: str) -> str:
+        return "".join(ch for ch in s.lower() if ch.isalnum())
+
+    by_norm = {norm(n): n for n in names}
+    close = difflib.get_close_matches(norm(name), list(by_norm), n=1, cutoff=0.75)
+    return by_norm[close[0]] if close else None
+
+
 def resolve_voice(name: str, root: Path, require_installed: bool = True, *, voices_dir: Path | None = None,
                   unknown_keys: str = "error") -> VoiceSpec:
     """The voice called ``name``; :class:`VoiceNotFoundError` / :class:`VoiceNotInstalledError` otherwise, and
@@ -360,7 +374,9 @@ def resolve_voice(name: str, root: Path, require_installed: bool = True, *, voic
         if hit is not None:
             raise ConfigError(f"voice {name!r} cannot be used: {by_name[hit].error}")
         note = f" (broken voice files: {', '.join(str(b.path) for b in broken)})" if broken else ""
-        raise VoiceNotFoundError(f"unknown voice {name!r}; known voices: {', '.join(sorted(voices))}{note}")
+        guess = did_you_mean(str(name).strip(), voices)
+        hint = f" (did you mean {guess!r}?)" if guess else ""
+        raise VoiceNotFoundError(f"unknown voice {name!r}{hint}; known voices: {', '.join(sorted(voices))}{note}")
     spec = voices[key]
     if require_installed:
         ensure_installed(spec, root)
@@ -375,19 +391,34 @@ def ensure_installed(spec: VoiceSpec, root: Path) -> None:
         raise VoiceNotInstalledError(not_installed_message(spec, missing, root))
 
 
-def not_installed_message(spec: VoiceSpec, missing: list[Path], root: Path) -> str:
-    """What every path that finds a voice incomplete says: the exact missing files and how to get them."""
+def not_installed_message(spec: VoiceSpec, missing: list[Path], root: Path, offline: bool = False) -> str:
+    """What every path that finds a voice incomplete says, for a terminal: a headline, the exact missing files, the
+    other ways to get them, and last the one command that fixes it. ``offline``: the download itself could not
+    reach the Hub, so the command to run here is not a download."""
     listing = "\n  ".join(str(p) for p in missing)
-    if spec.source == "preset":
-        how = (
-            f"Download it with:  primespeech-mlx download {spec.name!r}\n"
-            f"(needs internet access to huggingface.co), or copy the files of the old dora-primespeech "
-            f"node into {originals_dir(root)}, or set PRIMESPEECH_MODEL_DIR to a folder that has them."
-        )
-    else:
-        how = "Fix the paths in the voice's YAML file, or download the shared encoders with " \
-              "`primespeech-mlx download encoders` (v2Pro voices: also `primespeech-mlx download sv`)."
-    return f"voice {spec.name!r} is not installed; missing:\n  {listing}\n{how}"
+    head = f"voice {spec.name!r} is not installed; missing:\n  {listing}\n"
+    if spec.source != "preset":
+        return head + ("Fix the paths in the voice's YAML file, or download the shared encoders with "
+                       "`primespeech-mlx download encoders` (v2Pro voices: also `primespeech-mlx download sv`).")
+    command = download_command(spec.name, root)
+    if offline:
+        return head + (
+            f"This machine cannot reach huggingface.co: copy the files of the old dora-primespeech node into "
+            f"{originals_dir(root)}, or set PRIMESPEECH_MODEL_DIR to a folder that has them, or run this on a "
+            f"machine with internet access and copy the {originals_dir(root).name} folder it fills into "
+            f"{originals_dir(root)} here:\n  {command}")
+    return head + (
+        f"Or copy the files of the old dora-primespeech node into {originals_dir(root)}, or set "
+        "PRIMESPEECH_MODEL_DIR to a folder that has them.\n"
+        f"Fix (needs internet access to huggingface.co):\n  {command}")
+
+
+def download_command(name: str, root: Path) -> str:
+    """The command that downloads preset ``name`` into the model directory ``root`` (``--model-dir`` unless it is
+    the default one)."""
+    where = "" if Path(root).expanduser() == expand(DEFAULT_MODEL_DIR) else f" --model-dir {shlex.quote(str(root))}"
+    quoted = "'" + name.replace("'", "'\"'\"'") + "'"  # always quoted, as the shell reads it
+    return f"primespeech-mlx download {quoted}{where}"
 
 
 def list_voices(root: Path, *, voices_dir: Path | None = None, unknown_keys: str = "error") -> list[VoiceInfo]:

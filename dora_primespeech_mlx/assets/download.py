@@ -232,8 +232,8 @@ def download_voice(name: str, root: Path, convert: bool = True,
     if not _hub_reachable():  # offline: the same exact-missing-files message as a start without downloads
         missing = spec.missing_files()
         if missing:
-            raise DownloadError(f"{OFFLINE} to download voice {spec.name!r}.\n"
-                                + not_installed_message(spec, missing, root))
+            raise DownloadError(f"{OFFLINE} to download voice {spec.name!r}: "
+                                + not_installed_message(spec, missing, root, offline=True))
     download_encoders(root)
     for f in spec.files:
         _fetch(spec.repository, f, originals_dir(root), spec.revision)

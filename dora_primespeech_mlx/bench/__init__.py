@@ -23,6 +23,8 @@ from .measure import _preload_blas, bench_runtime, loadavg, peak_rss_mb
 from .memory import memory_engine, memory_lean, memory_levers
 from .report import environment, table
 from .stages import bench_engine, bench_stages
+from .startup import describe as describe_startup
+from .startup import startup
 from .weights import default_models_dir, ensure_models
 
 
@@ -69,6 +71,11 @@ def run(args) -> int:
         except Exception as exc:  # the bench still reports the stages
             report["engine"] = {"error": f"{type(exc).__name__}: {exc}"}
     report["memory"]["peak_rss_mb"] = peak_rss_mb()
+    if not args.no_startup:
+        try:
+            report["startup"] = startup(root)
+        except (subprocess.SubprocessError, ValueError) as exc:
+            report["startup"] = {"error": str(exc)}
     if not args.no_memory_probe:
         try:
             report["memory"]["engine_fresh_process"] = memory_engine(root)
@@ -84,6 +91,8 @@ def run(args) -> int:
         print(json.dumps(report, indent=2, ensure_ascii=False, default=str))
     else:
         print(table(report))
+        if "startup" in report:
+            print(describe_startup(report["startup"]))
     return 0
 
 
@@ -100,6 +109,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"], help="MLX device (default auto)")
     p.add_argument("--no-stream", action="store_true", help="skip the streaming time-to-first-audio run")
     p.add_argument("--no-memory-probe", action="store_true", help="skip the lean-loading RSS probes")
+    p.add_argument("--no-startup", action="store_true",
+                   help="skip the start-up stages of a fresh process (imports, each front end, voice, warm-up)")
     p.add_argument("--memory-levers", action="store_true",
                    help="only the engine's RSS with each vocoder memory lever on/off (fresh process each)")
     p.add_argument("--timeline", action="store_true",

@@ -20,10 +20,11 @@ class Answers:
         self.out = outputs
         self.lock = threading.RLock()  # segment_complete answers, in input order
 
-    def complete(self, job: Job, outcome: str, before: Callable[[], None] | None = None) -> bool:
+    def complete(self, job: Job, outcome: str, before: Callable[[], None] | None = None,
+                 reason: str | None = None) -> bool:
         """Claim the job, then send what goes with its answer (``before``: silence, a status) and its one
-        ``segment_complete`` (a sentence's outcome goes to its utterance instead); False (and nothing sent) if it
-        was answered already."""
+        ``segment_complete`` (with ``reason``, if given; a sentence's outcome goes to its utterance instead); False
+        (and nothing sent) if it was answered already."""
         with self.lock:
             if not job.claim():
                 return False
@@ -33,14 +34,23 @@ class Answers:
                 except Exception as exc:  # the answer itself goes out whatever happened to what precedes it
                     self.out.log("ERROR", f"text #{job.seq}: {type(exc).__name__}: {exc}")
             if job.utterance is not None:
-                self.part_done(job, outcome)
+                self.part_done(job, outcome, reason)
             else:
-                self.out.answer(job.metadata, outcome, None, None, f"text #{job.seq}")
+                self.out.answer(job.metadata, outcome, reason, None, f"text #{job.seq}")
             return True
 
-    def skip(self, job: Job) -> None:
-        """Nothing to speak: ``skipped`` (a plain text's with its silence)."""
-        self.complete(job, "skipped", None if job.utterance is not None else lambda: self.out.silence(job))
+    def skip(self, job: Job, reason: str = "nothing to speak", level: str = "DEBUG") -> None:
+        """Nothing to speak: ``skipped`` with its ``reason`` on ``log`` (at ``level``), on a ``skipped`` status and
+        on the ``segment_complete`` (a plain text's with its silence)."""
+
+        def before() -> None:
+            self.out.log(level, f"text #{job.seq} ({describe(job.metadata)}): skipped: {reason}")
+            if job.utterance is None:
+                self.out.silence(job)
+            self.out.status("skipped", job.metadata, level=level if level != "DEBUG" else "INFO", message=reason,
+                            reason=reason, seq=job.seq)
+
+        self.complete(job, "skipped", before, reason)
 
     def fail(self, job: Job, error: str, stage: str) -> bool:
         """Answer ``job`` with an error: claimed first, so a text gets one ``status: error`` and one
@@ -58,8 +68,8 @@ class Answers:
             self.out.log(level, f"text #{job.seq} ({describe(job.metadata)}): {stage} error: {error}")
             heard = heard_of(job) if stage in CANCEL_STAGES and job.utterance is None else {}
             try:
-                self.out.status("error", job.metadata, level=level, message=error, error=error, error_stage=stage,
-                                seq=job.seq, **heard)
+                self.out.status("error", job.metadata, level=level, message=error, error=error, reason=error,
+                                error_stage=stage, seq=job.seq, **heard)
             except Exception as exc:
                 self.out.log("ERROR", f"status for text #{job.seq} not sent: {type(exc).__name__}: {exc}")
             if job.utterance is not None:

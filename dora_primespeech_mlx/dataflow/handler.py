@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from ..settings import Settings
 from ..text import llm
-from . import controls
+from . import controls, params
 from .admission import Admission
 from .answers import Answers
 from .cancellation import CANCELLED, FLUSHED, STOPPING, Canceller
@@ -31,6 +31,7 @@ from .jobs import Job, JobQueue
 from .messages import InputError, decode_text_value, parse_control
 from .order import Stamp, stamp
 from .outputs import NODE_NAME, Counts, Outputs
+from .params import ParameterError, Parameters
 from .speech import Speaker
 from .utterance import Fragment, convention, session_of, without_convention
 from .voices import Voices
@@ -87,7 +88,8 @@ class MessageHandler:
                              self.answers.closed, self.log, llm_text=settings.llm_text, idle_s=settings.segment_idle_s)
         self.cancellation = Canceller(self.intake, self.jobs, self.answers, self.llm, self.clock)
         self.marks = self.cancellation.marks  # the latest reset and barge-in: texts sent before them are cancelled
-        self.speaker = Speaker(lambda: self.engine, self.jobs, self.voices, self.answers)
+        self.params = Parameters()  # runtime parameters (dora param set): defaults beneath each text's own
+        self.speaker = Speaker(lambda: self.engine, self.jobs, self.voices, self.answers, self.params)
         self._text_metadata = TextMetadata(self.log)
 
     @property
@@ -187,6 +189,24 @@ class MessageHandler:
         except Exception as exc:  # keep serving whatever happens
             self.log("ERROR", f"input {input_id!r} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
 
+    def on_parameter(self, key: str, value: Any) -> None:
+        """A runtime parameter set (``value``) or deleted (None) with ``dora param set`` / ``delete``: the control it
+        stands for (:mod:`.params`) takes its place among the texts; a bad one is answered with an error status at
+        once. Never raises."""
+        md = {"parameter": str(key)}
+        try:
+            cmd = params.command(str(key), value)
+        except ParameterError as exc:
+            self.log("WARNING", str(exc))
+            self.status("error", md, level="WARNING", message=str(exc), error=str(exc), reason=str(exc),
+                        command="parameter")
+            return
+        except Exception as exc:  # keep serving whatever a value provokes
+            self.log("ERROR", f"parameter {key!r} failed: {type(exc).__name__}: {exc}")
+            return
+        self.log("INFO", f"parameter {key} = {value!r}: queued behind the texts before it")
+        self.intake.put_control(Job("control", md, command=cmd))
+
     def _on_text(self, value: Any, metadata: Any, st: Stamp | None = None) -> None:
         md = self._text_metadata.read(metadata, self._arrivals)
         segment_id, fragment_seq, fin, flush = convention(md)
@@ -259,6 +279,11 @@ class MessageHandler:
     def _run_job(self, job: Job) -> None:
         if job.kind == "text":
             self.speaker.run(job)
+        elif job.command.name == "set_parameter":
+            message = self.params.apply(job.command, self)
+            self.log("INFO", f"parameter {message}")
+            self.status("parameter_set", job.metadata, message=message, parameter=job.command.key,
+                        value=job.command.value, parameters=self.params.current(self.settings))
         elif job.command.name == "change_voice":
             controls.change_voice(job.command.arg, job.metadata, job.stamp, self.voices, self.engine, self.jobs,
                                   self.status, self.log)

@@ -101,11 +101,14 @@ class Outputs:
         self.send("status", pa.array([json.dumps(body, ensure_ascii=False, default=str)]), dict(metadata or {}))
 
     def answer(self, metadata: dict, outcome: str, error: str | None, stage: str | None, what: str) -> None:
-        """One ``segment_complete`` (``outcome``; an error carries ``error`` and ``error_stage``), counted and
-        tried :data:`SEND_TRIES` times; ``what`` names the text or utterance in the report of a failed send."""
+        """One ``segment_complete`` (``outcome``; an error carries ``error`` and ``error_stage``; a skipped or failed
+        text its ``reason``: the skip's, the error), counted and tried :data:`SEND_TRIES` times; ``what`` names the
+        text or utterance in the report of a failed send."""
         md = dict(metadata)
         if outcome == "error":
             md.update(session_status="error", error=error or "error", error_stage=stage or "synthesis")
+        if outcome != "completed":
+            md["reason"] = error or ("error" if outcome == "error" else "nothing to speak")
         self.counts.add("errors" if outcome == "error" else outcome)
         session = session_of(md)
         self.counts.session(session, "answered")

@@ -22,14 +22,17 @@ from .answers import Answers
 from .cancellation import CANCELLED
 from .jobs import Job, JobQueue
 from .messages import TextRequest
+from .params import Parameters
 from .voices import Voices
 
 
 class Speaker:
     """``engine()`` is the engine (built by the worker); settings are read from ``answers.out.settings``."""
 
-    def __init__(self, engine: Callable[[], Any], jobs: JobQueue, voices: Voices, answers: Answers):
+    def __init__(self, engine: Callable[[], Any], jobs: JobQueue, voices: Voices, answers: Answers,
+                 params: Parameters | None = None):
         self.engine, self.jobs, self.voices, self.answers = engine, jobs, voices, answers
+        self.params = params if params is not None else Parameters()  # runtime parameters' request defaults
         self.out = answers.out
 
     def run(self, job: Job) -> None:
@@ -44,26 +47,25 @@ class Speaker:
             self.out.log("WARNING", f"text #{job.seq}: {w}")
         text = req.text
         if job.skip:
-            self.out.log("DEBUG", f"text #{job.seq}: nothing to speak ({text[:40]!r}), skipped")
-            self.answers.skip(job)
+            self.answers.skip(job, f"nothing to speak: no letters or digits in {text[:40]!r}", "DEBUG")
             return
         try:
             voice = self.voice_of(job)
         except (VoiceNotFoundError, VoiceNotInstalledError, ConfigError) as exc:
             self.answers.fail(job, str(exc), "voice")
             return
-        language = req.overrides.get("text_lang") or voice.language
+        overrides = self.params.request(req.overrides)
+        language = overrides.get("text_lang") or voice.language
         where = {} if job.utterance is None else {"sentence": job.part}
         self.out.status("synthesizing", job.metadata, seq=job.seq, voice=voice.name, language=language,
                         characters=len(text), **where)
         t0 = time.perf_counter()
         try:
-            duration, chunks, timings = self._synthesize(job, text, voice, language, req)
+            duration, chunks, timings = self._synthesize(job, text, voice, language, req, overrides)
         except SynthesisCancelled:
             duration = chunks = 0
         except NothingToSpeakError as exc:
-            self.out.log("DEBUG", f"text #{job.seq}: nothing to speak ({exc}), skipped")
-            self.answers.skip(job)
+            self.answers.skip(job, *skip_reason(exc, language, "text_lang" in overrides, voice.language))
             return
         except SynthesisError as exc:
             stage = getattr(exc, "stage", "synthesis")
@@ -90,9 +92,9 @@ class Speaker:
         self.out.log("INFO", f"text #{job.seq}: {duration:.2f} s of audio in {elapsed:.2f} s (RTF {rtf:.2f}), "
                              f"{chunks} chunk(s), voice {voice.name}" + (f"; {detail}" if detail else ""))
 
-    def _synthesize(self, job: Job, text: str, voice, language: str, req: TextRequest):
+    def _synthesize(self, job: Job, text: str, voice, language: str, req: TextRequest, overrides: dict):
         """(seconds of audio sent, chunks sent, the engine's timings)."""
-        overrides = dict(req.overrides)
+        overrides = dict(overrides)
         total, n, timings = 0.0, 0, {}
         engine = self.engine()
         if self.out.settings.streaming:
@@ -130,7 +132,7 @@ class Speaker:
                 voice = self.voice_of(job)
             except Exception:  # noqa: BLE001 - its own turn reports it
                 continue
-            out.append(Upcoming(job.seq, req.text, voice, dict(req.overrides), job.cancel))
+            out.append(Upcoming(job.seq, req.text, voice, dict(self.params.request(req.overrides)), job.cancel))
         return out
 
     def voice_of(self, job: Job):
@@ -138,6 +140,19 @@ class Speaker:
         if job.voice is None:
             job.voice = self.voices.for_request(job.request, job.stamp)
         return job.voice
+
+
+def skip_reason(exc: NothingToSpeakError, language: str, text_sets_it: bool, voice_language: str) -> tuple[str, str]:
+    """(reason, log level) of a text the engine found nothing to speak in. Letters the language cannot read (a
+    Chinese answer to an English voice) are a WARNING that says what to do; no letters or digits at all, DEBUG."""
+    if exc.language is None:
+        return f"nothing to speak: {exc}", "DEBUG"
+    whose = "the text's language" if text_sets_it else "the voice's language"
+    hint = ("send it with its own `language` or `auto`" if text_sets_it
+            else "set `language` on the text (or TEXT_LANG) to its own or `auto`")
+    if text_sets_it and language != voice_language:
+        whose += f" (the voice's: {voice_language!r})"
+    return f"nothing speakable as {exc.language!r}, {whose}: {hint}", "WARNING"
 
 
 def request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> str | None:

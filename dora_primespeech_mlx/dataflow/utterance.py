@@ -52,6 +52,7 @@ class Utterance:
     # and end) in :attr:`heard`'s text; the tiles of the sentences tile the text through the last one
     tiles: list[tuple[int, int, int]] = field(default_factory=list)
     _placed: int = 0
+    skip_reason: str | None = None
 
     # -- fragments (intake thread) ----------------------------------------------------------------------
     def accept(self, fragment: Fragment) -> list[Fragment]:
@@ -116,6 +117,8 @@ class Utterance:
                 self.spoken += 1
             elif outcome == "error":
                 self.errors.append((error or "error", stage or "synthesis"))
+            elif error and not self.skip_reason:
+                self.skip_reason = error  # the first skipped sentence's reason (``error``: a skip's reason)
             return self.complete
 
     @property
@@ -135,12 +138,13 @@ class Utterance:
         return self._claimed
 
     def outcome(self) -> tuple[str, str | None, str | None]:
-        """(``completed`` | ``skipped`` | ``error``, error, stage): completed when any sentence was spoken."""
+        """(``completed`` | ``skipped`` | ``error``, error or skip reason, stage): completed when any sentence was
+        spoken."""
         if self.spoken:
             return "completed", None, None
         if self.errors:
             return "error", *self.errors[0]
-        return "skipped", None, None
+        return "skipped", self.skip_reason, None
 
     def chunk_metadata(self, final_of_sentence: bool, part: int | None) -> dict:
         """The convention keys of the next audio chunk of sentence ``part`` (None: a closing chunk): ``seq``

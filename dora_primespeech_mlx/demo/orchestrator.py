@@ -149,8 +149,8 @@ def main() -> int:
     orch = Orchestrator(node)
     try:
         return converse(orch)
-    except TTSNotStarted as exc:
-        print(ended_line("orchestrator", str(exc)), file=sys.stderr)
+    except TTSNotStarted:
+        print(ended_line("orchestrator"), file=sys.stderr)
         return 0
 
 

@@ -168,8 +168,8 @@ def main() -> int:
     source = Source(node)
     try:
         source.run(load_script())
-    except TTSNotStarted as exc:
-        print(ended_line("text_source", str(exc)), file=sys.stderr)
+    except TTSNotStarted:
+        print(ended_line("text_source"), file=sys.stderr)
         return 0
     print(f"text_source: done ({source.question - 1} question(s))", file=sys.stderr)
     return 0

@@ -23,6 +23,7 @@ def start_failure(body) -> str | None:
     return first.rstrip(" :;,")
 
 
-def ended_line(node: str, reason: str) -> str:
-    """The one line a demo node ends with when the TTS node did not start."""
-    return f"{node}: stopped: the TTS node could not start ({reason}); its message above says what to do"
+def ended_line(node: str) -> str:
+    """The one line a demo node ends with when the TTS node did not start (the why is said once, by that node, in
+    the last lines of dora's output)."""
+    return f"{node}: stopped: the TTS node could not start; its message (at the end) says why and what to do"

@@ -163,7 +163,7 @@ def main() -> int:
                 sink.on_input(event["id"], event["value"], event.get("metadata") or {})
     path = sink.write()
     failure = next((f for s in sink.status if (f := start_failure(s["body"])) is not None), None)
-    why = f"; the TTS node could not start ({failure}): its message above says what to do" if failure else ""
+    why = "; the TTS node could not start: its message (at the end) says why and what to do" if failure else ""
     print(f"wav_sink: wrote {path} ({len(sink.questions)} question(s)){why}", file=sys.stderr)
     return 0
 

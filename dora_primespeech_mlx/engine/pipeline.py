@@ -107,7 +107,7 @@ def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Mode
     if all(ph in UNSPOKEN for c in results for ph in c.phones):
         phones = " ".join(ph for c in results for ph in c.phones)
         raise NothingToSpeakError(f"nothing speakable as {lang!r} in {text[:80]!r} (its phones are only "
-                                  f"punctuation: {phones[:40]!r}); send it with its own language")
+                                  f"punctuation: {phones[:40]!r}); send it with its own language", language=lang)
     chunks = [TextChunk(np.asarray(c.phone_ids, dtype=np.int32), None, c.norm_text, c, c.text) for c in results]
     fill_bert(chunks, 0, spec, models, timer, upto=bert_upto)
     return chunks

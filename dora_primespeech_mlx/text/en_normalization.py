@@ -56,9 +56,32 @@ _INNER_CAPITAL = re.compile(r"(?<!^)(?<![\s])([A-Z])")
 
 @functools.lru_cache(maxsize=1)
 def _inflect():
-    import inflect
+    return import_inflect().engine()
 
-    return inflect.engine()
+
+def import_inflect():
+    """``inflect``, imported without typeguard's run-time instrumentation of its methods. inflect 7 decorates its
+    ``engine`` class with ``typeguard.typechecked``, which re-parses and recompiles the class's source at import:
+    most of the English front end's load (``tests/text/test_english.py -k cold``). That decorator is a no-op under
+    ``python -O`` by typeguard's design; here it is one for this import only. The checks only raise on arguments of
+    the wrong type, which this front end never passes (its calls and their words are unchanged)."""
+    import sys
+
+    if "inflect" in sys.modules:
+        return sys.modules["inflect"]
+    import typeguard
+
+    checked = typeguard.typechecked
+
+    def unchecked(target=None, **_options):
+        return target if target is not None else (lambda late: late)
+
+    typeguard.typechecked = unchecked
+    try:
+        import inflect
+    finally:
+        typeguard.typechecked = checked
+    return inflect
 
 
 def _list_ordinal(m: re.Match) -> str:

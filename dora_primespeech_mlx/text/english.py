@@ -16,12 +16,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from .budget import checkpoint
 from .data import data_file, ensure_nltk_data
-from .en_normalization import normalize
+from .en_normalization import import_inflect, normalize
 from .errors import TextFrontendError
 from .options import TextData
 
@@ -69,29 +71,92 @@ _REMOVED_WORDS = ("ae", "ai", "ar", "ios", "hud", "os")  # misread abbreviations
 _CMU_FIRST_LINE = 57  # cmudict.rep: lines before this are the licence header
 
 
-def english_dictionary(*, data: TextData) -> dict[str, list[str]]:
+def english_dictionary(*, data: TextData) -> Pronunciations:
     """Lower-case word -> phones, built like upstream ``get_dict()`` (first pronunciation only), from the
-    dictionaries in ``data.folder``; built once per folder."""
-    return _english_dictionary(Path(data.folder))
+    dictionaries in ``data.folder``; built once per folder, and read from a prepared copy in ``data.cache``
+    (when set) after the first time (:func:`prepared_dictionary`)."""
+    return _english_dictionary(Path(data.folder), None if data.cache is None else Path(data.cache))
+
+
+class Pronunciations(Mapping):
+    """Word -> phones (a new list at each lookup). Kept as each entry's phone string, split on lookup: ~140 000
+    strings instead of ~140 000 lists of ~850 000 phone strings, so building it (or reading it prepared) and
+    collecting around it cost a fraction. An entry that is a list (a ``-fast``/``-hot`` line without phones) is
+    returned as it is."""
+
+    def __init__(self, raw: dict[str, str | list[str]]):
+        self.raw = raw
+
+    def __getitem__(self, word: str) -> list[str]:
+        phones = self.raw[word]
+        return phones.split(" ") if isinstance(phones, str) else list(phones)
+
+    def __contains__(self, word: object) -> bool:
+        return word in self.raw
+
+    def __iter__(self):
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+
+_SOURCES = ("cmudict.rep", "cmudict-fast.rep", "engdict-hot.rep")
+_PREPARED_FORMAT = 1  # bump when the prepared form or the parsing below changes
 
 
 @functools.lru_cache(maxsize=4)
-def _english_dictionary(folder: Path) -> dict[str, list[str]]:
+def _english_dictionary(folder: Path, cache: Path | None) -> Pronunciations:
     data = TextData(folder, folder)  # only its dictionary folder is used
-    words: dict[str, list[str]] = {}
-    with open(data_file("cmudict.rep", data=data), encoding="utf-8") as f:
+    paths = [data_file(name, data=data) for name in _SOURCES]
+    return Pronunciations(prepared_dictionary(paths, cache) if cache is not None else _parse_dictionaries(*paths))
+
+
+def prepared_dictionary(paths: list[Path], cache: Path) -> dict[str, str | list[str]]:
+    """The parsed dictionaries, from ``cache/english-dict-<hash>.marshal`` (the hash: of the three source files'
+    bytes and the format) when there, else parsed and written there for the next start (a failure to write only
+    logs). A damaged or foreign file is parsed again."""
+    import hashlib
+    import marshal
+
+    digest = hashlib.sha256(str(_PREPARED_FORMAT).encode())
+    for path in paths:
+        digest.update(path.read_bytes())
+    target = cache / f"english-dict-{digest.hexdigest()[:24]}.marshal"
+    try:
+        raw = marshal.loads(target.read_bytes())
+        if isinstance(raw, dict):
+            return raw
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    raw = _parse_dictionaries(*paths)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".{os.getpid()}.part")
+        partial.write_bytes(marshal.dumps(raw))
+        os.replace(partial, target)
+    except OSError as exc:
+        logger.info("the prepared English dictionary was not written to %s: %s", cache, exc)
+    return raw
+
+
+def _parse_dictionaries(cmu: Path, fast: Path, hot: Path) -> dict[str, str | list[str]]:
+    """Upstream's parsing (``cmudict.rep`` from line 57: word, two spaces, phones; the other two: word, space,
+    phones; ``engdict-hot.rep`` overrides), each entry's phones kept as their string."""
+    words: dict[str, str | list[str]] = {}
+    with open(cmu, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if number >= _CMU_FIRST_LINE:
                 fields = line.strip().split("  ")  # word, two spaces, phones
-                words[fields[0].lower()] = fields[1].split(" ")
-    with open(data_file("cmudict-fast.rep", data=data), encoding="utf-8") as f:
+                words[fields[0].lower()] = fields[1]
+    with open(fast, encoding="utf-8") as f:
         for line in f:
-            fields = line.strip().split(" ")
-            words.setdefault(fields[0].lower(), fields[1:])
-    with open(data_file("engdict-hot.rep", data=data), encoding="utf-8") as f:
+            word, space, phones = line.strip().partition(" ")
+            words.setdefault(word.lower(), phones if space else [])
+    with open(hot, encoding="utf-8") as f:
         for line in f:
-            fields = line.strip().split(" ")
-            words[fields[0].lower()] = fields[1:]
+            word, space, phones = line.strip().partition(" ")
+            words[word.lower()] = phones if space else []
     for word in _REMOVED_WORDS:
         words.pop(word, None)
     return words
@@ -126,11 +191,11 @@ class EnglishG2p:
 
     def __init__(self, data: TextData) -> None:
         ensure_nltk_data(data=data)  # before g2p_en is imported: it downloads missing NLTK data on import
+        import_inflect()  # (g2p_en imports it: without typeguard's instrumentation, see there)
         import nltk
-        from g2p_en import G2p
         from nltk.tokenize import TweetTokenizer
 
-        self._model = G2p()  # the neural predictor and the homograph table
+        self._model = _g2p_en_model()  # the neural predictor and the homograph table
         self.cmu = english_dictionary(data=data)
         self.names = name_dictionary(data=data)
         self.homographs = dict(self._model.homograph2features)
@@ -205,6 +270,24 @@ class EnglishG2p:
             return self.cmu[ch]
         except KeyError:
             raise TextFrontendError(f"no pronunciation for the letter {ch!r}") from None
+
+
+def _g2p_en_model():
+    """g2p_en's ``G2p`` without the NLTK CMU dictionary its constructor parses (~130 000 entries): this front end
+    looks words up in upstream's own dictionaries (:func:`english_dictionary`) and uses ``G2p`` only for its neural
+    predictor (``predict``) and its homograph table, neither of which reads it."""
+    import g2p_en.g2p as module
+
+    class NoCmu:
+        @staticmethod
+        def dict() -> dict:
+            return {}
+
+    cmudict, module.cmudict = module.cmudict, NoCmu
+    try:
+        return module.G2p()
+    finally:
+        module.cmudict = cmudict
 
 
 def english_g2p(*, data: TextData) -> EnglishG2p:

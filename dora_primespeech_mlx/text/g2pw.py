@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from pypinyin import Style, pinyin
-from pypinyin.contrib.tone_convert import to_finals_tone3, to_initials
 
 from .zh_normalization import to_simplified
 
@@ -106,6 +104,8 @@ def read_word_fixes(*paths: Path) -> dict[str, list[str]]:
 
 def split_pinyin(pinyins: list[str]) -> tuple[list[str], list[str]]:
     """TONE3 pinyin (``"hang2"``) -> pypinyin initials and finals; punctuation stays as both."""
+    from pypinyin.contrib.tone_convert import to_finals_tone3, to_initials  # (Chinese only: see _predict)
+
     initials, finals = [], []
     for item in pinyins:
         if item[:1].isalpha():
@@ -172,6 +172,8 @@ class G2PWPredictor:
         if self.to_traditional is not None:
             converted = self.to_traditional(sentence)
             sentence = converted if len(converted) == len(sentence) else sentence
+        from pypinyin import Style, pinyin  # (here: the module's options load with every front end, pypinyin is zh)
+
         fallback = [p[0] for p in pinyin(to_simplified(sentence), neutral_tone_with_five=True, style=Style.TONE3)]
         result: list[str | None] = []
         queries = []

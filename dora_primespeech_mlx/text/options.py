@@ -1,7 +1,8 @@
 """Where the text front end finds its data, as one value the entry points build and pass down.
 
 :class:`TextData` names the folder of the original front end's dictionaries, the folder NLTK data is
-downloaded into when NLTK's own search path lacks it, and the g2pW choice. The CLI, the node (through the
+downloaded into when NLTK's own search path lacks it, the g2pW choice, and where prepared forms of the
+dictionaries are kept (PRIMESPEECH_CACHE_DIR/text). The CLI, the node (through the
 engine) and the benchmark build it from their :class:`~dora_primespeech_mlx.settings.Settings`; nothing in
 the front end reads the environment. It is frozen (hashable), so the loaders cache per folder and two
 engines with different folders never share a wrong cache.
@@ -25,6 +26,7 @@ class TextSettings(Protocol):
     text_data: Path | None
     g2pw: bool
     g2pw_vocab: Path | None
+    cache_dir: Path
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class TextData:
     folder: Path  # the original front end's dictionaries (cmudict.rep, ...; filled on first use when missing)
     nltk_folder: Path  # NLTK data downloaded here when NLTK's own search path lacks it
     g2pw: G2PWOptions = field(default_factory=G2PWOptions)  # off: pypinyin
+    cache: Path | None = None  # prepared forms of the dictionaries (written on first use); None: parsed each time
 
     @classmethod
     def from_settings(cls, settings: TextSettings, model_dir: str | os.PathLike | None = None) -> TextData:
@@ -46,6 +49,7 @@ class TextData:
             folder=Path(settings.text_data) if settings.text_data else root / "text-data",
             nltk_folder=root / "nltk_data",
             g2pw=G2PWOptions(bool(settings.g2pw), vocab, os.fspath(g2pw_dir(root))),
+            cache=Path(settings.cache_dir) / "text",
         )
 
 

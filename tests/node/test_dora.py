@@ -20,7 +20,7 @@ import pytest
 import soundfile as sf
 import yaml
 from conftest import REPO
-from tiny_voice import VOICE, VOICE_2, checkpoint, e2e_case, make_model_dir, reference_wav
+from tiny_voice import VOICE, VOICE_2, checkpoint, e2e_case, make_model_dir, reference_wav, write_voice
 
 from dora_primespeech_mlx.settings import ZENOH_OVERLAY
 
@@ -239,6 +239,28 @@ def test_node_form_end_to_end(tmp_path):
         assert rate == 32000 and len(data) == pytest.approx(q["duration"] * 32000, abs=2)
         assert sf.info(q["wav"]).subtype == "PCM_16"
     print(f"node form: dora run took {elapsed:.1f} s")
+
+
+def test_a_text_the_voice_cannot_read_is_skipped_with_its_reason(tmp_path):
+    """An English voice and a Chinese text under a real ``dora run``: ``skipped``, and the reason (with what to do)
+    on segment_complete, on the status that follows ``synthesizing`` and in one WARNING on ``log``."""
+    models = make_model_dir(tmp_path / "models")
+    write_voice(models, "Tiny English", language="en")
+    chinese = "你好，今天天气很好。"
+    rc, report, output, _ = run_flow(tmp_path, f"{chinese}\n", NODE_FORM, voice="Tiny English", model_dir=models)
+    assert rc == 0, tail(output)
+    assert report is not None, tail(output)
+    (seg,) = [s for s in check_one_answer_per_text(report, output) if s["text"] == chinese]  # (and the flush)
+    assert seg["outcome"] == "skipped"
+    reason = seg["metadata"]["reason"]
+    assert "nothing speakable as 'en', the voice's language" in reason and "auto" in reason
+    statuses = [s["body"] for s in report["status"] if s["metadata"].get("question_id") == seg["question_id"]
+                and s["metadata"].get("segment_index") == seg["metadata"]["segment_index"]]
+    assert [s["status"] for s in statuses] == ["synthesizing", "skipped"], statuses
+    assert statuses[1]["reason"] == reason
+    warnings = [e for e in report["log"] if isinstance(e, dict) and e["level"] == "WARNING" and reason in e["message"]]
+    assert len(warnings) == 1, report["log"]
+    assert f"WARNING text #1 (question_id={seg['question_id']}" in output  # on the node's stderr too
 
 
 @pytest.mark.slow

@@ -164,6 +164,90 @@ def test_bad_inputs_are_answered_and_the_node_keeps_serving(model_dir, shared_en
     assert [m["question_id"] for _, m in completes(rec)] == [c[0] for c in cases] + ["after"]
 
 
+def test_every_text_gets_a_reason_a_person_can_read(model_dir, shared_engine):
+    """An English voice and a Chinese text: ``skipped`` with the reason (and what to do) on segment_complete, on the
+    ``skipped`` status that follows ``synthesizing`` and in one WARNING on ``log``; an empty text and a failing
+    one carry their reason too."""
+    engine, spec = shared_engine
+    english = (engine, dataclasses.replace(spec, language="en"))
+    base = {"VOICE_NAME": VOICE, "PRIMESPEECH_MODEL_DIR": str(model_dir), "TOP_K": "1", "LOG_LEVEL": "INFO"}
+    rec = Recorder()
+    handler = MessageHandler(Settings.from_env(base), lambda progress: english, DirectTransport(rec))
+    handler.start()
+    assert handler.ready.wait(60) and handler.startup_error is None
+    text(handler, "你好，今天天气很好。", question_id="zh")
+    text(handler, "", question_id="empty")
+    text(handler, json.dumps({"prompt": "Hello", "language": "fr"}), question_id="bad")
+    text(handler, json.dumps({"prompt": "你好，今天天气很好。", "language": "en"}), question_id="zh-as-en")
+    rec.wait(lambda r: len(completes(r)) == 4)
+    assert handler.finish(60)
+    got = {m["question_id"]: (a.to_pylist(), m) for a, m in completes(rec)}
+    assert got["zh"][0] == ["skipped"]
+    reason = got["zh"][1]["reason"]
+    assert "nothing speakable as 'en'" in reason and "the voice's language" in reason and "`language`" in reason
+    assert "auto" in reason
+    assert "the text's language" in got["zh-as-en"][1]["reason"]
+    assert got["empty"][0] == ["skipped"] and "nothing to speak" in got["empty"][1]["reason"]
+    assert got["bad"][0] == ["error"] and got["bad"][1]["reason"] == got["bad"][1]["error"]
+    by_question: dict[str, list[dict]] = {}
+    for (a, m) in rec.of("status"):
+        by_question.setdefault(m.get("question_id"), []).append(json.loads(a[0].as_py()))
+    zh = by_question["zh"]
+    assert [s["status"] for s in zh] == ["synthesizing", "skipped"]
+    assert zh[1]["reason"] == reason and zh[1]["message"] == reason and zh[1]["level"] == "WARNING"
+    assert [s["status"] for s in by_question["empty"]] == ["skipped"]
+    assert [s["status"] for s in by_question["bad"]][-1] == "error" and by_question["bad"][-1]["reason"]
+    for qid, statuses in by_question.items():  # every synthesizing is followed by done, skipped or error
+        kinds = [s["status"] for s in statuses]
+        for i, kind in enumerate(kinds):
+            if kind == "synthesizing":
+                assert kinds[i + 1:i + 2] and kinds[i + 1] in ("done", "skipped", "error"), (qid, kinds)
+    logs = [json.loads(a[0].as_py()) for a, _ in rec.of("log")]
+    warnings = [e for e in logs if e["level"] == "WARNING" and reason in e["message"]]
+    assert len(warnings) == 1, logs
+
+
+def test_runtime_parameters_take_their_place_among_the_texts(model_dir, shared_engine, monkeypatch):
+    """``dora param set`` (PARAM_UPDATE events): voice as change_voice, speed/language as the texts' defaults,
+    each in send order and answered on ``status``; a bad one is answered with an error and changes nothing."""
+    engine = shared_engine[0]
+    asked = []
+    stream = engine.synthesize_stream
+
+    def recording(text, **kw):
+        asked.append(kw.get("speed_factor"))
+        return stream(text, **kw)
+
+    monkeypatch.setattr(engine, "synthesize_stream", recording)
+    handler, rec = make_handler(model_dir, shared_engine)
+    text(handler, "Hi there.", question_id="before")
+    handler.on_parameter("voice", VOICE_2)
+    handler.on_parameter("speed", 9)  # out of range
+    handler.on_parameter("volume", 1)  # unknown
+    handler.on_parameter("speed", 1.5)
+    handler.on_parameter("streaming", True)
+    text(handler, "Hi there.", question_id="after")
+    rec.wait(lambda r: len(completes(r)) == 2)
+    handler.on_parameter("speed", None)  # deleted: the voice's own again
+    rec.wait(lambda r: sum(s["status"] == "parameter_set" for s in r.statuses()) == 3)
+    assert handler.finish(60)
+    voice_of = {m["question_id"]: m["voice"] for _, m in rec.of("audio")}
+    assert voice_of == {"before": VOICE, "after": VOICE_2}
+    streamed = {m["question_id"]: m["is_streaming"] for _, m in rec.of("audio")}
+    assert streamed == {"before": False, "after": True}  # streaming: true from the text after it
+    assert asked == [1.5]  # the streamed text (after the parameter) asked for speed 1.5
+    answers = [(json.loads(a[0].as_py()), m) for a, m in rec.of("status")]
+    changed = [(b, m) for b, m in answers if b["status"] == "voice_changed"]
+    assert len(changed) == 1 and changed[0][0]["voice"] == VOICE_2 and changed[0][1]["parameter"] == "voice"
+    errors = {m["parameter"]: b for b, m in answers if b["status"] == "error" and "parameter" in m}
+    assert set(errors) == {"speed", "volume"} and "0.25..4" in errors["speed"]["reason"]
+    assert "known: voice, speed, language" in errors["volume"]["reason"]
+    sets = [b for b, _ in answers if b["status"] == "parameter_set"]
+    assert [(b["parameter"], b["value"]) for b in sets] == [("speed", 1.5), ("streaming", True), ("speed", None)]
+    assert sets[1]["parameters"]["speed"] == 1.5 and "speed" not in sets[2]["parameters"]
+    assert handler.params.overrides == {}
+
+
 def test_control_commands(model_dir, shared_engine):
     handler, rec = make_handler(model_dir, shared_engine)
     for i, cmd in enumerate(["list_voices", "stats", "change_voice:No Such Voice", f"change_voice:{VOICE_2}",

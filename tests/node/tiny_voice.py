@@ -35,13 +35,14 @@ def checkpoint(kind: str) -> Path:
     return require_fixture(Path("models") / load_cases_json()["checkpoints"][kind])
 
 
-def write_voice(model_dir: Path, name: str = VOICE, speed_factor: float = 1.0) -> Path:
+def write_voice(model_dir: Path, name: str = VOICE, speed_factor: float = 1.0, language: str | None = None) -> Path:
+    """A voice of the fixture models; ``language``: its text language (default: the e2e case's)."""
     inputs = e2e_case()["inputs"]
     folder = model_dir / "voices" / name
     folder.mkdir(parents=True, exist_ok=True)
     data = {
         "name": name,
-        "language": inputs["text_lang"],
+        "language": language or inputs["text_lang"],
         "prompt_text": inputs["prompt_text"],
         "prompt_lang": inputs["prompt_lang"],
         "speed_factor": speed_factor,
@@ -75,4 +76,5 @@ def link_text_data(root: Path) -> None:
         target.symlink_to(Path(shared).resolve(), target_is_directory=True)
 
 
-__all__ = ["VOICE", "VOICE_2", "checkpoint", "e2e_case", "fixtures_root", "make_model_dir", "reference_wav"]
+__all__ = ["VOICE", "VOICE_2", "checkpoint", "e2e_case", "fixtures_root", "make_model_dir", "reference_wav",
+           "write_voice"]

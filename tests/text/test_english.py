@@ -200,6 +200,76 @@ def test_g2p_names_only_for_title_case(english):
     assert english.english_g2p(data=DATA).word(name.title()) == names[name]
 
 
+def _upstream_dictionary(folder: Path) -> dict[str, list[str]]:
+    """Upstream ``get_dict()``'s parsing as written there (every entry a list), the oracle of the prepared form."""
+    words: dict[str, list[str]] = {}
+    with open(folder / "cmudict.rep", encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if number >= 57:
+                fields = line.strip().split("  ")
+                words[fields[0].lower()] = fields[1].split(" ")
+    for name, override in (("cmudict-fast.rep", False), ("engdict-hot.rep", True)):
+        with open(folder / name, encoding="utf-8") as f:
+            for line in f:
+                fields = line.strip().split(" ")
+                if override or fields[0].lower() not in words:
+                    words[fields[0].lower()] = fields[1:]
+    for word in ("ae", "ai", "ar", "ios", "hud", "os"):
+        words.pop(word, None)
+    return words
+
+
+def test_the_prepared_dictionary_is_upstream_s_and_read_back_without_parsing(english, tmp_path, monkeypatch):
+    """Every word's phones equal upstream's parsing, parsed the first time and read from the prepared copy in
+    the cache folder the next (a damaged copy is parsed again); the folders' TextData without a cache parses."""
+    folder = Path(_TEXT_DATA)
+    expected = _upstream_dictionary(folder)
+    cache = tmp_path / "cache"
+    first = english.english_dictionary(data=TextData(folder, folder, cache=cache))
+    assert dict(first.items()) == expected
+    written = list(cache.glob("english-dict-*.marshal"))
+    assert len(written) == 1
+    english._english_dictionary.cache_clear()
+    parsed = []
+    real = english._parse_dictionaries
+    monkeypatch.setattr(english, "_parse_dictionaries", lambda *a: parsed.append(a) or real(*a))
+    again = english.english_dictionary(data=TextData(folder, folder, cache=cache))
+    assert parsed == [] and dict(again.items()) == expected  # read back, not parsed
+    english._english_dictionary.cache_clear()
+    written[0].write_bytes(b"damaged")
+    assert dict(english.english_dictionary(data=TextData(folder, folder, cache=cache)).items()) == expected
+    assert len(parsed) == 1
+    english._english_dictionary.cache_clear()
+    assert dict(english.english_dictionary(data=TextData(folder, folder)).items()) == expected
+    english._english_dictionary.cache_clear()
+
+
+def test_cold_english_front_end_skips_what_it_does_not_use(english, monkeypatch):
+    """A fresh process loads inflect without typeguard's instrumentation (which recompiles inflect's engine class
+    at import) and g2p_en's model without NLTK's CMU dictionary (this front end reads upstream's), and its phones
+    are those of the checked-in order of lookups (the fixture parity tests above)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, time\n"
+        "from dora_primespeech_mlx.settings import Settings\n"
+        "from dora_primespeech_mlx.text.options import TextData\n"
+        "from dora_primespeech_mlx.text import english\n"
+        "g = english.english_g2p(data=TextData.from_settings(Settings.from_env()))\n"
+        "import inflect, typeguard\n"
+        "print(len(g._model.cmu), hasattr(inflect.engine.number_to_words, '__wrapped__') or"
+        " 'typeguard' in repr(inflect.engine.number_to_words.__code__.co_names))\n"
+        "print(g('Hello, 42 quick foxes.'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                         env=os.environ.copy())
+    assert out.returncode == 0, out.stderr
+    first, phones = out.stdout.splitlines()[:2]
+    assert first == "0 False", out.stdout  # no NLTK CMU dictionary, no instrumented inflect method
+    assert phones == str(english.english_g2p(data=DATA)("Hello, 42 quick foxes."))
+
+
 # --------------------------------------------------------------------------------------- data layer
 
 
