@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from .order import Stamp
-from .utterance import without_convention
+from .sentences import LlmFeed
+from .utterance import Utterance, without_convention
 
 CANCELLED = "cancelled by reset"
 FLUSHED = "cancelled by a barge-in (flush)"
@@ -86,6 +87,30 @@ class Canceller:
             self.out.counts.add("cancelled", n)
             return n
 
+    def late_fragment(self, key: tuple[str, str], md: dict, st: Stamp | None, seq: int | None,
+                      cancelled: tuple[str, str] | None) -> bool:
+        """A fragment sent before a reset or barge-in that arrives after it (``cancelled``: its reason and stage;
+        also STOP), or of a cancelled utterance: True when it is dealt with here. Its utterance, if new (neither
+        open, queued, ended nor cancelled), is answered once as cancelled and its later fragments are dropped; one
+        of a cancelled or ended utterance is dropped; one of an utterance still assembled goes on (False)."""
+        what = f"fragment of session {key[0]!r} segment {key[1]!r}"
+        with self.intake.hold(), self.answers.lock:
+            if self.intake.forgotten(key):
+                self.out.log("DEBUG", f"{what} dropped (its utterance was cancelled)")
+                return True
+            if cancelled is None or (cancelled[1] != "stop" and self.intake.live(key)):
+                return False
+            if self.intake.repeat(key, seq):
+                self.out.log("WARNING", f"{what} seq {seq} dropped: sent before a {cancelled[1]}, and that part of "
+                                        "the segment ended already")
+                return True
+            self.intake.forget(key)
+            self.out.log("WARNING", f"{what}: sent before a {cancelled[1]} that arrived first: its utterance is "
+                                    f"answered as cancelled")
+            n = self.answers.utterance(Utterance(key, md, st, LlmFeed(None)), cancelled)
+            self.out.counts.add("cancelled", int(n))
+            return True
+
     def reset(self, md: dict, st: Stamp | None = None) -> None:
         """``reset``: cancel every text sent before it and report how many on ``status``."""
         if self.sessions is not None:
@@ -102,7 +127,7 @@ class Canceller:
         self.marks.note("flush", st)
         n = self.cancel(FLUSHED, "flush", st, keep)
         if self.sessions is not None:
-            self.sessions.reset()  # the plain texts' open reasoning/code blocks go with them (utterances: their own)
+            self.sessions.reset(keep)  # the open reasoning/code blocks go with them (but the new utterance's)
         self.clock.forget()
         self.out.log("INFO", f"flush: {n} text(s) cancelled")
         self.out.flush_next(lambda: self.out.status("flush", without_convention(md),

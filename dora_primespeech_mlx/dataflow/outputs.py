@@ -25,7 +25,8 @@ SEND_TRIES = 3
 SILENCE_S = 0.05  # the silent audio answering a skipped or failed text (SILENCE_ON_SKIP)
 SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' rate)
 COUNT_NAMES = ("texts", "completed", "skipped", "errors", "cancelled", "busy", "worker_restarts", "utterances",
-               "sentences")
+               "sentences", "received", "fragments", "answered")  # received/fragments: text inputs as dora hands
+# them over (plain texts, fragments); answered: segment_complete sent (a loss shows as received > answered)
 
 
 class Counts(dict):
@@ -87,6 +88,7 @@ class Outputs:
         if outcome == "error":
             md.update(session_status="error", error=error or "error", error_stage=stage or "synthesis")
         self.counts.add("errors" if outcome == "error" else outcome)
+        self.counts.add("answered")
         for attempt in range(SEND_TRIES):
             try:
                 self.send("segment_complete", pa.array([outcome]), md)

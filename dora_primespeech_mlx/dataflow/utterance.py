@@ -25,6 +25,7 @@ class Fragment:
     text: str
     seq: int | None  # the fragment number within its segment (None: in arrival order)
     fin: bool
+    error: str | None = None  # why its text was left out (a bound), recorded on its utterance
 
 
 @dataclass(eq=False)
@@ -47,26 +48,41 @@ class Utterance:
     _claimed: bool = False
     last_input: float = field(default_factory=time.monotonic)
     skipped_gaps: int = 0
+    held_chars: int = 0  # characters of the fragments in ``held``
 
     # -- fragments (intake thread) ----------------------------------------------------------------------
-    def accept(self, fragment: Fragment) -> list[Fragment]:
+    def accept(self, fragment: Fragment, max_held_chars: int | None = None) -> list[Fragment]:
         """The fragments that are now in order (``fragment`` and any held ones it unblocks). A fragment older
-        than the next expected one (a duplicate) is dropped; past :data:`MAX_HELD_FRAGMENTS` held, the gap is
-        skipped."""
+        than the next expected one (a duplicate) is dropped; past :data:`MAX_HELD_FRAGMENTS` held (or
+        ``max_held_chars`` characters of them), the gap is skipped."""
         self.last_input = time.monotonic()
         if fragment.seq is None:
             return [fragment]
         if fragment.seq < self.next_seq:
             return []
+        old = self.held.get(fragment.seq)
+        self.held_chars += len(fragment.text) - (len(old.text) if old is not None else 0)
         self.held[fragment.seq] = fragment
-        if self.next_seq not in self.held and len(self.held) > MAX_HELD_FRAGMENTS:
+        if self.next_seq not in self.held and (len(self.held) > MAX_HELD_FRAGMENTS or (
+                max_held_chars is not None and self.held_chars > max_held_chars)):
             self.next_seq = min(self.held)
             self.skipped_gaps += 1
         ready = []
         while self.next_seq in self.held:
             ready.append(self.held.pop(self.next_seq))
+            self.held_chars -= len(ready[-1].text)
             self.next_seq += 1
         return ready
+
+    def discard(self) -> None:
+        """Drop what is held and not yet spoken (the utterance was ended to make room); the segment's filter keeps
+        its open block."""
+        if self.held:
+            self.next_seq = max(self.held) + 1
+        self.held.clear()
+        self.held_chars = 0
+        self.feed.discard()
+        self.cutter.discard()
 
     def sentences_of(self, fragment: Fragment) -> list[str]:
         """The sentences ``fragment`` completes (all that is left at ``fin``)."""
@@ -79,6 +95,7 @@ class Utterance:
         """Everything still held, as sentences (the idle wait ran out, or the inputs closed)."""
         seqs = sorted(self.held)
         held = [self.held.pop(k) for k in seqs]
+        self.held_chars = 0
         if seqs:
             self.next_seq = seqs[-1] + 1  # a fragment after these is the segment's next
         out = []
