@@ -312,3 +312,24 @@ def test_every_text_and_utterance_is_answered_once_whatever_the_stamps(events):
     assert sorted(got) == sorted(segments), (got, segments)
     counts = handler.counts.snapshot()
     assert counts["answered"] == len(answers) and counts["received"] == len(texts)
+
+
+# -- lost inputs made visible ------------------------------------------------------------------------------------------
+def test_each_arrival_is_logged_and_counted_received_and_answered():
+    engine = TextEngine()
+    handler, rec = make(engine)
+    try:
+        handler.on_input("text", pa.array(["One."]), {"question_id": "q1", "session_id": "s1"})
+        frag(handler, "Two.", session="s2", segment=5, seq=0, fin=True)
+        rec.wait(lambda r: len(r.of("segment_complete")) == 2)
+        arrivals = [m for m in logs(rec, "DEBUG") if "received" in m]
+        assert len(arrivals) == 2
+        assert "text 1 received" in arrivals[0] and "question_id=q1" in arrivals[0] and "session_id=s1" in arrivals[0]
+        assert "fragment 1 received" in arrivals[1] and "segment '5'" in arrivals[1]
+        handler.on_input("control", pa.array(["stats"]), {})
+        rec.wait(lambda r: any(s["status"] == "stats" for s in r.statuses()))
+        (stats,) = [s for s in rec.statuses() if s["status"] == "stats"]
+        counts = stats["node_counts"]
+        assert (counts["received"], counts["fragments"], counts["answered"]) == (1, 1, 2)
+    finally:
+        handler.stop()
