@@ -333,3 +333,17 @@ def test_each_arrival_is_logged_and_counted_received_and_answered():
         assert (counts["received"], counts["fragments"], counts["answered"]) == (1, 1, 2)
     finally:
         handler.stop()
+
+
+# -- form 5: a run of end marks is cut like any other run ----------------------------------------------------------
+def test_a_run_of_end_marks_is_cut_at_the_sentence_limit():
+    from dora_primespeech_mlx.dataflow.sentences import MAX_SENTENCE_CHARS, SentenceCutter
+
+    for step in (1, 7, 3000):
+        cutter, out = SentenceCutter(), []
+        text = "好" + "。" * 1500
+        for i in range(0, len(text), step):
+            out += cutter.push(text[i:i + step])
+        out += cutter.finish()
+        assert "".join(out) == text and max(len(s) for s in out) <= MAX_SENTENCE_CHARS, [len(s) for s in out]
+        assert len(out[0]) == MAX_SENTENCE_CHARS  # cut as soon as the run reaches the limit, not at its end
