@@ -375,13 +375,13 @@ def _request(raw: str, md: dict, sessions: llm.Sessions | None, max_chars: int,
 
 
 def check_once(job: Any, max_chars: int) -> None:
-    """The checks every text passes once, when it is admitted: nothing to speak makes it skipped, more than
-    ``max_chars`` (MAX_TEXT_CHARS) an input error."""
+    """The checks every text passes once, when it is admitted: more than ``max_chars`` (MAX_TEXT_CHARS) an input
+    error (checked first: no work is spent on a text that is refused), nothing to speak makes it skipped."""
     req = job.request
     if job.error is not None or req is None:
         return
-    if not has_speakable(req.text):
-        job.skip = True
-    elif len(req.text) > max_chars:
+    if len(req.text) > max_chars:
         job.error, job.error_stage = (f"text too long: {len(req.text)} characters (MAX_TEXT_CHARS={max_chars})",
                                       "input")
+    elif not has_speakable(req.text):
+        job.skip = True
