@@ -260,7 +260,8 @@ class Intake:
         if fragment.error is not None:
             self._log("WARNING", f"session {key[0]!r} segment {key[1]!r}: fragment left out: {fragment.error}")
             with utterance.lock:
-                utterance.errors.append((fragment.error, "input"))
+                if not any(stage == "input" for _, stage in utterance.errors):  # the first one (the answer's)
+                    utterance.errors.append((fragment.error, "input"))
         if fragment.seq is not None and fragment.seq < utterance.next_seq:
             self._log("WARNING", f"session {key[0]!r} segment {key[1]!r}: fragment seq {fragment.seq} dropped: "
                                  f"a repeat (the next expected is {utterance.next_seq})")
