@@ -341,7 +341,7 @@ def _chars(item: tuple) -> int:
     return 0
 
 
-def parse_request(job: Any, raw: str, sessions: llm.Sessions | None, max_chars: int,
+def parse_request(job: Any, raw: str, sessions: Filters | None, max_chars: int,
                   log: Callable[[str, str], None]) -> None:
     """Fill a plain text job's request from ``raw`` (JSON payload, voice prefix), its text what the session's LLM
     filter leaves of it (``sessions``; None: raw), or its error."""
@@ -353,7 +353,7 @@ def parse_request(job: Any, raw: str, sessions: llm.Sessions | None, max_chars: 
         job.error = f"unreadable text: {type(exc).__name__}"
 
 
-def _request(raw: str, md: dict, sessions: llm.Sessions | None, max_chars: int,
+def _request(raw: str, md: dict, sessions: Filters | None, max_chars: int,
              log: Callable[[str, str], None]) -> TextRequest:
     """With the LLM stage: reasoning, tool calls and code spanning messages dropped ("" makes it a skipped text)."""
     if sessions is None or len(raw) > max_chars:  # too long: refused with an error anyway
