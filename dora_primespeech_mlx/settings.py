@@ -248,7 +248,7 @@ class Settings(defaults.RequestDefaults):
     stream_max_wait: float = setting("PRIMESPEECH_STREAM_MAX_WAIT", 0.0, _ranged(_number, 0.0, 60.0),
         "Streaming: the longest (s) a listener waits for audio, for the first chunk or after running dry; the plan "
         "then spends an unavoidable wait in gaps of at most this instead of one wait before speaking. 0: off, every "
-        "wait before speaking (docs/streaming.md).", ())
+        "wait before speaking (docs/streaming.md).", (), audience="tuning")
     llm_text: bool = setting("PRIMESPEECH_LLM_TEXT", True, _bool,
         "Speak LLM output as prose: reasoning, tool calls and code unspoken (also across messages), markup "
         "as its words (docs/dataflow.md); false: the original's behaviour on raw text.", ("GPTSVITS_LLM_TEXT",))
@@ -259,6 +259,16 @@ class Settings(defaults.RequestDefaults):
         "is answered with an error naming this limit (segment_complete `error`, stage `text`).", ())
     segment_idle_s: float = setting("PRIMESPEECH_SEGMENT_IDLE_S", 3.0, _ranged(_number, 0.05),
         "Seconds without a fragment after which a streamed utterance (`segment_id`) ends as at `fin`.")
+    max_fragment_chars: int = setting("PRIMESPEECH_MAX_FRAGMENT_CHARS", 5000, _ranged(_int, 1),
+        "A longer fragment of a streamed utterance (`segment_id`) is left out (WARNING); its utterance is "
+        "answered with an error naming this limit if nothing of it is spoken.", audience="deployment")
+    max_held_chars: int = setting("PRIMESPEECH_MAX_HELD_CHARS", 20000, _ranged(_int, 1),
+        "Characters of early fragments one streamed utterance holds while it waits for a missing `seq`; past "
+        "this the gap is skipped (WARNING).", audience="deployment")
+    max_intake_chars: int = setting("PRIMESPEECH_MAX_INTAKE_CHARS", 2_000_000, _ranged(_int, 1),
+        "Characters of texts and fragments waiting in the node's intake; a text beyond it is answered at once "
+        "with an error naming this limit (busy), a fragment beyond it is left out (WARNING, and its utterance's "
+        "error if nothing of it is spoken).", audience="deployment")
     warmup: bool = setting("GPTSVITS_WARMUP", True, _bool, "Run one short synthesis at start.", ("WARMUP",),
         audience="tuning")
     auto_download: bool = setting("PRIMESPEECH_AUTO_DOWNLOAD", True, _bool,

@@ -266,7 +266,7 @@ def side_main(argv: list[str], upstream: type | None = None) -> int:
             else _upstream(upstream)(a.models, a.tools, a.threads, a.split))
     langs = a.langs.split(",")
     if a.tiny:  # the fixture voice speaks its own language only
-        langs = [x for x in langs if x == side.language] or [side.language]
+        langs = tiny_langs(langs, side.language)
     rates = [float(r) for r in a.rates.split(",")]
     for lang in langs:  # loads, compiles and caches the reference, and each language's front end (a node's
         side.run(llm_script(ANSWERS[lang][:2], lang, max(rates)), lang, 0)  # warm-up does that too)
@@ -283,6 +283,18 @@ def side_main(argv: list[str], upstream: type | None = None) -> int:
                            loadavg=os.getloadavg()[0])
                 print("CONV " + json.dumps(res), flush=True)
     return 0
+
+
+def tiny_langs(langs: list[str], language: str) -> list[str]:
+    """The answer languages (keys of :data:`ANSWERS`) a fixture voice of ``language`` speaks: those of its
+    language's family (``all_zh``: ``zh``), whichever of ``langs`` it is."""
+    from dora_primespeech_mlx.text.llm import language_family
+
+    family = language_family(language)
+    if family not in ANSWERS:
+        raise SystemExit(f"the fixture voice's language {language!r} has no answers here (answers: "
+                         f"{', '.join(ANSWERS)})")
+    return [x for x in langs if x == family] or [family]
 
 
 def _upstream(side: type | None) -> type:

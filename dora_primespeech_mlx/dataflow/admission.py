@@ -32,10 +32,11 @@ class Admission:
             self._seq += 1
             return self._seq
 
-    def refused(self, job: Job, cancelled: tuple[str, str] | None, waiting: int) -> bool:
+    def refused(self, job: Job, cancelled: tuple[str, str] | None, waiting: int, room: bool = True) -> bool:
         """On the input thread, before the intake: answer a plain text at once (True) when the node is stopping,
-        when a reset or barge-in sent after it came first (``cancelled``: its reason and stage), or when the
-        queue and the ``waiting`` texts of the intake fill MAX_QUEUED_TEXTS; False: it goes on to the intake."""
+        when a reset or barge-in sent after it came first (``cancelled``: its reason and stage), when the
+        queue and the ``waiting`` texts of the intake fill MAX_QUEUED_TEXTS, or when its characters find no
+        ``room`` in the intake (PRIMESPEECH_MAX_INTAKE_CHARS); False: it goes on to the intake."""
         if self.stopping.is_set():
             self.out.counts.add("texts")
             self.answers.fail(job, STOPPING, "stop")
@@ -45,6 +46,13 @@ class Admission:
             with self.answers.lock:
                 if self.answers.fail(job, *cancelled):
                     self.out.counts.add("cancelled")
+            return True
+        if not room:
+            self.out.counts.add("texts")
+            self.out.counts.add("busy")
+            limit = self.out.settings.max_intake_chars
+            self.answers.fail(job, f"busy: the intake holds {limit} characters of texts waiting "
+                                   "(PRIMESPEECH_MAX_INTAKE_CHARS)", "busy")
             return True
         if self.jobs.texts() + waiting >= self.jobs.max_texts:  # answered at once, not later
             self.out.counts.add("texts")

@@ -7,33 +7,41 @@ queue, signals the job in flight to stop (the engine stops at its next checkpoin
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from typing import Any
 
 from .order import Stamp
-from .utterance import session_of, without_convention
+from .sentences import LlmFeed
+from .utterance import Utterance, session_of, without_convention
 
 CANCELLED = "cancelled by reset"
 FLUSHED = "cancelled by a barge-in (flush)"
 STOPPING = "cancelled: the node is stopping"
 SESSION_CANCELLED = "cancelled by a cancel of its session"
 CANCEL_STAGES = ("reset", "flush", "stop", "cancel")
-MAX_SESSION_MARKS = 256  # sessions whose latest cancel is remembered
+SESSION_MARK_S = 300.0  # a session's cancel stops what was sent before it from arriving for this long
+MAX_SESSION_MARKS = 100_000  # session cancels remembered at once, whatever the window (the oldest goes first)
 
 
 class Marks:
     def __init__(self):
         self._marks: dict[str, Stamp | None] = {"reset": None, "flush": None}
-        self._sessions: dict[str, Stamp] = {}  # the latest cancel of each session (the last MAX_SESSION_MARKS)
+        # the latest cancel of each session and until when it is kept (monotonic), the oldest first: kept for a
+        # time, not a count, so a sender cannot push one out by cancelling many other sessions
+        self._sessions: OrderedDict[str, tuple[Stamp, float]] = OrderedDict()
 
     def note_session(self, session: str, st: Stamp | None) -> None:
         """A cancel of ``session`` sent at ``st``; the latest one counts."""
-        mark = self._sessions.pop(session, None)
+        now = time.monotonic()
+        mark = self._sessions.pop(session, (None, 0.0))[0]
         if st is not None and (mark is None or mark.before(st)):
             mark = st
         if mark is not None:
-            self._sessions[session] = mark
-        while len(self._sessions) > MAX_SESSION_MARKS:
-            self._sessions.pop(next(iter(self._sessions)))
+            self._sessions[session] = (mark, now + SESSION_MARK_S)
+        while self._sessions and (len(self._sessions) > MAX_SESSION_MARKS
+                                  or next(iter(self._sessions.values()))[1] <= now):
+            self._sessions.popitem(last=False)
 
     def note(self, stage: str, st: Stamp | None) -> None:
         """A reset or barge-in (``stage``) sent at ``st``; the latest one counts."""
@@ -50,8 +58,8 @@ class Marks:
             mark = self._marks[stage]
             if mark is not None and st.before(mark):
                 return reason, stage
-        mark = self._sessions.get(session) if session is not None else None
-        if mark is not None and st.before(mark):
+        kept = self._sessions.get(session) if session is not None else None
+        if kept is not None and kept[1] > time.monotonic() and st.before(kept[0]):
             return SESSION_CANCELLED, "cancel"
         return None
 
@@ -106,6 +114,30 @@ class Canceller:
             self.out.counts.add("cancelled", n)
             return n
 
+    def late_fragment(self, key: tuple[str, str], md: dict, st: Stamp | None, seq: int | None,
+                      cancelled: tuple[str, str] | None) -> bool:
+        """A fragment sent before a reset or barge-in that arrives after it (``cancelled``: its reason and stage;
+        also STOP), or of a cancelled utterance: True when it is dealt with here. Its utterance, if new (neither
+        open, queued, ended nor cancelled), is answered once as cancelled and its later fragments are dropped; one
+        of a cancelled or ended utterance is dropped; one of an utterance still assembled goes on (False)."""
+        what = f"fragment of session {key[0]!r} segment {key[1]!r}"
+        with self.intake.hold(), self.answers.lock:
+            if self.intake.forgotten(key):
+                self.out.log("DEBUG", f"{what} dropped (its utterance was cancelled)")
+                return True
+            if cancelled is None or (cancelled[1] != "stop" and self.intake.live(key)):
+                return False
+            if self.intake.repeat(key, seq):
+                self.out.log("WARNING", f"{what} seq {seq} dropped: sent before a {cancelled[1]}, and that part of "
+                                        "the segment ended already")
+                return True
+            self.intake.forget(key)
+            self.out.log("WARNING", f"{what}: sent before a {cancelled[1]} that arrived first: its utterance is "
+                                    f"answered as cancelled")
+            n = self.answers.utterance(Utterance(key, md, st, LlmFeed(None)), cancelled)
+            self.out.counts.add("cancelled", int(n))
+            return True
+
     def reset(self, md: dict, st: Stamp | None = None) -> None:
         """``reset``: cancel every text sent before it and report how many on ``status``."""
         if self.sessions is not None:
@@ -122,7 +154,7 @@ class Canceller:
         self.marks.note("flush", st)
         n = self.cancel(FLUSHED, "flush", st, keep)
         if self.sessions is not None:
-            self.sessions.reset()  # the plain texts' open reasoning/code blocks go with them (utterances: their own)
+            self.sessions.reset(keep)  # the open reasoning/code blocks go with them (but the new utterance's)
         self.clock.forget()
         self.out.log("INFO", f"flush: {n} text(s) cancelled")
         self.out.flush_next(lambda: self.out.status("flush", without_convention(md),

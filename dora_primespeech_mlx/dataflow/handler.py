@@ -19,20 +19,20 @@ from typing import Any
 import pyarrow as pa
 
 from ..settings import Settings
-from ..text import llm
 from . import controls, params
 from .admission import Admission
-from .answers import Answers
+from .answers import Answers, describe
 from .cancellation import CANCELLED, FLUSHED, STOPPING, Canceller
 from .clock import PlaybackClock
 from .inputs import TextMetadata, echoed
 from .intake import Intake
 from .jobs import Job, JobQueue
-from .messages import InputError, decode_text_value, parse_control
-from .order import Stamp, stamp
+from .messages import InputError, clip, decode_text_value, parse_control
+from .order import MAX_SKEW_S, Stamp, clamp, stamp
 from .outputs import NODE_NAME, Counts, Outputs
 from .params import ParameterError, Parameters
 from .speech import Speaker
+from .streams import Filters
 from .utterance import Fragment, convention, session_of, without_convention
 from .voices import Voices
 from .worker import WATCH_S, Worker
@@ -79,14 +79,18 @@ class MessageHandler:
         self.settings = settings
         self.answers = Answers(self.out)
         self._arrivals = 0  # inputs received (the order fallback)
-        # PRIMESPEECH_LLM_TEXT: one LLM stream filter per session and question (text/llm.py), fed by the intake
-        self.llm = llm.Sessions() if settings.llm_text else None
+        # PRIMESPEECH_LLM_TEXT: one LLM stream filter per plain-text session and question and one per streamed
+        # segment (text/llm.py), fed by the intake; each outlives the utterances of its segment (streams.py)
+        self.filters = Filters(self.log, settings.llm_text)
+        self.llm = self.filters if settings.llm_text else None
         self.worker = Worker(self.jobs, self._build, self._run_job, self.answers.fail, self.log, self.counts.add)
         self.ready, self.parked, self._stopping = self.worker.ready, self.worker.parked, self.worker.stopping
         self.admission = Admission(self.jobs, self.answers, self.llm, self._stopping)
         self.intake = Intake(self.admission.parse, self.admission.admit, self.admission.sentence,
-                             self.answers.closed, self.log, llm_text=settings.llm_text, idle_s=settings.segment_idle_s)
-        self.cancellation = Canceller(self.intake, self.jobs, self.answers, self.llm, self.clock)
+                             self.answers.closed, self.log, llm_text=settings.llm_text, idle_s=settings.segment_idle_s,
+                             filters=self.filters, max_held_chars=settings.max_held_chars,
+                             max_chars=settings.max_intake_chars)
+        self.cancellation = Canceller(self.intake, self.jobs, self.answers, self.filters, self.clock)
         self.marks = self.cancellation.marks  # the latest reset and barge-in: texts sent before them are cancelled
         self.params = Parameters()  # runtime parameters (dora param set): defaults beneath each text's own
         self.speaker = Speaker(lambda: self.engine, self.jobs, self.voices, self.answers, self.params)
@@ -177,7 +181,10 @@ class MessageHandler:
         """Handle one INPUT event. Never raises; every text is answered."""
         try:
             self._arrivals += 1
-            st = stamp(metadata, self._arrivals)
+            st, clamped = clamp(stamp(metadata, self._arrivals))
+            if clamped:
+                self.log("WARNING", f"input {input_id!r} (arrival {self._arrivals}): its timestamp is ahead of the "
+                                    f"node's clock by more than {MAX_SKEW_S:g} s: taken as sent on arrival")
             if input_id == "text":
                 self._on_text(value, metadata, st)
             elif input_id == "control":
@@ -211,8 +218,17 @@ class MessageHandler:
         md = self._text_metadata.read(metadata, self._arrivals)
         segment_id, fragment_seq, fin, flush = convention(md)
         key = None if segment_id is None else (str(md.get("session_id", "default")), str(segment_id))
+        self.counts.add("received" if key is None else "fragments")
+        self.log("DEBUG", f"input {self._arrivals}: " + (
+            f"text {self.counts['received']} received" if key is None else
+            f"fragment {self.counts['fragments']} received (session {key[0]!r} segment {key[1]!r} "
+            f"seq {clip(md.get('seq'), 40)})") + f" ({describe(md)})")
         if key is not None and st is not None:  # a fragment's seq numbers it within its segment, not among inputs
             st = Stamp(st.time, None, st.arrival)
+        if key is not None and "seq" in md and (fragment_seq is None or fragment_seq < 0):
+            self.log("WARNING", f"fragment of session {key[0]!r} segment {key[1]!r}: seq {clip(md['seq'])!r} is not "
+                                "a fragment number (a whole number from 0): it joins in arrival order")
+            fragment_seq = None
         if flush and not self._stopping.is_set():
             self.cancellation.barge_in(md, st, key)
         if key is not None:
@@ -225,17 +241,29 @@ class MessageHandler:
             job.error = str(exc)
         except Exception as exc:  # anything a hostile payload provokes
             job.error = f"unreadable text: {type(exc).__name__}"
-        if not self.admission.refused(job, self.marks.cancelled(st, session_of(md)), self.intake.queued_texts()):
+        if not self.admission.refused(job, self.marks.cancelled(st, session_of(md)), self.intake.queued_texts(),
+                                      self.intake.room(len(job.raw or ""))):
             self.intake.put_text(job, job.raw or "")
 
     def _on_fragment(self, value: Any, md: dict, st: Stamp | None, key: tuple[str, str], fragment: Fragment) -> None:
-        """A fragment of a streamed utterance: to the intake (answered with its utterance, never alone). A fragment
-        sent before a reset or barge-in that arrives after it, or of a cancelled utterance, is dropped."""
-        if self._stopping.is_set() or self.marks.cancelled(st, key[0]) is not None or self.intake.forgotten(key):
-            self.log("DEBUG", f"fragment of session {key[0]!r} segment {key[1]!r} dropped (cancelled)")
-            return
+        """A fragment of a streamed utterance: to the intake (answered with its utterance, never alone). One sent
+        before a reset, a barge-in or a cancel of its session that arrives after it, or that comes once the node
+        stops, is answered with its utterance as cancelled if that utterance is new, else dropped (its utterance was
+        answered already)."""
+        cancelled = (STOPPING, "stop") if self._stopping.is_set() else self.marks.cancelled(st, key[0])
+        if cancelled is not None or self.intake.forgotten(key):
+            if self.cancellation.late_fragment(key, without_convention(md), st, fragment.seq, cancelled):
+                return
+        limit = self.settings.max_fragment_chars
         try:
-            fragment.text = decode_text_value(value)
+            text = decode_text_value(value)
+            if len(text) > limit:
+                fragment.error = (f"a fragment of {len(text)} characters (PRIMESPEECH_MAX_FRAGMENT_CHARS={limit})")
+            elif not self.intake.room(len(text)):
+                fragment.error = (f"the intake holds {self.settings.max_intake_chars} characters "
+                                  "(PRIMESPEECH_MAX_INTAKE_CHARS)")
+            else:
+                fragment.text = text
         except Exception as exc:  # noqa: BLE001 - a bad fragment is left out; its utterance goes on
             self.log("WARNING", f"fragment of session {key[0]!r} segment {key[1]!r} left out: "
                                 f"{type(exc).__name__}: {exc}")

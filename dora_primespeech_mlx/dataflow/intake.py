@@ -1,14 +1,14 @@
 """Text intake, on a thread of its own between the input thread and the worker: the LLM text stage
 (``PRIMESPEECH_LLM_TEXT``) and the assembly of streamed utterances, so neither ever delays the input thread.
 
-- A ``text`` without ``segment_id`` is parsed (JSON payload, voice prefix), cleaned by its session's LLM filter
-  (one per ``session_id`` and ``question_id``, fed in arrival order) and handed on as one job (``admit_text``).
-- A ``change_voice`` passes through in turn, so it keeps its place among the texts.
-- A ``text`` with a ``segment_id`` is a fragment of an :class:`.utterance.Utterance` (one per ``session_id`` and
-  ``segment_id``): fragments are put in ``seq`` order, cleaned by the utterance's own LLM filter, cut into
-  sentences, and each sentence is handed on as soon as it is complete (``admit_sentence``). ``fin: true`` ends the
-  utterance; so does ``segment_idle_s`` without a fragment (``PRIMESPEECH_SEGMENT_IDLE_S``), or the inputs
-  closing. At most :data:`MAX_OPEN` utterances are open; opening one more ends the oldest.
+- A ``text`` without ``segment_id`` is parsed, cleaned by its session's LLM filter and handed on as one job; a
+  ``change_voice`` passes through in turn, so it keeps its place among the texts.
+- A ``text`` with a ``segment_id`` is a fragment of an :class:`.utterance.Utterance`: put in ``seq`` order, cleaned
+  by its segment's LLM filter (:mod:`.streams`), cut into sentences, each handed on once complete. ``fin``, the
+  idle wait (``PRIMESPEECH_SEGMENT_IDLE_S``) or the inputs closing end it; past :data:`MAX_OPEN` open, the oldest
+  ends (its unsent text discarded).
+- Bounded (docs/security.md): fragment size, held characters per utterance, characters queued here; cancelled
+  utterances are remembered for :data:`FORGET_AFTER_S` (:class:`Forgotten`).
 
 :meth:`Intake.hold` stops the thread between two items, so a reset or a barge-in on the input thread sees every
 text either still queued here or already handed on, never one in between.
@@ -27,11 +27,51 @@ from ..text import llm
 from ..text.speakable import has_speakable
 from .messages import InputError, TextRequest, parse_text
 from .sentences import LlmFeed
-from .utterance import Fragment, Utterance, session_of
+from .streams import Filters
+from .utterance import MAX_HELD_FRAGMENTS, Fragment, Utterance, session_of
 
 MAX_OPEN = 64  # utterances assembled at once
-FORGOTTEN = 256  # keys of cancelled utterances remembered (their late fragments are dropped)
+MAX_ENDED = 256  # ended segments whose next seq is remembered (a segment that goes on, a repeated fragment)
+FORGET_AFTER_S = 300.0  # a cancelled utterance's late fragments are dropped for this long after its cancel
+MAX_FORGOTTEN = 100_000  # cancelled utterances remembered at once (8 bytes each, by hash), whatever the window
 TICK_S = 0.05  # the shortest sleep while an utterance is open (its idle wait is checked after it)
+
+
+class Forgotten:
+    """Cancelled utterances, by the hash of their key, each for ``window_s`` after its cancel: a sender cannot
+    exhaust it by cancelling many (only by cancelling more than ``cap`` within the window, which is reported)."""
+
+    def __init__(self, log: Callable[[str, str], None], window_s: float = FORGET_AFTER_S, cap: int = MAX_FORGOTTEN):
+        self._log, self.window_s, self.cap = log, window_s, cap
+        self._until: OrderedDict[int, float] = OrderedDict()  # hash(key) -> until when, the oldest first
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def add(self, key: tuple[str, str]) -> None:
+        now = time.monotonic()
+        h = hash(key)
+        with self._lock:
+            self._until.pop(h, None)
+            self._until[h] = now + self.window_s
+            while self._until and next(iter(self._until.values())) <= now:
+                self._until.popitem(last=False)
+            if len(self._until) > self.cap:
+                self._until.popitem(last=False)
+                warn, self._warned = not self._warned, True
+            else:
+                warn = False
+        if warn:
+            self._log("WARNING", f"more than {self.cap} utterances cancelled within {self.window_s:g} s "
+                                 "(MAX_FORGOTTEN): the oldest are forgotten early, a late fragment of one starts "
+                                 "a new utterance")
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        with self._lock:
+            until = self._until.get(hash(key))
+        return until is not None and until > time.monotonic()
+
+    def __len__(self) -> int:
+        return len(self._until)
 
 
 class Intake:
@@ -43,22 +83,32 @@ class Intake:
 
     def __init__(self, parse: Callable[[Any, str], None], admit_text: Callable[[Any], None],
                  admit_sentence: Callable[[Utterance, str], None], closed: Callable[[Utterance], None],
-                 log: Callable[[str, str], None], llm_text: bool, idle_s: float):
+                 log: Callable[[str, str], None], llm_text: bool, idle_s: float, filters: Filters | None = None,
+                 max_held_chars: int = 20000, max_chars: int = 2_000_000):
         self._parse, self._admit_text, self._admit_sentence = parse, admit_text, admit_sentence
         self._closed, self._log = closed, log
         self.llm_text = llm_text
         self.idle_s = idle_s
+        self.filters = filters if filters is not None else Filters(log, llm_text)
+        self.max_held_chars = max_held_chars  # PRIMESPEECH_MAX_HELD_CHARS
+        self.max_chars = max_chars  # PRIMESPEECH_MAX_INTAKE_CHARS
+        self.chars = 0  # characters of the texts and fragments queued here
         self._items: deque[tuple] = deque()
         self._cv = threading.Condition()
         self._busy = threading.RLock()  # held while one item is worked on (see hold)
         self.open: OrderedDict[tuple[str, str], Utterance] = OrderedDict()
-        self._forgotten: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._forgotten = Forgotten(log)
         self._ended: OrderedDict[tuple[str, str], int] = OrderedDict()  # ended utterances: the next fragment's seq
         self._working = False
         self._in_hand: str | None = None  # the kind of the item being worked on
         self._stopped = False
 
     # -- input thread --------------------------------------------------------------------------------------
+    def room(self, chars: int) -> bool:
+        """Whether ``chars`` more characters fit in the intake (PRIMESPEECH_MAX_INTAKE_CHARS)."""
+        with self._cv:
+            return self.chars + chars <= self.max_chars
+
     def put_text(self, job: Any, raw: str) -> None:
         self._put(("text", job, raw))
 
@@ -72,6 +122,7 @@ class Intake:
     def _put(self, item: tuple) -> None:
         with self._cv:
             self._items.append(item)
+            self.chars += _chars(item)
             self._cv.notify_all()
 
     @contextmanager
@@ -110,16 +161,25 @@ class Intake:
             self._items = deque(item for item in self._items if not (
                 (item[0] == "text" and sent_before(item[1].stamp, None, item[1]))
                 or (item[0] == "fragment" and item[1] in dropped)))
+            self.chars = sum(_chars(item) for item in self._items)
             return jobs, utterances
 
     def forgotten(self, key: tuple[str, str]) -> bool:
         return key in self._forgotten
 
     def forget(self, key: tuple[str, str]) -> None:
-        """Drop the fragments of ``key`` from now on (a cancelled utterance)."""
-        self._forgotten[key] = None
-        while len(self._forgotten) > FORGOTTEN:
-            self._forgotten.popitem(last=False)
+        """Drop the fragments of ``key`` from now on (a cancelled utterance), and its LLM filter."""
+        self._forgotten.add(key)
+        self.filters.drop(key)
+
+    def live(self, key: tuple[str, str]) -> bool:
+        """Under :meth:`hold`: whether an utterance of ``key`` is open or has fragments queued here."""
+        with self._cv:
+            return key in self.open or any(item[0] == "fragment" and item[1] == key for item in self._items)
+
+    def repeat(self, key: tuple[str, str], seq: int | None) -> bool:
+        """Under :meth:`hold`: whether fragment ``seq`` of ``key`` belongs to a part of its segment already ended."""
+        return seq is not None and key in self._ended and seq < self._ended[key]
 
     def queued_texts(self) -> int:
         """Plain texts waiting here (and the one in hand)."""
@@ -158,6 +218,8 @@ class Intake:
             with self._busy:
                 with self._cv:
                     item = self._items.popleft() if self._items else None
+                    if item is not None:
+                        self.chars -= _chars(item)
                     self._working = item is not None
                     self._in_hand = item[0] if item is not None else None
                 try:
@@ -188,14 +250,26 @@ class Intake:
         if key in self._forgotten:
             return  # a fragment of a cancelled utterance
         utterance = self.open.get(key)
-        new = utterance is None
-        if new:
-            utterance = self._open(key, metadata, stamp)
-        in_order = utterance.accept(fragment)
-        if new and not in_order and not utterance.held:  # a repeat of a fragment of an ended segment
-            del self.open[key]
-            self._ended[key] = utterance.next_seq
+        if utterance is None and self.repeat(key, fragment.seq):
+            self._log("WARNING", f"session {key[0]!r} segment {key[1]!r}: fragment seq {fragment.seq} dropped: "
+                                 f"that part of the segment ended already (a repeat)")
             return
+        if utterance is None:
+            utterance = self._open(key, metadata, stamp)
+        if fragment.error is not None:
+            self._log("WARNING", f"session {key[0]!r} segment {key[1]!r}: fragment left out: {fragment.error}")
+            with utterance.lock:
+                if not any(stage == "input" for _, stage in utterance.errors):  # the first one (the answer's)
+                    utterance.errors.append((fragment.error, "input"))
+        if fragment.seq is not None and fragment.seq < utterance.next_seq:
+            self._log("WARNING", f"session {key[0]!r} segment {key[1]!r}: fragment seq {fragment.seq} dropped: "
+                                 f"a repeat (the next expected is {utterance.next_seq})")
+        skipped = utterance.skipped_gaps
+        in_order = utterance.accept(fragment, self.max_held_chars)
+        if utterance.skipped_gaps != skipped:
+            self._log("WARNING", f"session {key[0]!r} segment {key[1]!r}: more than {MAX_HELD_FRAGMENTS} early "
+                                 f"fragments or {self.max_held_chars} characters held (PRIMESPEECH_MAX_HELD_CHARS) "
+                                 f"waiting for a missing seq: the gap is skipped")
         for ready in in_order:
             for sentence in utterance.sentences_of(ready):
                 self._hand_on(utterance, sentence)
@@ -207,10 +281,9 @@ class Intake:
         while len(self.open) >= MAX_OPEN:
             oldest = next(iter(self.open))
             self._log("WARNING", f"more than {MAX_OPEN} utterances open: ending session {oldest[0]!r} segment "
-                                 f"{oldest[1]!r} as if its fin had come")
-            self._end(oldest)
-        feed = LlmFeed(llm.StreamFilter() if self.llm_text else None)
-        utterance = Utterance(key, metadata, stamp, feed)
+                                 f"{oldest[1]!r}; its text not yet spoken is discarded")
+            self._end(oldest, evicted=True)
+        utterance = Utterance(key, metadata, stamp, self.filters.segment(key))
         utterance.next_seq = self._ended.pop(key, 0)  # a segment that goes on after its idle wait ended it
         self.open[key] = utterance
         return utterance
@@ -220,21 +293,26 @@ class Intake:
             utterance.sentences += 1
         self._admit_sentence(utterance, sentence)
 
-    def _end(self, key: tuple[str, str], finished: bool = False) -> None:
-        """Close an utterance: its held text is spoken, it takes no more sentences."""
+    def _end(self, key: tuple[str, str], finished: bool = False, evicted: bool = False) -> None:
+        """Close an utterance: its held text is spoken (``evicted``: discarded), it takes no more sentences. Its
+        segment's LLM filter goes at ``fin`` (``finished``), else it stays for the segment's next utterance."""
         utterance = self.open.pop(key, None)
         if utterance is None:
             return
-        if not finished:
+        if evicted:
+            utterance.discard()
+        elif not finished:
             for sentence in utterance.rest():
                 self._hand_on(utterance, sentence)
-        if utterance.skipped_gaps:
-            self._log("WARNING", f"session {key[0]!r} segment {key[1]!r}: {utterance.skipped_gaps} gap(s) in the "
-                                 "fragments' seq skipped")
+        if finished:
+            self.filters.drop(key)
+        else:
+            self.filters.release(key)
         with utterance.lock:
             utterance.closed = True
         self._ended[key] = utterance.next_seq
-        while len(self._ended) > FORGOTTEN:
+        self._ended.move_to_end(key)
+        while len(self._ended) > MAX_ENDED:
             self._ended.popitem(last=False)
         self._closed(utterance)
 
@@ -253,7 +331,16 @@ class Intake:
             self._end(key)
 
 
-def parse_request(job: Any, raw: str, sessions: llm.Sessions | None, max_chars: int,
+def _chars(item: tuple) -> int:
+    """The characters a queued item holds (a text's raw string, a fragment's text)."""
+    if item[0] == "text":
+        return len(item[2])
+    if item[0] == "fragment":
+        return len(item[4].text)
+    return 0
+
+
+def parse_request(job: Any, raw: str, sessions: Filters | None, max_chars: int,
                   log: Callable[[str, str], None]) -> None:
     """Fill a plain text job's request from ``raw`` (JSON payload, voice prefix), its text what the session's LLM
     filter leaves of it (``sessions``; None: raw), or its error."""
@@ -265,7 +352,7 @@ def parse_request(job: Any, raw: str, sessions: llm.Sessions | None, max_chars: 
         job.error = f"unreadable text: {type(exc).__name__}"
 
 
-def _request(raw: str, md: dict, sessions: llm.Sessions | None, max_chars: int,
+def _request(raw: str, md: dict, sessions: Filters | None, max_chars: int,
              log: Callable[[str, str], None]) -> TextRequest:
     """With the LLM stage: reasoning, tool calls and code spanning messages dropped ("" makes it a skipped text)."""
     if sessions is None or len(raw) > max_chars:  # too long: refused with an error anyway
@@ -288,13 +375,13 @@ def _request(raw: str, md: dict, sessions: llm.Sessions | None, max_chars: int,
 
 
 def check_once(job: Any, max_chars: int) -> None:
-    """The checks every text passes once, when it is admitted: nothing to speak makes it skipped, more than
-    ``max_chars`` (MAX_TEXT_CHARS) an input error."""
+    """The checks every text passes once, when it is admitted: more than ``max_chars`` (MAX_TEXT_CHARS) an input
+    error (checked first: no work is spent on a text that is refused), nothing to speak makes it skipped."""
     req = job.request
     if job.error is not None or req is None:
         return
-    if not has_speakable(req.text):
-        job.skip = True
-    elif len(req.text) > max_chars:
+    if len(req.text) > max_chars:
         job.error, job.error_stage = (f"text too long: {len(req.text)} characters (MAX_TEXT_CHARS={max_chars})",
                                       "input")
+    elif not has_speakable(req.text):
+        job.skip = True

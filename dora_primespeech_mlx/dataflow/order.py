@@ -8,6 +8,10 @@ Every input gets a :class:`Stamp` from its metadata:
 - ``seq``: an integer the sender may add to the metadata of its texts and controls, increasing by message;
   it orders messages with equal timestamps, and all of them where there is no timestamp (dora 0.3.x);
 - the arrival number: the order the node received them, the fallback when neither is present.
+
+A ``timestamp`` cannot reach into the future: one ahead of the node's clock by more than :data:`MAX_SKEW_S` is
+clamped to the arrival time (:func:`clamp`), so a forged or skewed send time can neither make a reset or
+barge-in cancel what is sent after it nor make a text outlast one.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 SEQ_KEY = "seq"
 TIMESTAMP_KEY = "timestamp"
+MAX_SKEW_S = 1.0  # a timestamp further ahead of the node's clock is clamped to the arrival time
 
 
 @dataclass(frozen=True)
@@ -46,3 +51,18 @@ def stamp(metadata: Any, arrival: int) -> Stamp:
         if isinstance(s, int) and not isinstance(s, bool):
             seq = s
     return Stamp(time, seq, arrival)
+
+
+def clamp(st: Stamp, now: _dt.datetime | None = None) -> tuple[Stamp, bool]:
+    """``st`` with a ``timestamp`` more than :data:`MAX_SKEW_S` ahead of ``now`` (the node's clock, UTC) set to
+    ``now``; True when it was clamped."""
+    if st.time is None:
+        return st, False
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    try:
+        ahead = (st.time - now).total_seconds()
+    except (OverflowError, TypeError):
+        ahead = 0.0
+    if ahead <= MAX_SKEW_S:
+        return st, False
+    return Stamp(now, st.seq, st.arrival), True

@@ -29,7 +29,8 @@ SAMPLE_RATE = 32000  # of that silence when no voice is loaded yet (the models' 
 SESSION_COUNTS = ("answered", "completed", "skipped", "errors", "cancelled")  # per session (stats: sessions)
 MAX_SESSIONS = 64
 COUNT_NAMES = ("texts", "completed", "skipped", "errors", "cancelled", "busy", "worker_restarts", "utterances",
-               "sentences")
+               "sentences", "received", "fragments", "answered")  # received/fragments: text inputs as dora hands
+# them over (plain texts, fragments); answered: segment_complete sent (a loss shows as received > answered)
 
 
 class Counts(dict):
@@ -111,6 +112,7 @@ class Outputs:
             md["reason"] = error or ("error" if outcome == "error" else "nothing to speak")
         self.counts.add("errors" if outcome == "error" else outcome)
         session = session_of(md)
+        self.counts.add("answered")
         self.counts.session(session, "answered")
         self.counts.session(session, ("cancelled" if stage in CANCEL_STAGES else "errors") if outcome == "error"
                             else outcome)
@@ -163,7 +165,7 @@ class Outputs:
                           language=str(language), chunk_index=int(index), fragment_num=int(index) + 1,
                           is_final=bool(final), is_streaming=bool(streaming))
                 heard, start, end, sentence, done = spoken(job, span, final, sentence_end if streaming else True)
-                md.update(text=heard.text[start:end], text_start=int(start))  # (its end: start + len(text))
+                md.update(text=heard.joined()[start:end], text_start=int(start))  # (its end: start + len(text))
                 self.emit_audio(audio, md)
                 self.clock.sent(duration)
                 self.counts.session(session_of(md), "audio_s", duration)

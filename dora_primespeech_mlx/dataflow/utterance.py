@@ -25,6 +25,7 @@ class Fragment:
     text: str
     seq: int | None  # the fragment number within its segment (None: in arrival order)
     fin: bool
+    error: str | None = None  # why its text was left out (a bound), recorded on its utterance
 
 
 @dataclass(eq=False)
@@ -52,27 +53,46 @@ class Utterance:
     # and end) in :attr:`heard`'s text; the tiles of the sentences tile the text through the last one
     tiles: list[tuple[int, int, int]] = field(default_factory=list)
     _placed: int = 0
+    _tail: str = ""  # the utterance's text from ``_tail_at`` on: where the next sentence is looked for
+    _tail_at: int = 0
     skip_reason: str | None = None
+    held_chars: int = 0  # characters of the fragments in ``held``
 
     # -- fragments (intake thread) ----------------------------------------------------------------------
-    def accept(self, fragment: Fragment) -> list[Fragment]:
+    def accept(self, fragment: Fragment, max_held_chars: int | None = None) -> list[Fragment]:
         """The fragments that are now in order (``fragment`` and any held ones it unblocks). A fragment older
-        than the next expected one (a duplicate) is dropped; past :data:`MAX_HELD_FRAGMENTS` held, the gap is
-        skipped."""
+        than the next expected one (a duplicate) is dropped; past :data:`MAX_HELD_FRAGMENTS` held (or
+        ``max_held_chars`` characters of them), the gap is skipped."""
         self.last_input = time.monotonic()
         if fragment.seq is None:
             return [fragment]
         if fragment.seq < self.next_seq:
             return []
+        old = self.held.get(fragment.seq)
+        self.held_chars += len(fragment.text) - (len(old.text) if old is not None else 0)
         self.held[fragment.seq] = fragment
-        if self.next_seq not in self.held and len(self.held) > MAX_HELD_FRAGMENTS:
+        if self.next_seq not in self.held and (len(self.held) > MAX_HELD_FRAGMENTS or (
+                max_held_chars is not None and self.held_chars > max_held_chars)):
             self.next_seq = min(self.held)
             self.skipped_gaps += 1
         ready = []
         while self.next_seq in self.held:
             ready.append(self.held.pop(self.next_seq))
+            self.held_chars -= len(ready[-1].text)
             self.next_seq += 1
         return ready
+
+    def discard(self) -> None:
+        """Drop what is held and not yet spoken (the utterance was ended to make room); the segment's filter keeps
+        its open block."""
+        if self.held:
+            self.next_seq = max(self.held) + 1
+        self.held.clear()
+        self.held_chars = 0
+        self.feed.discard()
+        self.cutter.discard()
+        self._placed = self._tail_at + len(self._tail)  # what the cutter held is not spoken: no tile covers it
+        self._tail, self._tail_at = "", self._placed
 
     def sentences_of(self, fragment: Fragment) -> list[str]:
         """The sentences ``fragment`` completes (all that is left at ``fin``)."""
@@ -85,6 +105,7 @@ class Utterance:
         """Everything still held, as sentences (the idle wait ran out, or the inputs closed)."""
         seqs = sorted(self.held)
         held = [self.held.pop(k) for k in seqs]
+        self.held_chars = 0
         if seqs:
             self.next_seq = seqs[-1] + 1  # a fragment after these is the segment's next
         out = []
@@ -94,18 +115,20 @@ class Utterance:
 
     def _push(self, spoken: str) -> list[str]:
         """The LLM stage's ``spoken`` text to the sentence cutter (and to the utterance's text)."""
-        self.heard.text += spoken
+        self.heard.extend(spoken)
+        self._tail += spoken
         return self._place(self.cutter.push(spoken))
 
     def _place(self, sentences: list[str]) -> list[str]:
         """Where each new sentence lies in the utterance's text (:attr:`tiles`): a sentence is a stripped piece of
         it, in order, so only white space lies between the end of the one before it and its start."""
         for sentence in sentences:
-            at = self.heard.text.find(sentence, self._placed)
-            if at < 0:  # (cannot happen: the cutter returns pieces of the text it was given)
-                at = self._placed
+            at = self._tail.find(sentence, self._placed - self._tail_at)
+            at = self._placed if at < 0 else self._tail_at + at  # (< 0 cannot happen: the cutter returns pieces)
             self.tiles.append((self._placed, at, at + len(sentence)))
             self._placed = at + len(sentence)
+        # only the text not yet placed is searched again: linear in the utterance, however it is fed
+        self._tail, self._tail_at = self._tail[self._placed - self._tail_at:], self._placed
         return sentences
 
     # -- sentences (worker) ----------------------------------------------------------------------------
@@ -171,6 +194,18 @@ class Heard:
     sent_to: int = 0  # the end of the last span whose audio started
     cut: tuple[int, int] | None = None  # the sentence whose audio started and did not end
 
+    _more: list[str] = field(default_factory=list)  # text appended since ``text`` was last joined
+
+    def extend(self, more: str) -> None:
+        """Append to the text (joined when read: an utterance fed by many fragments stays linear)."""
+        if more:
+            self._more.append(more)
+
+    def joined(self) -> str:
+        if self._more:
+            self.text, self._more = self.text + "".join(self._more), []
+        return self.text
+
     def sent(self, start: int, end: int, seconds: float, sentence: tuple[int, int] | None, done: bool) -> None:
         """A chunk of ``seconds`` with the span (``start``, ``end``) went out; it belongs to ``sentence`` (None: the
         one of the chunk before it), whose last chunk it is when ``done``."""
@@ -183,13 +218,14 @@ class Heard:
 
     def report(self) -> dict:
         """The metadata a cancelled text or utterance is answered with: what the listener got."""
-        md: dict[str, Any] = {"spoken_text": self.text[:self.whole_to], "spoken_end": self.whole_to,
+        text = self.joined()
+        md: dict[str, Any] = {"spoken_text": text[:self.whole_to], "spoken_end": self.whole_to,
                               "audio_sent_s": round(self.audio_s, 3)}
         if self.cut is not None:
             start, end = self.cut
             sent = min(max(self.sent_to, start), end)
-            md.update(cut_text=self.text[start:end], cut_start=start, cut_end=end,
-                      cut_sent_text=self.text[start:sent], cut_sent_end=sent)
+            md.update(cut_text=text[start:end], cut_start=start, cut_end=end,
+                      cut_sent_text=text[start:sent], cut_sent_end=sent)
         return md
 
 

@@ -151,11 +151,18 @@ def build_site(wheels: list[Path], stage: Path, out: Path, keep_arch: int, nltk_
     return info
 
 
+def fixture_files(root: Path) -> list[Path]:
+    """Every file under ``root``, following linked folders (a fixture root's ``models/`` may be a symlink to
+    another set; ``Path.rglob`` does not follow it)."""
+    return sorted(Path(d) / name for d, _, names in os.walk(root, followlinks=True) for name in names
+                  if (Path(d) / name).is_file())
+
+
 def copy_part(root: Path, globs: list[str], dest: Path) -> int:
     """Copy the fixture files matching ``globs`` from ``root`` into ``dest``; their total size."""
     shutil.rmtree(dest, ignore_errors=True)
     total = 0
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+    for f in fixture_files(root):
         rel = f.relative_to(root).as_posix()
         if any(fnmatch.fnmatch(rel, g) for g in globs):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -148,7 +148,7 @@ def test_parts_name_real_fixture_files():
     root = fixtures_root()
     if not (root / "models").is_dir():
         pytest.skip(f"no fixtures at {root}")
-    files = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    files = [p.relative_to(root).as_posix() for p in pack.fixture_files(root)]
     for part, globs in pack.PARTS.items():
         for g in globs:
             assert any(pack.fnmatch.fnmatch(f, g) for f in files), (part, g)

@@ -380,9 +380,18 @@ def _worst_wake_up(work) -> float:
     return worst[0]
 
 
+def _spin(seconds: float) -> None:
+    """Plain Python work that holds the GIL only for the interpreter's switch interval at a time."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def test_the_front_end_never_holds_the_gil_for_long():
     """The text front end on the slowest texts found (and the ones that froze the node before) lets another thread
-    run every few milliseconds: the input thread is never starved."""
+    run every few milliseconds: the input thread is never starved. The bound is relative to a calibration taken
+    in the same test, so a busy machine moves both: the worst wake-up beside plain Python work of the same length
+    (which gives the GIL up every switch interval) and beside an idle sleep."""
     import gc
 
     from dora_primespeech_mlx.text import preprocess
@@ -390,18 +399,23 @@ def test_the_front_end_never_holds_the_gil_for_long():
     preprocess("Hello qwzrtpxkvb world.", "en", data=DATA)  # loads what the front end loads once (dictionaries, model)
     # As the node does after loading its front ends (node.freeze_front_ends): what is alive now (here also the test
     # process's own hundreds of thousands of objects) is frozen, so a full collection, which holds the GIL while it
-    # walks them (~0.1-0.2 s in this process), is not counted as the front end's.
+    # walks them, is not counted as the front end's.
     gc.collect()
     gc.freeze()
     try:
         idle = _worst_wake_up(lambda: time.sleep(1.0))
         for name, text in SLOW_TEXTS.items():
-            t0 = time.perf_counter()
             piece = text if name != "oov-words" else text[:1500]
-            busy = _worst_wake_up(lambda piece=piece: preprocess(piece, "en", data=DATA))
-            print(f"{name}: {time.perf_counter() - t0:.2f} s of front end, worst wake-up {busy * 1000:.1f} ms "
-                  f"(idle {idle * 1000:.1f} ms)")
-            assert busy < 0.1 + idle, name
+            for _attempt in range(2):  # a loaded machine can stall one run: measured once more before failing
+                t0 = time.perf_counter()
+                busy = _worst_wake_up(lambda piece=piece: preprocess(piece, "en", data=DATA))
+                took = time.perf_counter() - t0
+                calibration = max(idle, _worst_wake_up(lambda took=took: _spin(max(took, 0.2))))
+                print(f"{name}: {took:.2f} s of front end, worst wake-up {busy * 1000:.1f} ms (beside plain Python "
+                      f"work {calibration * 1000:.1f} ms, idle {idle * 1000:.1f} ms)")
+                if busy < 0.1 + calibration:
+                    break
+            assert busy < 0.1 + calibration, name
     finally:
         gc.unfreeze()
 

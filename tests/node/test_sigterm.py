@@ -32,6 +32,33 @@ def _outputs(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+_CALIBRATION = """
+import signal, sys, time
+import numpy, pyarrow
+import dora_primespeech_mlx.node
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _exit_calibration(env: dict) -> float:
+    """Seconds from SIGTERM to the end of a process that imported what the node imports and exits at once on it:
+    what the machine, as loaded as it is now, takes for a process to end."""
+    proc = subprocess.Popen([sys.executable, "-c", _CALIBRATION], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        return time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("sends", ["worker", "main"])
 def test_sigterm_answers_every_text_and_exits_at_once(tmp_path, sends):
     model_dir = make_model_dir(tmp_path / "models")
@@ -59,14 +86,17 @@ def test_sigterm_answers_every_text_and_exits_at_once(tmp_path, sends):
             proc.kill()
             proc.wait()
     log = proc.stdout.read()
-    print(f"sends from the {sends}: the process ended {elapsed:.2f} s after SIGTERM (rc {rc})")
+    calibration = _exit_calibration(env)
+    print(f"sends from the {sends}: the process ended {elapsed:.2f} s after SIGTERM (rc {rc}); a process that "
+          f"exits at once on it: {calibration:.2f} s")
     assert rc == 0, log[-3000:]
     done = [o for o in _outputs(out) if o["id"] == "segment_complete"]
     assert [o["metadata"]["t"] for o in done] == [0, 1, 2, 3], log[-3000:]
     assert all(o["values"] == ["error"] and o["metadata"]["error"] == STOPPING for o in done)
     (after,) = re.findall(r"SIGTERM: 4 text\(s\) answered as cancelled; exiting (\d+\.\d+) s after", log)
     assert float(after) < 1.0
-    assert elapsed < 1.5  # (the process is gone: its exit, seen from here, on a machine shared with other work)
+    # the process is gone within a second plus what a process's exit takes on this machine now (measured beside)
+    assert elapsed < 1.0 + max(0.5, calibration)
 
 
 class StuckEngine:

@@ -131,6 +131,14 @@ def test_cotenant_llama_writes_a_random_qwen_and_decodes(tmp_path):
     assert got["tokens"] <= 40 * got["seconds"] + 1
 
 
+@pytest.mark.parametrize("language, family", [("en", "en"), ("zh", "zh"), ("all_zh", "zh"), ("auto", "en")])
+def test_the_fixture_voice_speaks_the_answers_of_its_language_family(language, family):
+    """``--tiny`` with a fixture voice whose language is an option such as ``all_zh`` (not a key of the answers)."""
+    assert conv.tiny_langs(["zh", "en"], language) == [family]
+    assert conv.tiny_langs(["en"], language) == [family]
+    assert all(lang in conv.ANSWERS for lang in conv.tiny_langs(["zh", "en"], language))
+
+
 def test_conversation_end_to_end_with_the_tiny_voice(tmp_path):
     """The whole tool (orchestrator, a side process, the node's handler and engine) on the fixture voice, idle and
     beside a loop co-tenant in one run; the side process's temporary model directory (gigabytes with the real-size

@@ -17,6 +17,8 @@ import time
 import pytest
 from conftest import load_text_data
 
+from dora_primespeech_mlx.dataflow.sentences import LlmFeed, SentenceCutter
+from dora_primespeech_mlx.dataflow.utterance import Fragment, Utterance
 from dora_primespeech_mlx.text import en_normalization as en
 from dora_primespeech_mlx.text import get_phones, split_languages, split_text
 from dora_primespeech_mlx.text.llm import StreamFilter, clean
@@ -69,6 +71,43 @@ HOSTILE = [
 ]
 
 
+#: runs of end marks, closers and quotes: what the dataflow's sentence assembly walks (issue 50, form 5)
+END_MARKS = [
+    ("full-width end marks", "", "。", ""),
+    ("full-width end marks then a letter", "", "。", "x"),
+    ("mixed end marks", "a", "。！？!?…", "b"),
+    ("dots then a letter", "a", ".", "b"),
+    ("dots then a space", "a", ".", " b"),
+    ("closers", "a。", "”）」", "x"),
+    ("straight quotes", "a.", "'\"", "x"),
+    ("end marks and spaces", "", "。 ", ""),
+    ("sentences", "", "好。", ""),
+    ("numbered dots", "1", ".", " x"),
+    ("code span then marks", "`", "。", "x"),
+]
+
+
+def _assemble(text: str, step: int, llm_text: bool = True) -> list[str]:
+    """The dataflow's sentence assembly (LLM feed, sentence cutter) fed ``step`` characters at a time."""
+    feed, cutter = LlmFeed(StreamFilter() if llm_text else None), SentenceCutter()
+    out = []
+    for i in range(0, len(text), step):
+        out += cutter.push(feed.push(text[i:i + step]))
+    return out + cutter.push(feed.finish()) + cutter.finish()
+
+
+def _utterance(text: str) -> list[str]:
+    """An utterance joined from one-character fragments whose pairs arrive swapped (each first one held)."""
+    u = Utterance(("s", "1"), {}, None, LlmFeed(StreamFilter()))
+    n = len(text)
+    order = [j for i in range(0, n, 2) for j in (i + 1, i) if j < n]
+    out = []
+    for k in order:
+        for ready in u.accept(Fragment(text[k], k, k == n - 1)):
+            out += u.sentences_of(ready)
+    return out
+
+
 def _fragments(text: str) -> str:
     f = StreamFilter()
     return "".join(f.feed_fragment(text[i:i + 4]) for i in range(0, len(text), 4)) + f.flush()
@@ -90,6 +129,15 @@ STAGES = {
     "get_phones zh": lambda t: get_phones(t, "zh", data=DATA),
     "get_phones en": lambda t: get_phones(t, "en", data=DATA),
     "get_phones auto": lambda t: get_phones(t, "auto", data=DATA),
+}
+
+#: the node's own text handling (dataflow/sentences.py, utterance.py): whole, fragment by fragment, LLM stage off
+DATAFLOW_STAGES = {
+    "dataflow sentences, whole": functools.partial(_assemble, step=10**9),
+    "dataflow sentences, one character a fragment": functools.partial(_assemble, step=1),
+    "dataflow sentences, three characters a fragment, LLM stage off": functools.partial(_assemble, step=3,
+                                                                                         llm_text=False),
+    "dataflow utterance, fragments out of order": _utterance,
 }
 
 
@@ -146,12 +194,13 @@ def growth(stage, prefix: str, unit: str, suffix: str) -> tuple[float, float]:
 _SLOW = {"get_phones zh", "get_phones en", "get_phones auto"}  # a minute together: the --full tier
 
 
-@pytest.mark.parametrize("stage", [pytest.param(s, marks=[pytest.mark.slow] if s in _SLOW else []) for s in STAGES])
+@pytest.mark.parametrize("stage", [pytest.param(s, marks=[pytest.mark.slow] if s in _SLOW else [])
+                                   for s in [*STAGES, *DATAFLOW_STAGES]])
 def test_stage_is_linear_on_hostile_text(stage):
-    fn = STAGES[stage]
+    fn = STAGES[stage] if stage in STAGES else DATAFLOW_STAGES[stage]
     _run(fn, "Hello 1. 你好，2024年。")  # the first call loads libraries and dictionaries: not timed
     slow = []
-    for name, prefix, unit, suffix in HOSTILE:
+    for name, prefix, unit, suffix in HOSTILE + (END_MARKS if stage in DATAFLOW_STAGES else []):
         ratio, t_large = growth(fn, prefix, unit, suffix)
         if ratio > MAX_RATIO:
             # a second measurement before failing: a loaded machine can stall one run
