@@ -41,7 +41,7 @@ from .config import AudioChunk, SynthesisConfig, SynthesisResult
 from .reference import Reference
 from .stats import EngineStats, Timer, stage
 from .store import VoiceStore, release_memory, trim_after_request, voice_id
-from .stream import NO_SCHEDULE, Listener, Schedule, Stream
+from .stream import NO_SCHEDULE, EnginePorts, Listener, Schedule, Stream
 
 MODEL_KINDS = ("gpt", "sovits", "hubert", "bert", "sv")
 
@@ -317,7 +317,14 @@ class GPTSoVITSEngine:
             except BaseException as exc:
                 self._stats.failure(exc)
                 raise
-        return iter(Stream(self, r, timer, t_start, cancel, listener, until))
+        return iter(Stream(self._ports(r), r, timer, t_start, cancel, listener, until))
+
+    def _ports(self, r: _Request) -> EnginePorts:
+        """What request ``r``'s stream is given of the engine (:class:`~.stream.EnginePorts`): the stream reaches the
+        engine through these alone."""
+        return EnginePorts(self._lock, self._on_device, self._stats, self.rates, self.batching, self.settings.batch,
+                           self.pacing_options(), self._lane_for(r.models), self.runtime.follow_busy_lane,
+                           self.noise_bank, self._prepare_joined)
 
     def pacing_options(self) -> pacing.PacingOptions:
         """The plan a stream starting now follows: :attr:`pacing_plan` where set (tests, measuring tools), else the
