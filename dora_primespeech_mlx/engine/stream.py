@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from . import overlap, pacing, pipeline, streaming
 from .batching import Batching, Upcoming, solo
 from .config import AudioChunk
+from .rates import StreamRates
 from .stats import EngineStats, Timer, stage
 from .store import trim_after_request
 
@@ -79,7 +80,7 @@ class EnginePorts:
     lock: AbstractContextManager
     on_device: Callable[[], AbstractContextManager]
     stats: EngineStats
-    rates: pacing.StreamRates
+    rates: StreamRates
     batching: Batching
     batch_width: int
     options: pacing.PacingOptions
