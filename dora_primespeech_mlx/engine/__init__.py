@@ -7,7 +7,8 @@ Modules, each owning one concern:
 - ``store``: what a voice loads (its models through ``convert.load``, its reference), kept in that cache;
 - ``reference``: a voice's prompt side (``ge``, prompt tokens, prompt phones and BERT);
 - ``pipeline``: one request's way through the models (text chunks, GPT tokens, SoVITS audio, noise);
-- ``streaming``: windows and seams of true streaming synthesis;
+- ``stream``: one streamed request behind one seam (``EnginePorts``), its stages ``batching``, ``pacing``, ``rates``,
+  ``streaming`` and ``overlap``; its one public entry is ``GPTSoVITSEngine.synthesize_stream``;
 - ``stats`` / ``backends``: timings, counters and what runs where;
 - ``core``: :class:`GPTSoVITSEngine`, the public API tying them together.
 

@@ -4,9 +4,9 @@ It owns the request flow and nothing else: which voice (``voices``), what is loa
 for models, encoders and reference features), one re-entrant lock that serialises model use (streams take
 it per token and per window, so a stream consumed in one thread and a request from another interleave
 safely), and the counters (:class:`EngineStats`). The recipe lives in ``pipeline`` (text -> tokens -> audio),
-``reference`` (the voice's prompt side), ``stream`` (one streamed request) and ``streaming`` (windows and
-seams). It reproduces upstream ``TTS.run`` (gpt-sovits-v2.md §8) with the choices :class:`GPTSoVITSEngine`
-lists."""
+``reference`` (the voice's prompt side) and ``stream`` (one streamed request, handed what it uses of the engine as
+one :class:`~.stream.EnginePorts`; its stages: ``batching``, ``pacing``, ``rates``, ``streaming``, ``overlap``).
+It reproduces upstream ``TTS.run`` (gpt-sovits-v2.md §8) with the choices :class:`GPTSoVITSEngine` lists."""
 
 from __future__ import annotations
 
@@ -38,10 +38,11 @@ from ..threads import ThreadPlan
 from . import batching, overlap, pacing, pipeline
 from .backends import backends
 from .config import AudioChunk, SynthesisConfig, SynthesisResult
+from .rates import StreamRates
 from .reference import Reference
 from .stats import EngineStats, Timer, stage
 from .store import VoiceStore, release_memory, trim_after_request, voice_id
-from .stream import NO_SCHEDULE, Listener, Schedule, Stream
+from .stream import NO_SCHEDULE, EnginePorts, Listener, Schedule, Stream
 
 MODEL_KINDS = ("gpt", "sovits", "hubert", "bert", "sv")
 
@@ -110,7 +111,7 @@ class GPTSoVITSEngine:
         self._lane = overlap.VocoderLane(  # the vocoder beside the GPT (overlap.py); the plan keeps the kernels and
             on_busy=functools.partial(_lane_busy, self.threads, self.runtime.hold_blas))  # the BLAS to one thread
         self.pacing_plan: pacing.PacingOptions | None = None  # None: the settings' (pacing_options)
-        self.rates = pacing.StreamRates()  # measured speeds: how a stream paces its windows (engine/pacing.py)
+        self.rates = StreamRates()  # measured speeds: how a stream paces its windows (engine/rates.py, pacing.py)
         self.batching = batching.Batching()  # the GPT's decode batch and the queued texts that joined it
 
     # ---- voices and models -------------------------------------------------------------------------
@@ -317,7 +318,14 @@ class GPTSoVITSEngine:
             except BaseException as exc:
                 self._stats.failure(exc)
                 raise
-        return iter(Stream(self, r, timer, t_start, cancel, listener, until))
+        return iter(Stream(self._ports(r), r, timer, t_start, cancel, listener, until))
+
+    def _ports(self, r: _Request) -> EnginePorts:
+        """What request ``r``'s stream is given of the engine (:class:`~.stream.EnginePorts`): the stream reaches the
+        engine through these alone."""
+        return EnginePorts(self._lock, self._on_device, self._stats, self.rates, self.batching, self.settings.batch,
+                           self.pacing_options(), self._lane_for(r.models), self.runtime.follow_busy_lane,
+                           self.noise_bank, self._prepare_joined)
 
     def pacing_options(self) -> pacing.PacingOptions:
         """The plan a stream starting now follows: :attr:`pacing_plan` where set (tests, measuring tools), else the

@@ -1,12 +1,16 @@
-"""One streamed request as an object: :class:`Stream` owns its sentences' windows, their pacers and the speeds it
-measures, and :class:`Schedule` is what the caller knows about the audio around the text (the texts it will ask for
-next, when the audio it sent before will have played).
+"""One streamed request as an object, behind one seam: :class:`Stream` owns the request's stream state (its
+sentences' windows, their pacers, the speeds it measures, the decode batch it joins, the vocoder lane), and the engine
+hands it :class:`EnginePorts` (the lock, the counters, the speeds, the batch, the lane, the pacing plan) when the
+request starts: nothing else of the engine is reachable from a stream, and no stage reaches into another's private
+members (tests/engine/test_stream_seam.py). :class:`Schedule` is what the caller knows about the audio around the
+text (the texts it will ask for next, when the audio it sent before will have played).
 
-A stream reads each sentence token by token from the engine's decode batch (engine/batching.py), asks its pacer
-(engine/pacing.py) after each token whether to cut a window, decodes the window (engine/streaming.py, the vocoder on
-the lane beside the GPT where the listener has audio in hand: engine/overlap.py) and hands out the finished pieces in
-order. Between tokens a waiting sentence may join the decode batch. The engine lock is taken per token and per
-window, so a stream consumed in one thread and a request from another interleave safely.
+The stream is made of one stage per module: it reads each sentence token by token from the engine's decode batch
+(engine/batching.py), asks its pacer (engine/pacing.py) after each token whether to cut a window, decodes the window
+(engine/streaming.py, the vocoder on the lane beside the GPT where the listener has audio in hand: engine/overlap.py)
+and hands out the finished pieces in order. Between tokens a waiting sentence may join the decode batch. The engine
+lock is taken per token and per window, so a stream consumed in one thread and a request from another interleave
+safely. Its one public entry is ``GPTSoVITSEngine.synthesize_stream``.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from . import overlap, pacing, pipeline, streaming
-from .batching import Upcoming, solo
+from .batching import Batching, Upcoming, solo
 from .config import AudioChunk
-from .stats import Timer, stage
+from .rates import StreamRates
+from .stats import EngineStats, Timer, stage
 from .store import trim_after_request
 
 
@@ -57,6 +63,33 @@ class Schedule:
 NO_SCHEDULE = Schedule()  # a caller that keeps no queue and has sent nothing before this text
 
 
+@dataclasses.dataclass(frozen=True)
+class EnginePorts:
+    """What a stream uses of its engine, handed over by the engine when the request starts (its
+    ``synthesize_stream``): the stream reaches the engine through these and nothing else.
+
+    ``lock``: the engine lock (re-entrant; the stream takes it per token and per window); ``on_device``: a new
+    context of the engine's device scope; ``stats``: the engine's counters; ``rates``: the measured speeds the
+    stream paces by and adds to; ``batching``: the engine's decode batch and the queued texts that joined it;
+    ``batch_width``: the batch's width setting (``PRIMESPEECH_BATCH``); ``options``: the pacing plan of this
+    stream; ``lane``: the vocoder lane for its voice (None: the vocoder runs in turn); ``follow_busy_lane``: the
+    runtime's choice (engine/overlap.py); ``noise_bank``: ``(seed, sentence), channels`` -> the SoVITS noise;
+    ``prepare_joined``: ``(request, Upcoming)`` -> a queued text's request prepared to join the request's decode
+    batch, or None where it cannot."""
+
+    lock: AbstractContextManager
+    on_device: Callable[[], AbstractContextManager]
+    stats: EngineStats
+    rates: StreamRates
+    batching: Batching
+    batch_width: int
+    options: pacing.PacingOptions
+    lane: overlap.VocoderLane | None
+    follow_busy_lane: bool
+    noise_bank: Callable[[Any, int], Any]
+    prepare_joined: Callable[[Any, Upcoming], Any]
+
+
 @dataclasses.dataclass
 class _Sentence:
     """The state of the sentence being read: its tokens, its pacer and what was measured since its last cut."""
@@ -76,18 +109,19 @@ class _Sentence:
 
 
 class Stream:
-    """One streamed request of ``engine`` (a ``GPTSoVITSEngine``; ``request``: its prepared ``core._Request``).
-    ``iter(stream)`` is the generator of its :class:`AudioChunk` pieces (``synthesize_stream`` returns it: closing or
-    dropping it ends the request as a cancel does; the stream holds no reference to it, so that happens at once).
+    """One streamed request (``request``: its prepared ``core._Request``) of the engine whose ``ports`` it is given
+    (:class:`EnginePorts`). The engine's interface to it: construct it, iterate it. ``iter(stream)`` is the generator
+    of its :class:`AudioChunk` pieces (``synthesize_stream`` returns it: closing or dropping it ends the request as a
+    cancel does; the stream holds no reference to it, so that happens at once).
     ``windows``: (sentence, new tokens) of each window cut so far, in order (the first is the first piece's)."""
 
-    def __init__(self, engine, request, timer: Timer, t_start: float, cancel, listener: Listener,
+    def __init__(self, ports: EnginePorts, request, timer: Timer, t_start: float, cancel, listener: Listener,
                  playing_until: float | None):
-        self.engine, self.r, self.timer, self.t_start, self.cancel = engine, request, timer, t_start, cancel
+        self.ports, self.r, self.timer, self.t_start, self.cancel = ports, request, timer, t_start, cancel
         self.listener, self.playing_until = listener, playing_until
         self.sr, self.last = request.models.sample_rate, len(request.chunks) - 1
-        self.options: pacing.PacingOptions | None = None  # the engine's, when the stream starts
-        self.lane: overlap.VocoderLane | None = None
+        self.options: pacing.PacingOptions = ports.options  # the engine's, when the stream starts
+        self.lane: overlap.VocoderLane | None = ports.lane
         self.batch = None
         self.pending: collections.deque = collections.deque()  # (sentence, final, PendingPiece), in order
         self.index = self.audio = 0  # pieces and samples handed out
@@ -100,10 +134,9 @@ class Stream:
 
     # ---- the loop --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[AudioChunk]:
-        engine = self.engine
-        self.options, self.lane = engine.pacing_options(), engine._lane_for(self.r.models)
-        with engine._lock:
-            self.batch = engine.batching.batch_for(self.r, pipeline.batch_width(self.r.models, engine.settings.batch))
+        ports = self.ports
+        with ports.lock:
+            self.batch = ports.batching.batch_for(self.r, pipeline.batch_width(self.r.models, ports.batch_width))
         if self.playing_until is not None and self.playing_until > time.perf_counter():  # (the caller's earlier
             self.until = self.playing_until  # audio, still playing: the plan counts it as in hand)
         try:
@@ -126,7 +159,7 @@ class Stream:
             self.cancelled = True
             raise
         except BaseException as exc:
-            self.engine._stats.failure(exc)
+            self.ports.stats.failure(exc)
             raise
         finally:
             self._finish()
@@ -134,10 +167,10 @@ class Stream:
     def _start(self, s: int) -> _Sentence:
         """Sentence ``s``'s start: its BERT (the first sentence's came with the request), its row in the decode
         batch (its prefill, unless it joined earlier) and its pacer."""
-        r, rates, cfg = self.r, self.engine.rates, self.r.cfg
+        r, rates, cfg = self.r, self.ports.rates, self.r.cfg
         chunk = r.chunks[s]
         stitcher = streaming.Stitcher(r.models.hop, r.speed, round(cfg.stream_crossfade_ms * self.sr / 1000))
-        bank = self.engine.noise_bank((r.seed, s), r.models.prior_channels)
+        bank = self.ports.noise_bank((r.seed, s), r.models.prior_channels)
         with self._locked():
             missing = sum(len(c.phones) for c in r.chunks[s:] if c.bert is None) if chunk.bert is None else 0
             t0 = time.perf_counter()
@@ -145,7 +178,7 @@ class Stream:
             t1 = time.perf_counter()
             row = r.rows.get(s)
             if row is None:  # its prefill, unless it joined earlier
-                row = self.engine.batching.admit(r, s, self.timer)
+                row = self.ports.batching.admit(r, s, self.timer)
                 rates.note_start("prefill", time.perf_counter() - t1)
             if missing:
                 rates.note_start("bert", t1 - t0, missing)
@@ -170,7 +203,7 @@ class Stream:
         self.timer.add("gpt_decode", dt)
         sentence.decode_s += dt
         if batch.steps == before[0] + 1 and not (before[2] or self._lane_busy()):  # one step, nothing beside
-            self.engine.rates.note_step(batch.row_steps - before[1], dt)  # (one row: the GPT's speed alone, which
+            self.ports.rates.note_step(batch.row_steps - before[1], dt)  # (one row: the GPT's speed alone, which
             # soon replaces a first request's batched steps, the stand-in)
         if tok is None:
             return None
@@ -215,7 +248,7 @@ class Stream:
         """At a cut: the GPT's speed over the window's tokens where nothing ran beside them, the stream's batched
         step time for its pacer, the sentence's length once it ended; the sentence's window state starts anew.
         Returns (lane busy now, nothing beside the tokens, their GPT seconds, the plan's estimate of the window)."""
-        rates, pacer = self.engine.rates, sentence.pacer
+        rates, pacer = self.ports.rates, sentence.pacer
         busy = self._lane_busy()
         new = len(sentence.tokens) - sentence.cut_at
         alone = solo(self.batch, sentence.steps, sentence.row_steps, new)
@@ -237,7 +270,7 @@ class Stream:
                         gpt_s: float, estimate: float) -> None:
         """A decoded window's SoVITS speeds where the lane was idle, and how far off the plan's estimate it was
         where nothing ran beside it."""
-        rates = self.engine.rates
+        rates = self.ports.rates
         if not busy:  # its speed alone
             rates.note_latent(p.latent_s, window=True)
             if p.vocode_s is not None:
@@ -277,17 +310,17 @@ class Stream:
 
     def _finish(self) -> None:
         """Drop the request's rows if it did not end, and record its counts and timings."""
-        engine = self.engine
+        ports = self.ports
         if self.cancelled or self.n_chunks < len(self.r.chunks):
-            with engine._lock:
-                engine.batching.drop(self.r)  # its rows no longer step
+            with ports.lock:
+                ports.batching.drop(self.r)  # its rows no longer step
         if self.first is not None:
             self.timer.add("time_to_first_audio", self.first)
         self.timer.add("total", time.perf_counter() - self.t_start)
-        engine._stats.record(self.timer, self.audio / self.sr, self.n_tokens, self.n_chunks, stream=True)
+        ports.stats.record(self.timer, self.audio / self.sr, self.n_tokens, self.n_chunks, stream=True)
         if self.cancelled:
-            engine._stats.count("cancelled")
-        with engine._lock:
+            ports.stats.count("cancelled")
+        with ports.lock:
             trim_after_request()  # the request's freed temporaries back to the OS (engine/store.py)
 
     # ---- the vocoder lane ------------------------------------------------------------------------
@@ -299,7 +332,7 @@ class Stream:
         the cores and hold up the caller (pieces go out in order: it waits for the lane's anyway)."""
         if self.lane is None or self.until is None:
             return False
-        if self.engine.runtime.follow_busy_lane and self._lane_busy():
+        if self.ports.follow_busy_lane and self._lane_busy():
             return True
         return self.until - time.perf_counter() > overlap.STREAM_QUEUED_S
 
@@ -312,7 +345,7 @@ class Stream:
         """The pacer's view of the sentences after ``s``: (expected tokens, seconds before its first token: its
         prefill unless it has its row, and for the first of them the BERT the sentences still lack); empty where a
         length cannot be expected."""
-        r, rates = self.r, self.engine.rates
+        r, rates = self.r, self.ports.rates
         later, bert_phones = [], sum(len(c.phones) for c in r.chunks[s + 1:] if c.bert is None)
         for k in range(s + 1, len(r.chunks)):
             tokens = rates.expected_tokens(r.spec.name, len(r.chunks[k].phones))
@@ -329,7 +362,7 @@ class Stream:
         ``until`` None: none joins (queued texts cancelled since they joined still leave). One joins only where
         the sentence's pacer (``new_tokens`` since its last cut) keeps the listener fed after its start and with
         one more row in every step (:meth:`pacing.Pacer.admits`)."""
-        r, rates, batching, head = self.r, self.engine.rates, self.engine.batching, sentence.index
+        r, rates, batching, head = self.r, self.ports.rates, self.ports.batching, sentence.index
         queued = None if until is None else until - time.perf_counter()
 
         def allows(j, s: int | None) -> bool:
@@ -344,7 +377,7 @@ class Stream:
                                          rows, tokens)
 
         pick = batching.next_to_admit(r, head, queued, self.listener.upcoming,
-                                      lambda u: self.engine._prepare_joined(r, u), allows)
+                                      lambda u: self.ports.prepare_joined(r, u), allows)
         if pick is not None:
             joined, s = pick
             batching.admit(joined, s, joined.timer or Timer())
@@ -352,5 +385,5 @@ class Stream:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """The engine lock plus its device scope."""
-        with self.engine._lock, self.engine._on_device():
+        with self.ports.lock, self.ports.on_device():
             yield

@@ -1,0 +1,165 @@
+"""This engine's measured speeds (:class:`StreamRates`), shared by its requests: what a stream's pacer
+(engine/pacing.py) plans with and what the streams and whole requests add to as they run. The rules and their
+measurements: docs/streaming.md ("Paced windows")."""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import threading
+
+RECENT = 9  # a speed is the median of this many recent measurements (robust to a stray slow one)
+KINDS = ("token_s", "frame_s", "latent_s")
+SLOWDOWN_MAX = 2.0  # the measured slowdown never exceeds this (windows twice as slow as estimated)
+LIVE_MAX = 2.0  # the live speed is taken at most this much slower than the recent medians (never faster: a
+# sentence's first tokens are its cheapest, its KV cache still short; the medians follow a faster machine)
+STEP_GROWTH = {2: 1.7, 3: 2.0, 4: 2.2}  # a decode step of this many rows against a step alone, until measured
+# (the bench's figures, docs/performance.md#sentences-decoded-together-continuous-batching); wider, in proportion to
+# the rows beyond four
+
+
+class StreamRates:
+    """This engine's speeds, shared by its requests (the speeds are the machine's): each the median of the
+    :data:`RECENT` latest measurements, None until measured. ``token_s``: GPT decode seconds per token; ``frame_s``:
+    vocoder seconds per latent frame (until a window was measured, a whole sentence's); ``latent_s``: SoVITS up to
+    the vocoder, seconds per stream window (until a window was measured, a whole sentence's, which is larger: a
+    conservative estimate). The engine reports only measurements taken while the vocoder lane was idle (beside it
+    everything is slower, and a stream's first window never has it beside it), and GPT seconds only where each token
+    took a step alone, but for one cautious stand-in: until such a step was measured, the batched steps of a whole
+    request's first sentence (slower than steps alone)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._seen: dict[str, collections.deque] = {k: collections.deque(maxlen=RECENT) for k in KINDS}
+        self._from_windows: set[str] = set()  # the kinds measured on a stream window (whole sentences then ignored)
+        self._errors: collections.deque = collections.deque(maxlen=RECENT)  # windows' measured / estimated seconds
+        self._lengths: dict[str, collections.deque] = {}  # per voice: its sentences' tokens per phone
+        self._starts: dict[str, collections.deque] = {}  # a sentence's prefill seconds, BERT seconds per phone
+        self._steps: dict[int, collections.deque] = {}  # by rows: the seconds of a decode step of that many rows
+
+    def _add(self, kind: str, value: float) -> None:
+        with self._lock:
+            self._seen[kind].append(value)
+
+    def _median(self, kind: str) -> float | None:
+        with self._lock:
+            seen = list(self._seen[kind])
+        return statistics.median(seen) if seen else None
+
+    @property
+    def token_s(self) -> float | None:
+        return self._median("token_s")
+
+    @property
+    def frame_s(self) -> float | None:
+        return self._median("frame_s")
+
+    @property
+    def latent_s(self) -> float | None:
+        return self._median("latent_s")
+
+    def note_tokens(self, seconds: float, tokens: int) -> None:
+        if tokens > 0 and seconds > 0:
+            self._add("token_s", seconds / tokens)
+
+    def note_step(self, rows: int, seconds: float) -> None:
+        """One decode step of ``rows`` rows took ``seconds`` (nothing beside it); one row: the GPT's speed alone
+        (:meth:`note_tokens`)."""
+        if rows == 1:
+            self.note_tokens(seconds, 1)
+        elif rows > 1 and seconds > 0:
+            with self._lock:
+                self._steps.setdefault(rows, collections.deque(maxlen=RECENT)).append(seconds)
+
+    def step_s(self, rows: int) -> float | None:
+        """Seconds of a decode step of ``rows`` rows: one row, :attr:`token_s`; more, the median of the recent ones,
+        until one was measured a step alone times :data:`STEP_GROWTH`; None before any speed was measured. Each of a
+        stream's tokens takes one step of all the rows decoding beside it."""
+        with self._lock:
+            seen = list(self._steps.get(rows, ()))
+        if seen:
+            return statistics.median(seen)
+        alone = self.token_s
+        if alone is None or rows <= 1:
+            return alone
+        return alone * STEP_GROWTH.get(rows, STEP_GROWTH[4] * rows / 4)
+
+    def note_vocoder(self, seconds: float, frames: int, window: bool = False) -> None:
+        """A window's (``window``) or a whole sentence's vocoder seconds for ``frames`` latent frames. A whole
+        sentence is a stand-in until a window is measured: per frame it is cheaper (no per-run overhead to share,
+        and a long latent is cut over the cores: ``PRIMESPEECH_VOCODER_PARTS``)."""
+        if frames > 0 and seconds > 0:
+            self._note("frame_s", seconds / frames, window)
+
+    def note_latent(self, seconds: float, window: bool) -> None:
+        """A window's (``window``) or a whole sentence's SoVITS seconds up to the vocoder."""
+        if seconds > 0:
+            self._note("latent_s", seconds, window)
+
+    def _note(self, kind: str, value: float, window: bool) -> None:
+        with self._lock:
+            if window and kind not in self._from_windows:  # whole sentences were only a stand-in
+                self._seen[kind].clear()
+                self._from_windows.add(kind)
+            if window or kind not in self._from_windows:
+                self._seen[kind].append(value)
+
+    @property
+    def latent_from_windows(self) -> bool:
+        return "latent_s" in self._from_windows
+
+    def note_window(self, seconds: float, estimated: float) -> None:
+        """A paced window's seconds (its GPT tokens and SoVITS, nothing beside it) against the pacer's estimate."""
+        if seconds > 0 and estimated > 0:
+            with self._lock:
+                self._errors.append(seconds / estimated)
+
+    @property
+    def slowdown(self) -> float:
+        """How much longer than estimated recent windows took (the median of the last :data:`RECENT`: a bias, not
+        the noise the safety margins cover), 1 at least, at most :data:`SLOWDOWN_MAX`: the pacer plans with the
+        speeds this much slower (a throttled or shared machine gets larger windows and a larger first piece,
+        measured, instead of gaps)."""
+        with self._lock:
+            seen = list(self._errors)
+        return min(SLOWDOWN_MAX, max(1.0, statistics.median(seen))) if seen else 1.0
+
+    def note_start(self, kind: str, seconds: float, phones: int = 1) -> None:
+        """A sentence's work before its first token: ``prefill`` (its GPT prefill, seconds) or ``bert`` (BERT
+        features for ``phones`` phones)."""
+        if seconds > 0 and phones > 0:
+            with self._lock:
+                self._starts.setdefault(kind, collections.deque(maxlen=RECENT)).append(seconds / phones)
+
+    def start_s(self, kind: str) -> float:
+        """The median of :meth:`note_start`'s recent ``kind`` seconds (per phone for ``bert``); 0 before one."""
+        with self._lock:
+            seen = list(self._starts.get(kind, ()))
+        return statistics.median(seen) if seen else 0.0
+
+    def note_length(self, voice: str, tokens: int, phones: int) -> None:
+        """A sentence of ``phones`` target phones decoded to ``tokens`` semantic tokens by ``voice``."""
+        if tokens > 0 and phones > 0:
+            with self._lock:
+                self._lengths.setdefault(voice, collections.deque(maxlen=RECENT)).append(tokens / phones)
+
+    def expected_tokens(self, voice: str, phones: int) -> int | None:
+        """How many tokens ``voice`` is likely to decode for a sentence of ``phones`` phones (the median of its
+        recent sentences' tokens per phone), None before one was measured."""
+        with self._lock:
+            seen = list(self._lengths.get(voice, ()))
+        return max(1, round(statistics.median(seen) * phones)) if seen and phones > 0 else None
+
+    def live_ratio(self, seconds: float, tokens: int) -> float | None:
+        """How many times slower than :attr:`token_s` a stream's ``tokens`` tokens just took ``seconds`` (1 to
+        :data:`LIVE_MAX`; not kept), None where nothing can be said."""
+        token_s = self.token_s
+        if not token_s or seconds <= 0 or tokens <= 0:
+            return None
+        return min(LIVE_MAX, max(1.0, seconds / tokens / token_s))
+
+    def known(self) -> bool:
+        return None not in (self.token_s, self.frame_s, self.latent_s)
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {**{k: self._median(k) for k in KINDS}, "slowdown": self.slowdown}
