@@ -92,7 +92,7 @@ class Speaker:
 
     def _synthesize(self, job: Job, text: str, voice, language: str, req: TextRequest):
         """(seconds of audio sent, chunks sent, the engine's timings)."""
-        overrides = dict(req.overrides)
+        overrides = engine_overrides(req)
         total, n, timings = 0.0, 0, {}
         engine = self.engine()
         if self.out.settings.streaming:
@@ -128,7 +128,7 @@ class Speaker:
                 voice = self.voice_of(job)
             except Exception:  # noqa: BLE001 - its own turn reports it
                 continue
-            out.append(Upcoming(job.seq, req.text, voice, dict(req.overrides), job.cancel))
+            out.append(Upcoming(job.seq, req.text, voice, engine_overrides(req), job.cancel))
         return out
 
     def voice_of(self, job: Job):
@@ -136,6 +136,13 @@ class Speaker:
         if job.voice is None:
             job.voice = self.voices.for_request(job.request, job.stamp)
         return job.voice
+
+
+def engine_overrides(req: TextRequest) -> dict:
+    """A text's settings for the engine. The dataflow owns the LLM text stage (``PRIMESPEECH_LLM_TEXT``): the
+    intake ran it once, per session and across messages (:mod:`.intake`, :mod:`.sentences`), so the engine, which
+    runs it by default for its direct callers, is told not to run it again (``llm_text=False``)."""
+    return {**req.overrides, "llm_text": False}
 
 
 def request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> str | None:
