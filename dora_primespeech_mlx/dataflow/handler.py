@@ -76,7 +76,7 @@ class MessageHandler:
         self.settings = settings
         self.answers = Answers(self.out)
         self._arrivals = 0  # inputs received (the order fallback)
-        # PRIMESPEECH_LLM_TEXT: one LLM stream filter per session and question (text/llm.py), fed by the intake
+        # PRIMESPEECH_LLM_TEXT: one LLM stream filter per session and question (text/llm/), fed by the intake
         self.llm = llm.Sessions() if settings.llm_text else None
         self.worker = Worker(self.jobs, self._build, self._run_job, self.answers.fail, self.log, self.counts.add)
         self.ready, self.parked, self._stopping = self.worker.ready, self.worker.parked, self.worker.stopping

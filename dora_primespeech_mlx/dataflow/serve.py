@@ -2,18 +2,14 @@
 start is reported, signals, the daemon watch, and the one way out (:func:`leave`). ``node.py`` keeps only the
 dora event loop and calls :class:`Service`.
 
-Life of a node process (docs/dataflow.md, "Stopping"):
+- **Start**: the worker builds the engine (:func:`engine_factory`) while the main thread reads events: texts wait in
+  the queue, a STOP or signal is answered at once. Then ``status: ready`` goes out before any text is spoken, or
+  the failure (``error_stage: init``), every text answered as cancelled and exit code 2.
+- **Stop** (STOP, SIGTERM, SIGINT): the text in flight and every queued one answered as cancelled, the worker given
+  ``STOP_GRACE_S`` to park, exit code 0 within a second, start-up included.
+- **End of inputs**: the queued texts are spoken, then exit code 0. **Daemon lost**: exit code 1 at once.
 
-- **Start**: the worker builds the engine and loads the start voice (:func:`engine_factory`) while the main thread
-  already reads events: texts that arrive meanwhile wait in the queue, and a STOP, SIGTERM or SIGINT is answered
-  at once. When the build ends the worker sends ``status: ready`` before it runs any text, or reports why it
-  cannot start (``status: error``, ``error_stage: init``), answers every text as cancelled and ends the node
-  with code 2.
-- **Stop** (STOP, SIGTERM, SIGINT): the text in flight and every queued one are answered as cancelled, the worker
-  gets ``STOP_GRACE_S`` to reach a cancellation point, and the process ends with code 0 — within a second in
-  every state, start-up included.
-- **End of inputs**: the queued texts are spoken first, then the process ends with code 0.
-- **Daemon lost**: the process ends at once with code 1 (nothing can be answered any more)."""
+docs/dataflow.md ("Stopping") says it for users."""
 
 from __future__ import annotations
 
