@@ -4,10 +4,10 @@ An LLM writes markdown, code, links, emoji, tool calls and (reasoning models) ``
 assistant must speak the prose and nothing else. :func:`clean` does it for a whole text; :class:`StreamFilter`
 for one session's stream (whole messages, or fragments cut anywhere), carrying an open block from the message
 that opens it to the one that closes it; :class:`Sessions` keeps one filter per session. Pure functions of the
-text: no front end, engine or node import. A module per thing recognised: :mod:`.blocks` (reasoning and tool calls, and the bound on open blocks),
-:mod:`.code` (code fences), :mod:`.markdown` (lines: headings, quotes, rules), :mod:`.lists` (tables and lists),
-:mod:`.inline` (emphasis, links, tags, entities), :mod:`.urls` (URLs and e-mail addresses); :mod:`.phrases` holds
-what they share (language family, pause marks, removed spans) and :mod:`.stream` the stage itself.
+text: no front end, engine or node import. A module per thing recognised: :mod:`.blocks` (reasoning and tool
+calls, and the bound on open blocks), :mod:`.code` (code fences), :mod:`.markdown` (lines: headings, quotes,
+rules), :mod:`.lists` (tables and lists), :mod:`.inline` (emphasis, links, tags, entities), :mod:`.urls` (URLs
+and e-mail addresses); :mod:`.phrases` holds what they share, :mod:`.stream` the stage itself.
 
 What each form becomes: docs/dataflow.md ("LLM text"). Plain text is left byte for byte: every transformation
 needs unambiguous markup (tests/text/test_llm_parity.py), and every rule is linear in the text
