@@ -9,7 +9,7 @@ dora event loop and calls :class:`Service`.
   ``STOP_GRACE_S`` to park, exit code 0 within a second, start-up included.
 - **End of inputs**: the queued texts are spoken, then exit code 0. **Daemon lost**: exit code 1 at once.
 
-docs/dataflow.md ("Stopping") says it for users."""
+docs/dataflow.md ("Outputs", the paragraph on stopping) says it for users."""
 
 from __future__ import annotations
 

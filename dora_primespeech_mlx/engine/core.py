@@ -5,7 +5,7 @@ for models, encoders and reference features), one re-entrant lock that serialise
 it per token and per window, so a stream consumed in one thread and a request from another interleave
 safely), and the counters (:class:`EngineStats`). The recipe lives in ``pipeline`` (text -> tokens -> audio),
 ``reference`` (the voice's prompt side), ``stream`` (one streamed request) and ``streaming`` (windows and
-seams). It reproduces upstream ``TTS.run`` (gpt-sovits-v2.md §8) with the choices :class:`GPTSoVITSEngine`
+seams). It reproduces upstream ``TTS.run`` (docs/model.md, "End to end") with the choices :class:`GPTSoVITSEngine`
 lists."""
 
 from __future__ import annotations
