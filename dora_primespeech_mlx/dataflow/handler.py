@@ -238,7 +238,9 @@ class MessageHandler:
             self.cancellation.reset(md, st)
         elif command.name == "change_voice":  # through the intake: behind the texts that arrived before it
             self.intake.put_control(Job("control", md, command=command, stamp=st))
-        elif not self.ready.is_set() or self.engine is None:
+        elif not self.ready.is_set():  # the start-up: answered by the worker once the engine is built, first
+            self.jobs.put(Job("control", md, command=command), front=True)
+        elif self.engine is None:  # the start failed
             self.status("error", md, level="ERROR", message="not ready", error="not ready", command=command.name)
         elif command.name == "cleanup":  # on the worker, between two jobs: never stalls a text's audio
             self.jobs.put(Job("control", md, command=command), front=True)
