@@ -55,18 +55,18 @@ def main() -> int:
         service.flush()
         event = node.next() if direct else node.next(timeout=serve.POLL_S)
         kind = None if event is None else event.get("type")
-        if service.ending is not None:  # a signal or a failed start, asked of this thread (outbox only)
-            code = service.stop(*service.ending)
-        elif event is None:  # every input closed
-            code = service.finish()
-        elif kind == "INPUT":
+        if kind == "INPUT":
             service.handler.on_input(event.get("id"), event.get("value"), event.get("metadata"))
         elif kind == "STOP":
             code = service.stop("STOP", time.monotonic())
+        elif event is None:  # every input closed
+            code = service.finish()
         elif daemon_lost(event):
             serve.leave_orphaned(f"dora reports the daemon connection lost ({str(event['error']).splitlines()[0]})")
         elif kind == "ERROR" and "timed out" not in str(event.get("error", "")).lower():
             service.handler.log("WARNING", f"dora error event: {str(event.get('error'))[:300]}")
+        if code is None and service.ending is not None:  # a signal or a failed start, asked of this thread (outbox)
+            code = service.stop(*service.ending)
     service.flush()
     del node, service  # dora's own clean-up of the node, where nothing else holds it
     gc.collect()

@@ -244,7 +244,7 @@ class Service:
             threading.Event().wait()
         n = self.handler.stop()
         self.flush()
-        if self.handler.ready.is_set():  # (during the start-up no text runs, and the worker cannot park)
+        if self.handler.ready.is_set() and self.handler.startup_error is None:  # (else no text runs)
             self.handler.parked.wait(STOP_GRACE_S)
         self.handler.log("INFO", f"{reason}: {n} text(s) answered as cancelled; exiting "
                                  f"{time.monotonic() - since:.2f} s after the {reason}")
