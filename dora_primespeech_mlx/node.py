@@ -14,7 +14,6 @@ it starts, stops and leaves when the daemon is lost: :mod:`.dataflow.serve` and 
 
 from __future__ import annotations
 
-import gc
 import sys
 import time
 from typing import Any
@@ -67,9 +66,8 @@ def main() -> int:
             service.handler.log("WARNING", f"dora error event: {str(event.get('error'))[:300]}")
         if code is None and service.ending is not None:  # a signal or a failed start, asked of this thread (outbox)
             code = service.stop(*service.ending)
-    service.flush()
-    del node, service  # dora's own clean-up of the node, where nothing else holds it
-    gc.collect()
+    service.detach()
+    del node  # dora's own clean-up of the node, where nothing else holds it (an outbox: dora-rs 0.3.x)
     serve.leave(code)
     return code
 

@@ -211,7 +211,14 @@ class Service:
         return True
 
     def flush(self) -> None:
-        self.transport.flush(self._send)
+        if self._send is not None:
+            self.transport.flush(self._send)
+
+    def detach(self) -> None:
+        """Send what is queued and let go of dora's ``send_output`` (with an outbox nothing else holds the node:
+        the caller's ``del`` then lets dora close it before the process leaves)."""
+        self.flush()
+        self._send = None
 
     def _starting(self, factory: EngineFactory) -> EngineFactory:
         """``factory``, announcing the start voice (before the worker runs any text) or reporting the failure."""
