@@ -1,12 +1,12 @@
 """Give MLX a fast CBLAS on Linux before ``mlx`` is imported.
 
-The ``mlx[cpu]`` Linux wheel links the netlib *reference* BLAS, many times slower than a tuned one
-(docs/performance.md, "The BLAS under MLX"). Symbols bind when ``libmlx.so`` is loaded, and a library already
-loaded with ``RTLD_GLOBAL`` wins, so loading a fast ``cblas_sgemm`` first fixes it (performance-notes.md,
-section 6). :func:`preload` does it (candidates in :func:`_attempts`; ``PRIMESPEECH_BLAS`` overrides) when the
-engine or the models package is first imported; :func:`report` self-checks the choice with a timed matmul, and
-a warning says when MLX keeps its reference BLAS. :func:`configure_threads` runs the BLAS single-threaded on
-machines with at most two usable CPUs, where spinning BLAS threads collapse beside a busy neighbour."""
+The ``mlx[cpu]`` Linux wheel links the netlib *reference* BLAS, many times slower than a tuned one (docs/performance.md,
+"The BLAS under MLX"). Symbols bind when ``libmlx.so`` is loaded, and a library already loaded with ``RTLD_GLOBAL``
+wins, so loading a fast ``cblas_sgemm`` first fixes it. :func:`preload` does it (candidates in :func:`_attempts`;
+``PRIMESPEECH_BLAS`` overrides) when the engine or the models package is first imported; :func:`report` self-checks the
+choice with a timed matmul, and a warning says when MLX keeps its reference BLAS. :func:`configure_threads` runs the
+BLAS single-threaded on machines with at most two usable CPUs, where spinning BLAS threads collapse beside a busy
+neighbour."""
 
 from __future__ import annotations
 

@@ -169,8 +169,9 @@ def cmd_say(args) -> int:
     text = args.text if args.text != "-" else sys.stdin.read()
     overrides = _synthesis_overrides(args)
     # before anything heavy is imported or loaded
-    spec = check_say(text, overrides, Path(args.output), args.voice, args.model_dir, args.catalog,
-                     llm_text=settings.read("llm_text"))
+    spec, text = check_say(text, overrides, Path(args.output), args.voice, args.model_dir, args.catalog,
+                           llm_text=settings.read("llm_text"))
+    overrides["llm_text"] = False  # the LLM text stage ran in check_say, once
 
     import numpy as np
 

@@ -18,15 +18,17 @@ OPTIONS = {"top_k": "--top-k", "top_p": "--top-p", "temperature": "--temperature
            "text_split_method": "--split", "fragment_interval": "--fragment-interval", "text_lang": "--lang"}
 
 
-def check_text(text: str, lang: str | None, llm_text: bool) -> None:
-    """NothingToSpeakError when the text has no letter or digit, after the LLM text stage when ``llm_text`` is on
-    (``PRIMESPEECH_LLM_TEXT``, read by the CLI: reasoning, tool calls and code are not spoken)."""
+def check_text(text: str, lang: str | None, llm_text: bool) -> str:
+    """What is spoken of ``text``: the LLM text stage's output when ``llm_text`` is on (``PRIMESPEECH_LLM_TEXT``,
+    read by the CLI: reasoning, tool calls and code are not spoken), else ``text``; NothingToSpeakError when that
+    has no letter or digit."""
     from .text.llm import clean
     from .text.speakable import has_speakable
 
     spoken = clean(text, lang) if llm_text else text
     if not has_speakable(spoken):
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r} (no letters or digits)")
+    return spoken
 
 
 def check_options(overrides: dict) -> None:
@@ -71,11 +73,18 @@ def check_output(path: Path) -> None:
 
 def check_say(text: str, overrides: dict, output: Path, voice: str, model_dir: Path, catalog: dict, *,
               llm_text: bool):
-    """Every check of ``say`` in the order a user reads the command; returns the resolved, installed voice
-    (``model_dir`` and ``catalog``, the keywords of the voice lookups, are the CLI's: :func:`..cli.resolve_places`)."""
+    """Every check of ``say`` in the order a user reads the command; returns the resolved, installed voice and the
+    text to speak, through the LLM text stage when ``llm_text`` is on (``model_dir`` and ``catalog``, the keywords
+    of the voice lookups, are the CLI's: :func:`..cli.resolve_places`)."""
     from .assets.catalog import resolve_voice
 
     check_options(overrides)  # a bad --lang first: the text check uses it
-    check_text(text, overrides.get("text_lang"), llm_text)
+    try:  # the voice's language reads the text as the engine would (URLs, e-mails); its error is reported last
+        spec, voice_error = resolve_voice(voice, model_dir, **catalog), None
+    except Exception as exc:  # noqa: BLE001 - raised below, after the checks a user reads first
+        spec, voice_error = None, exc
+    spoken = check_text(text, overrides.get("text_lang") or (spec.language if spec else None), llm_text)
     check_output(output)
-    return resolve_voice(voice, model_dir, **catalog)
+    if voice_error is not None:
+        raise voice_error
+    return spec, spoken

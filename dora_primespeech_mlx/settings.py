@@ -239,12 +239,13 @@ class Settings(defaults.RequestDefaults):
     stream_chunk_tokens: int | None = setting("STREAM_CHUNK_TOKENS", None, _limits("stream_chunk_tokens"),
         "Streaming: the most semantic tokens (40 ms of audio each) per chunk after the first (unset: the "
         "engine's 40); GPTSVITS_CHUNK_SIZE gives it in samples (1280 per token).", ("GPTSVITS_CHUNK_SIZE",),
-        (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),))
+        (("GPTSVITS_CHUNK_SIZE", _samples_to_tokens),), audience="tuning")
     stream_pace: bool = setting("PRIMESPEECH_STREAM_PACE", True, _bool,
         "Streaming: size the chunks from the measured speed so a stream keeps up once started; false: fixed "
-        "steps (earliest first audio, gaps where the machine is slow).", ("GPTSVITS_STREAM_PACE",))
+        "steps (earliest first audio, gaps where the machine is slow).", ("GPTSVITS_STREAM_PACE",), audience="tuning")
     stream_start: str = setting("PRIMESPEECH_STREAM_START", "gapless", _choice(STREAM_STARTS),
-        "Streaming's first chunk: gapless | earliest (sooner; later sentences may gap; docs/streaming.md).")
+        "Streaming's first chunk: gapless | earliest (sooner; later sentences may gap; docs/streaming.md).",
+        audience="tuning")
     stream_max_wait: float = setting("PRIMESPEECH_STREAM_MAX_WAIT", 0.0, _ranged(_number, 0.0, 60.0),
         "Streaming: the longest (s) a listener waits for audio, for the first chunk or after running dry; the plan "
         "then spends an unavoidable wait in gaps of at most this instead of one wait before speaking. 0: off, every "
@@ -253,10 +254,12 @@ class Settings(defaults.RequestDefaults):
         "Speak LLM output as prose: reasoning, tool calls and code unspoken (also across messages), markup "
         "as its words (docs/dataflow.md); false: the original's behaviour on raw text.", ("GPTSVITS_LLM_TEXT",))
     max_text_chars: int = setting("MAX_TEXT_CHARS", 5000, _ranged(_int, 1),
-        "Longer `text` inputs are refused with an error (segment_complete `error`).", ("GPTSVITS_MAX_TEXT_CHARS",))
+        "Longer `text` inputs are refused with an error (segment_complete `error`).", ("GPTSVITS_MAX_TEXT_CHARS",),
+        audience="deployment")
     max_text_seconds: float = setting("MAX_TEXT_SECONDS", 30.0, _ranged(_number, 0.1),
         "Seconds the text front end may spend on one text (normalisation and phonemes); a text that needs more "
-        "is answered with an error naming this limit (segment_complete `error`, stage `text`).", ())
+        "is answered with an error naming this limit (segment_complete `error`, stage `text`).", (),
+        audience="deployment")
     segment_idle_s: float = setting("PRIMESPEECH_SEGMENT_IDLE_S", 3.0, _ranged(_number, 0.05),
         "Seconds without a fragment after which a streamed utterance (`segment_id`) ends as at `fin`.")
     max_fragment_chars: int = setting("PRIMESPEECH_MAX_FRAGMENT_CHARS", 5000, _ranged(_int, 1),
@@ -288,7 +291,7 @@ class Settings(defaults.RequestDefaults):
     log_level: str = setting("LOG_LEVEL", "INFO", _choice(LOG_LEVELS, upper=True, synonyms={"WARN": "WARNING"}),
         "Lowest level sent on the `log` output.", ("GPTSVITS_LOG_LEVEL",))
     log_timing: bool = setting("GPTSVITS_LOG_TIMING", True, _bool,
-        "Log each text's duration, real-time factor and stage times at INFO.", ("LOG_TIMING",))
+        "Log each text's duration, real-time factor and stage times at INFO.", ("LOG_TIMING",), audience="tuning")
     num_threads: int | None = setting("NUM_THREADS", None, _ranged(_int, 1),
         "Accepted for old dataflows and checked; MLX chooses its own CPU threads.", (), audience="deployment")
     sample_rate: int | None = setting("SAMPLE_RATE", None, _ranged(_int, 1),
@@ -305,7 +308,7 @@ class Settings(defaults.RequestDefaults):
         "out first).", ("GPTSVITS_CONVERTED_CACHE",), audience="deployment")
     max_queued_texts: int = setting("MAX_QUEUED_TEXTS", 1000, _ranged(_int, 1),
         "Texts waiting to be spoken; one more is answered at once with segment_complete `error` (busy), "
-        "never dropped.", ("GPTSVITS_MAX_QUEUED_TEXTS",))
+        "never dropped.", ("GPTSVITS_MAX_QUEUED_TEXTS",), audience="deployment")
     threads: int | str = setting("PRIMESPEECH_THREADS", "auto", _threads,
         "CPU threads (BLAS, float16 kernels, vocoder), the most PRIMESPEECH_THREAD_PLAN=adapt uses: a number, or "
         "auto (1 on machines with <= 2 usable CPUs, else every usable CPU). "

@@ -172,7 +172,7 @@ class OursSide:
 
     def __init__(self, models: str | None, tiny: str | None, threads: int | None, split: str,
                  settings: dict[str, str] | None = None):
-        from dora_primespeech_mlx.node import engine_factory
+        from dora_primespeech_mlx.engine.startup import start_engine
         from dora_primespeech_mlx.settings import Settings
 
         md, self.voice, self.language = voice_dir(models, tiny)
@@ -180,7 +180,7 @@ class OursSide:
                      "TOP_K": "15", "GPTSVITS_WARMUP": "false", "LOG_LEVEL": "WARNING",
                      "TEXT_SPLIT_METHOD": split, **(settings or {})}
         self.settings = Settings.from_env(self.base)
-        self.engine, self.spec = engine_factory(self.settings)(lambda _m: None)
+        self.engine, self.spec = start_engine(self.settings, lambda _m: None)
         self.fragments: bool | None = None
 
     def handler(self, lang: str, player: Player):

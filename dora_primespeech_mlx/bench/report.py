@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-# PyTorch upstream, 2-core AMD EPYC VM, torch 2.13, 2 threads (performance-notes.md section 3), in ms.
+# PyTorch upstream, 2-core AMD EPYC VM, torch 2.13, 2 threads (docs/performance.md, "The stage bench"), in ms.
 UPSTREAM_MS = {
     "hubert": 648.0,
     "bert": 250.8,

@@ -273,7 +273,7 @@ BATCH_ROWS = (1, 2, 3, 4, 6, 8)
 
 
 def _decode_step_batched(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
-    """The numpy decode step for ``B`` generations at once (continuous batching, ``t2s_numpy.step_batch``), each
+    """The numpy decode step for ``B`` generations at once (continuous batching, ``numpy_decoder.step_batch``), each
     width in turn within every round: ms per token (step time / B) over N_TOKENS steps. Where the per-token time
     stops falling, batching stops paying on this CPU."""
     from ..models.gpt.numpy_decoder import step_batch

@@ -2,8 +2,8 @@
 bench inputs (reference, prompt and target texts) and their sizes.
 
 The models: GPT d=512 x 24 layers, SoVITS v2 with its 512-channel HiFi-GAN, chinese-hubert-base,
-chinese-roberta-wwm-ext-large. The inputs follow the upstream PyTorch baseline (performance-notes.md §3): a 5 s
-reference, the prompt "这是一段用于测试的参考音频。" (27 phones, 139 prompt tokens) and the 20-character target
+chinese-roberta-wwm-ext-large. The inputs follow the upstream PyTorch baseline (docs/performance.md, "The stage bench"):
+a 5 s reference, the prompt "这是一段用于测试的参考音频。" (27 phones, 139 prompt tokens) and the 20-character target
 "今天的天气特别好，我们一起去公园里散步聊天吧。" (44 phones, 23 BERT tokens), 100 semantic tokens (the GPT's EOS
 is made unreachable and ``max_sec`` is 2, so every run decodes exactly 100)."""
 
@@ -82,7 +82,7 @@ def _suppress_eos(model) -> None:
 
 def _float16_values(model) -> None:
     """Round every float32 weight to the nearest float16 value (kept as float32): the released
-    checkpoints are float16, and paths that keep them in float16 check for it (t2s_numpy.half_weights)."""
+    checkpoints are float16, and paths that keep them in float16 check for it (numpy_decoder.half_weights)."""
     import mlx.core as mx
     from mlx.utils import tree_flatten, tree_unflatten
 

@@ -6,7 +6,7 @@ macOS. Packages are ML Programs (``minimum_deployment_target`` macOS 14, fp16 by
 inputs are padded to enumerated bucket shapes; the padding leaves the unpadded result (checked numerically by
 tests/coreml). :func:`convert_hubert` and :func:`convert_bert` give each package's inputs and outputs,
 :func:`hubert_program` why padding is exact, :func:`_convert` the Neural Engine layout
-(performance-notes.md section 12.4)."""
+(docs/coreml.md, "The Neural Engine layout")."""
 
 from __future__ import annotations
 
@@ -303,7 +303,7 @@ def token_buckets(max_positions: int, buckets: Sequence[int] | None = None) -> t
 def _convert(prog, inputs, precision: str):
     """The ML Program of ``prog`` (macOS 14 target, ``precision`` fp16 or fp32).
 
-    The programs are written in the Neural Engine's layout (performance-notes.md section 12.4): activations are
+    The programs are written in the Neural Engine's layout (docs/coreml.md, "The Neural Engine layout"): activations are
     (1, C, 1, S) channels-first, every Linear is a 1x1 ``conv``, LayerNorm runs over axis 1, attention reshapes
     channels into (1, heads, head_dim, S) and uses two ``matmul`` with transpose flags (no transpose ops); the
     softmax scale is folded into the query weights. Only ``input_ids``/``wav`` bucket shapes are enumerated

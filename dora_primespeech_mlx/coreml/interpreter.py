@@ -1,5 +1,5 @@
 """A numpy interpreter for MIL programs, to check exported CoreML programs where CoreML cannot run
-(Linux; performance-notes.md section 12.2).
+(Linux; docs/coreml.md, "Checking a program on Linux").
 
 It walks a function's operations in order, binds concrete numpy values to each op's input variables
 (making their types concrete too, since several value inferences read the static shape, which is

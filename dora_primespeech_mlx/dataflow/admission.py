@@ -70,7 +70,7 @@ class Admission:
         """One complete sentence of ``utterance``, queued as a text of its own."""
         self.out.counts.add("sentences")
         job = Job("text", dict(utterance.metadata), seq=self.next_seq(), stamp=utterance.stamp, utterance=utterance,
-                  part=utterance.sentences - 1, request=TextRequest(text=sentence, overrides={"llm_text": False}))
+                  part=utterance.sentences - 1, request=TextRequest(text=sentence))
         self.admit(job)
 
     def admit(self, job: Job) -> None:

@@ -80,7 +80,7 @@ class MessageHandler:
         self.answers = Answers(self.out)
         self._arrivals = 0  # inputs received (the order fallback)
         # PRIMESPEECH_LLM_TEXT: one LLM stream filter per plain-text session and question and one per streamed
-        # segment (text/llm.py), fed by the intake; each outlives the utterances of its segment (streams.py)
+        # segment (text/llm/), fed by the intake; each outlives the utterances of its segment (streams.py)
         self.filters = Filters(self.log, settings.llm_text)
         self.llm = self.filters if settings.llm_text else None
         self.worker = Worker(self.jobs, self._build, self._run_job, self.answers.fail, self.log, self.counts.add)
@@ -296,7 +296,9 @@ class MessageHandler:
                 self.cancellation.cancel_session(str(session), md, st)
         elif command.name == "change_voice":  # through the intake: behind the texts that arrived before it
             self.intake.put_control(Job("control", md, command=command, stamp=st))
-        elif not self.ready.is_set() or self.engine is None:
+        elif not self.ready.is_set():  # the start-up: answered by the worker once the engine is built, first
+            self.jobs.put(Job("control", md, command=command), front=True)
+        elif self.engine is None:  # the start failed
             self.status("error", md, level="ERROR", message="not ready", error="not ready", command=command.name)
         elif command.name == "cleanup":  # on the worker, between two jobs: never stalls a text's audio
             self.jobs.put(Job("control", md, command=command), front=True)

@@ -370,8 +370,7 @@ def _request(raw: str, md: dict, sessions: Filters | None, max_chars: int,
         ids = ", ".join(f"{k}={md[k]}" for k in ("question_id", "session_id") if k in md) or "no ids"
         log("WARNING", f"a reasoning/tool-call/code block open for {llm.MAX_BLOCK_MESSAGES} messages or "
                        f"{llm.MAX_BLOCK_CHARS} characters was closed ({ids})")
-    req.overrides["llm_text"] = False  # cleaned here; the engine does not clean it again
-    return req
+    return req  # (the engine does not clean it again: speech.engine_overrides)
 
 
 def check_once(job: Any, max_chars: int) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 _PLAIN = (str, bool, int, float, _dt.datetime)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # dora's integer metadata is an i64: a larger int cannot be sent
 # Bounds on what the node echoes of an input's metadata (each output carries it): larger values are dropped,
-# with a WARNING on ``log`` (dataflow.md, "Metadata").
+# with a WARNING on ``log`` (docs/dataflow.md, "Outputs").
 METADATA_MAX_KEYS = 64  # keys of one input's metadata (the rest are dropped)
 METADATA_MAX_CHARS = 4096  # a key, a string value, or the JSON form of a dict / mixed list
 METADATA_MAX_ITEMS = 1024  # items of a list value
@@ -29,7 +29,7 @@ class Unsendable(ValueError):
 
 
 def sanitize_value(value: Any, notes: list[str] | None = None) -> Any:
-    """A metadata value Dora can send as is (see dora-contract.md section 13.4): numpy scalars become
+    """A metadata value Dora can send as is (docs/dataflow.md, "Outputs"): numpy scalars become
     int/float/bool, None/dict/bytes/mixed lists their string (JSON) form; an int outside int64 or a non-finite
     float becomes its string (a line in ``notes``). Raises :class:`Unsendable` for a value beyond the bounds
     above (too long, too deep)."""

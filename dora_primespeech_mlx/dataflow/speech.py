@@ -94,7 +94,7 @@ class Speaker:
 
     def _synthesize(self, job: Job, text: str, voice, language: str, req: TextRequest, overrides: dict):
         """(seconds of audio sent, chunks sent, the engine's timings)."""
-        overrides = dict(overrides)
+        overrides = engine_overrides(overrides)
         total, n, timings = 0.0, 0, {}
         engine = self.engine()
         if self.out.settings.streaming:
@@ -132,7 +132,8 @@ class Speaker:
                 voice = self.voice_of(job)
             except Exception:  # noqa: BLE001 - its own turn reports it
                 continue
-            out.append(Upcoming(job.seq, req.text, voice, dict(self.params.request(req.overrides)), job.cancel))
+            out.append(Upcoming(job.seq, req.text, voice, engine_overrides(self.params.request(req.overrides)),
+                                job.cancel))
         return out
 
     def voice_of(self, job: Job):
@@ -153,6 +154,13 @@ def skip_reason(exc: NothingToSpeakError, language: str, text_sets_it: bool, voi
     if text_sets_it and language != voice_language:
         whose += f" (the voice's: {voice_language!r})"
     return f"nothing speakable as {exc.language!r}, {whose}: {hint}", "WARNING"
+
+
+def engine_overrides(overrides: dict) -> dict:
+    """A text's settings for the engine. The dataflow owns the LLM text stage (``PRIMESPEECH_LLM_TEXT``): the
+    intake ran it once, per session and across messages (:mod:`.intake`, :mod:`.sentences`), so the engine, which
+    runs it by default for its direct callers, is told not to run it again (``llm_text=False``)."""
+    return {**overrides, "llm_text": False}
 
 
 def request_voice_error(req: TextRequest, exc: BaseException, stage: str) -> str | None:

@@ -44,7 +44,7 @@ def send_safely(send: Send, output: str, array: pa.Array, metadata: dict) -> Non
 
 
 def _native(value) -> bool:
-    """Whether dora sends ``value`` as it is (dora-contract.md 13.4; its integers are int64)."""
+    """Whether dora sends ``value`` as it is (docs/dataflow.md, "Outputs": its integers are int64)."""
     if isinstance(value, (bool, str, float, datetime.datetime)):
         return True
     if isinstance(value, int):

@@ -1,5 +1,5 @@
 """One streamed utterance: the ``text`` fragments of one (``session_id``, ``segment_id``), dora's streaming
-convention (dora-contract.md section 5).
+convention (docs/dataflow.md, "LLM token streams").
 
 An :class:`Utterance` puts its fragments back in ``seq`` order (bounded), turns them into sentences
 (:mod:`.sentences`), counts the sentences it handed out and their outcomes, numbers its audio chunks (``seq``

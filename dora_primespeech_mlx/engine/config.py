@@ -40,7 +40,7 @@ class SynthesisConfig(defaults.RequestDefaults):
     # pace the windows by the measured speeds (engine/pacing.py): a first window large enough that the stream
     # keeps up where the machine is slow, later windows cut just in time; False: the fixed steps above
     stream_pace: bool = True
-    # the LLM text stage (text/llm.py) on the text before the front end; None: the engine's settings
+    # the LLM text stage (text/llm/) on the text before the front end; None: the engine's settings
     # (PRIMESPEECH_LLM_TEXT). The node passes False: its per-session stream filter has cleaned the text already
     llm_text: bool | None = None
 

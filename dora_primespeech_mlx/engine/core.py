@@ -6,7 +6,7 @@ it per token and per window, so a stream consumed in one thread and a request fr
 safely), and the counters (:class:`EngineStats`). The recipe lives in ``pipeline`` (text -> tokens -> audio),
 ``reference`` (the voice's prompt side) and ``stream`` (one streamed request, handed what it uses of the engine as
 one :class:`~.stream.EnginePorts`; its stages: ``batching``, ``pacing``, ``rates``, ``streaming``, ``overlap``).
-It reproduces upstream ``TTS.run`` (gpt-sovits-v2.md §8) with the choices :class:`GPTSoVITSEngine` lists."""
+It reproduces upstream ``TTS.run`` (docs/model.md, "End to end") with the choices :class:`GPTSoVITSEngine` lists."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def fill_bert(chunks: list[TextChunk], start: int, spec: VoiceSpec, models: Mode
 
 
 def bert_features(results: list, spec: VoiceSpec, encoders) -> list[np.ndarray]:
-    """(1024, n_phones) features per phone result (gpt-sovits-v2.md §3): the BERT for Chinese segments,
+    """(1024, n_phones) features per phone result (docs/model.md, "BERT features"): the BERT for Chinese segments,
     zeros for the others; all Chinese segments of all results run in one batch."""
     wanted = [(i, j, seg) for i, r in enumerate(results) for j, seg in enumerate(r.segments) if seg.lang == "zh"]
     feats: dict[tuple[int, int], np.ndarray] = {}

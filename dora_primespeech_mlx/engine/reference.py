@@ -1,4 +1,4 @@
-"""The reference side of a voice (gpt-sovits-v2.md §4.1, §6.2, §2.3), computed once per voice and cached:
+"""The reference side of a voice (docs/model.md, "Reference features"), computed once per voice and cached:
 the clip at the SoVITS rate -> spectrogram -> ``ge``; the clip at 16 kHz -> CNHubert -> prompt semantic tokens;
 the transcript -> prompt phones and their BERT features. :class:`ReferenceBuilder` owns the recipe; its
 ``load_16k`` and ``prompt_semantic`` steps are methods so tests can replay the original's arrays."""
@@ -52,7 +52,7 @@ class ReferenceBuilder:
             if not REF_MIN_SECONDS <= seconds <= REF_MAX_SECONDS:
                 raise _length_error(spec.reference, seconds)
             ge = self.ref_embedding(models.sovits, wav32k, self.sv_embedding(models, wav32k))
-        # an empty prompt text means reference-free mode (gpt-sovits-v2.md §8.3): no prompt at all
+        # an empty prompt text means reference-free mode (docs/model.md, "Reference-free mode"): no prompt at all
         with stage("text", timer):
             result = text_mod.prompt_phones(spec.prompt_text or "", prompt_lang, models.symbol_version,
                                             data=text_data)

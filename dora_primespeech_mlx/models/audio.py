@@ -1,5 +1,5 @@
 """Audio helpers around the models: reading, resampling and the SoVITS reference spectrogram
-(gpt-sovits-v2.md sections 4.1 and 6.2). numpy only.
+(docs/model.md, "Reference features"). numpy only.
 
 Reading is bounded (docs/security.md): only a regular file, checked from its header (length, channels, sample
 rate) before anything is decoded, decoded at most to the frames the limits allow, within a time limit, and

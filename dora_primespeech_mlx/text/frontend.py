@@ -1,4 +1,4 @@
-"""The text front end pipeline: text -> language segments -> phones and ids (gpt-sovits-v2.md §2.2-2.6).
+"""The text front end pipeline: text -> language segments -> phones and ids (docs/model.md, "Text front end").
 
 * :func:`clean_text` — upstream ``text/cleaner.py:clean_text`` for one segment (zh, en, ja, ko, yue).
 * :func:`get_phones` — upstream ``TextPreprocessor.get_phones_and_bert`` without the BERT step: the

@@ -1,4 +1,4 @@
-"""Splitting a text into language segments (gpt-sovits-v2.md §2.5, steps 2-3).
+"""Splitting a text into language segments (docs/model.md, "Language segments").
 
 Upstream ``get_phones_and_bert`` calls ``LangSegmenter.getTexts`` (``text/LangSegmenter``), which wraps
 ``split_lang.LangSplitter`` (split-lang 2.1.1, ``merge_across_digit=False``) and then applies its own

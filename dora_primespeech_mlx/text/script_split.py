@@ -1,5 +1,5 @@
 """split-lang 2.1.1's ``LangSplitter`` (``merge_across_digit=False``), the first stage of upstream's language
-split (gpt-sovits-v2.md §2.5): pre-split at punctuation and script changes, per-word language by script
+split (docs/model.md, "Language segments"): pre-split at punctuation and script changes, per-word language by script
 (kana -> ja, hangul -> ko, Han -> zh, Latin -> en; split-lang asks fastText ``lid.176`` instead, which
 agrees on Chinese/English text), then split-lang's merge rules. :func:`split_by_script` is the entry point;
 :mod:`.language_segments` applies upstream's ``LangSegmenter`` rules on top."""

@@ -1,4 +1,4 @@
-"""Cutting a target text into chunks before phonemisation (gpt-sovits-v2.md §2.2, §2.4).
+"""Cutting a target text into chunks before phonemisation (docs/model.md, "Cutting the target text").
 
 Reproduces upstream ``TTS_infer_pack/text_segmentation_method.py`` (the cut methods ``cut0``…``cut5``
 and ``split_big_text``) and the text side of ``TextPreprocessor.preprocess``

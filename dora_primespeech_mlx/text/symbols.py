@@ -1,6 +1,6 @@
 """Phoneme symbol tables of GPT-SoVITS (v1: 322 symbols, v2: 732 symbols) and the id mapping.
 
-The tables are built from their definition (gpt-sovits-v2.md §2.1): v1 is the code-point sorted set
+The tables are built from their definition (docs/model.md, "Symbol tables"): v1 is the code-point sorted set
 of pad + Chinese initials + toned finals + Japanese + punctuation/specials + ARPAbet; v2 is v1, then
 ``[`` ``]``, the sorted Korean jamo and the sorted Cantonese (Jyutping, "Y…") symbols. v1 is an exact
 prefix of v2. Every model version other than "v1" (v2, v2Pro, v3, v4) uses the v2 table.

@@ -74,7 +74,7 @@ def test_setting_off_passes_raw_text():
     try:
         raw = "<think>reasoning</think>**Hi** there."
         assert _send(handler, rec, [raw]) == ["completed"]
-        assert engine.texts == [(raw, {})]
+        assert engine.texts == [(raw, {"llm_text": False})]  # the node owns the stage: the engine never runs it
         # an unparsable JSON payload stays an error when no block is open
         assert _send(handler, rec, ['{"name": "x"}']) == ["error"]
     finally:

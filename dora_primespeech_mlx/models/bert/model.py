@@ -1,4 +1,4 @@
-"""Chinese RoBERTa (``chinese-roberta-wwm-ext-large``) text features for the GPT (gpt-sovits-v2.md section 3).
+"""Chinese RoBERTa (``chinese-roberta-wwm-ext-large``) text features for the GPT (docs/model.md, "BERT features").
 
 GPT-SoVITS uses ``BertForMaskedLM(..., output_hidden_states=True).hidden_states[-3]``: the embeddings
 followed by ``num_hidden_layers - 2`` encoder layers. Only those layers are built and loaded; the last

@@ -1,8 +1,8 @@
 """Continuous batching of the GPT's decode: sentences of one voice that wait for their turn decode together.
 
 A decode step on the CPU is bound by memory (it reads every block weight once per token), so a second row in
-the same step costs little: :func:`~.t2s_generate.step_together` reads each weight once for all rows. A
-:class:`DecodeBatch` holds the rows (each a :class:`~.t2s_generate.Generation`, prefilled when it joins) and
+the same step costs little: :func:`~.generate.step_together` reads each weight once for all rows. A
+:class:`DecodeBatch` holds the rows (each a :class:`~.generate.Generation`, prefilled when it joins) and
 steps them all whenever the sentence that is read needs its next token; the others' tokens wait in their
 rows. Rows join at any step and leave when they stop (EOS, early stop, step cap) or are dropped.
 

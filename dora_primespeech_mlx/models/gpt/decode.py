@@ -6,7 +6,7 @@ place that picks among them (:func:`make_decoder`, called once when the model is
   are passed as state, so new weights need no re-trace). For GPUs, where launching the ~300 small
   kernels of an eager step costs more than the math;
 - ``"numpy"``: :class:`.numpy_decoder.NumpyDecoder`, gemv instead of MLX's M=1 sgemm: about twice as fast
-  on the CPU (performance-notes.md section 8).
+  on the CPU (docs/performance.md, "The GPT step in numpy").
 
 ``"auto"`` is numpy when MLX computes on the CPU, compiled MLX otherwise (Metal/CUDA).
 """

@@ -1,4 +1,4 @@
-"""Decode loop and sampling for the text-to-semantic GPT (gpt-sovits-v2.md sections 5.6-5.8).
+"""Decode loop and sampling for the text-to-semantic GPT (docs/model.md, "Decode loop and sampling").
 
 With a prompt it matches ``Text2SemanticDecoder.infer_panel_batch_infer`` (what ``TTS.run`` uses) for one
 sentence; without one (reference-free mode), upstream's hand-over to ``infer_panel_naive``, whose stopping rules
@@ -8,7 +8,7 @@ in float32 like torch (:func:`sample_token`). The exponential noise comes from a
 exactly; by default it is drawn from ``numpy.random.default_rng(seed)``.
 
 The prefix and the steps run on the model's :class:`~.t2s.Decoder` (``T2SModel.decoder``, chosen when
-the model is loaded: ``t2s_decode.make_decoder``), or on one passed explicitly."""
+the model is loaded: ``decode.make_decoder``), or on one passed explicitly."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ class Generation:
 
 def step_together(gens: list[Generation]) -> None:
     """Advance every generation by one step; numpy sessions of one model share one batched step
-    (:func:`~.t2s_numpy.step_batch`: each weight read once for all rows, every row's logits as alone)."""
+    (:func:`~.numpy_decoder.step_batch`: each weight read once for all rows, every row's logits as alone)."""
     if len(gens) > 1 and all(isinstance(g.session, NumpyDecodeState) for g in gens):
         inputs = [g.step_input() for g in gens]
         raws = step_batch([g.session for g in gens], [t for t, _ in inputs], [p for _, p in inputs])

@@ -1,14 +1,14 @@
 """GPT-SoVITS text-to-semantic GPT (``AR/models/t2s_model.py`` ``Text2SemanticDecoder``), inference only.
 
-The model is pure math (gpt-sovits-v2.md section 5; :class:`T2SModel` gives it). The KV cache it fills is
-:class:`.t2s_cache.KVCache` (per-layer ``keys``/``values`` arrays of shape (1, heads, capacity, head_dim),
+The model is pure math (docs/model.md, "GPT: text to semantic tokens"; :class:`T2SModel` gives it). The KV cache
+it fills is :class:`.kv_cache.KVCache` (per-layer ``keys``/``values`` arrays of shape (1, heads, capacity, head_dim),
 ``offset``, ``reserve(n)``; made by :meth:`T2SModel.make_cache`). :meth:`T2SModel.decode` is the one-token step
 as a pure function of arrays whose shapes only change when the cache grows by a bucket, so it can be wrapped by
 ``mx.compile`` or swapped for another backend without touching the loop.
 
-How the decode steps run is a :class:`Decoder` (declared here, implemented in ``t2s_decode.py``: MLX
+How the decode steps run is a :class:`Decoder` (declared here, implemented in ``decode.py``: MLX
 eager, MLX compiled, numpy), chosen once when the model is loaded and kept in ``T2SModel.decoder``;
-sampling and the decode loop live in ``t2s_generate.py``."""
+sampling and the decode loop live in ``generate.py``."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ class DecodeSession(Protocol):
 
 class Decoder(Protocol):
     """How a :class:`T2SModel` runs its prefix and its one-token steps (MLX eager, MLX compiled or
-    numpy: ``t2s_decode.make_decoder``). Every implementation computes the same float32 math."""
+    numpy: ``decode.make_decoder``). Every implementation computes the same float32 math."""
 
     kind: str  # "mlx" | "compile" | "numpy"
     backend: str  # what computes the steps: "mlx" | "numpy"
@@ -213,7 +213,7 @@ class Block(nn.Module):
 
 
 class T2SModel(nn.Module):
-    """The text-to-semantic GPT (gpt-sovits-v2.md section 5):
+    """The text-to-semantic GPT (docs/model.md, "GPT: text to semantic tokens"):
 
     - text stream: ``text_embedding(phones) + bert_proj(bert.T) + alpha_t * pe[0..Tx)``;
       audio stream: ``audio_embedding(prompt) + alpha_a * pe[0..Ty)``; the input is ``[text ; audio]``;
@@ -235,7 +235,7 @@ class T2SModel(nn.Module):
         self.layers = [Block(args) for _ in range(args.num_layers)]
         self.predict = nn.Linear(D, args.vocab_size, bias=False)
         self._pe = mx.array(sine_table(PE_ROWS, D))  # underscore: not a parameter
-        self.decoder: Decoder | None = None  # set once at load (t2s_decode.make_decoder); a plain attribute
+        self.decoder: Decoder | None = None  # set once at load (decode.make_decoder); a plain attribute
 
     # ---- positions -------------------------------------------------------------------------------
     def positions(self, rows: int) -> mx.array:

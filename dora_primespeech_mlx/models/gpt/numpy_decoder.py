@@ -2,7 +2,7 @@
 
 On the CPU a decode step is memory-bound: it reads all block weights for one token. MLX's CPU backend sends
 (1, D) @ (D, N) products through ``sgemm``, numpy through ``gemv``, several times faster for these shapes
-(docs/performance.md, "The GPT step in numpy"; performance-notes.md section 8). :class:`NumpyDecoder` is that
+(docs/performance.md, "The GPT step in numpy"). :class:`NumpyDecoder` is that
 step, reading the model's own weights through zero-copy numpy views of the MLX arrays (no second copy in
 memory). The math is :meth:`T2SModel.decode` (float32); with float16 weights (:func:`half_weights`) the step
 runs on the C kernels instead."""

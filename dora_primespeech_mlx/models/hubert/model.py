@@ -2,7 +2,7 @@
 
 GPT-SoVITS feeds the **raw** 16 kHz waveform in [-1, 1] (no zero-mean / unit-variance normalisation)
 with 9600 zeros (0.6 s) appended, and hands ``last_hidden_state`` transposed to (B, 768, T) to
-SoVITS ``extract_latent`` (gpt-sovits-v2.md sections 4, 4.1, 4.2). :func:`prompt_features` does exactly
+SoVITS ``extract_latent`` (docs/model.md, "Reference features"). :func:`prompt_features` does exactly
 that. The math is in :class:`HubertModel`'s docstring, the converted weights' names and layouts (what the CoreML
 export reads) in :meth:`HubertModel.sanitize`'s."""
 
@@ -19,7 +19,7 @@ from ..shared.activations import gelu
 from ..shared.common import fold_weight_norm, to_float32
 from ..shared.storage import half_storage
 
-# GPT-SoVITS appends int(32000 * 0.3) zeros to the 16 kHz reference (0.6 s, gpt-sovits-v2.md 4.1).
+# GPT-SoVITS appends int(32000 * 0.3) zeros to the 16 kHz reference (0.6 s, docs/model.md, "Reference features").
 PROMPT_TAIL_SAMPLES = 9600
 
 

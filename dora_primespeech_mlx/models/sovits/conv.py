@@ -1,7 +1,7 @@
 """1-D convolutions for the SoVITS synthesizer, with GEMM formulations for the MLX CPU backend.
 
 MLX on CPU runs ``conv1d`` with ``dilation > 1`` and every ``conv_transpose1d`` through a naive loop
-(``slow_conv_1D``), far slower than a matrix product (performance-notes.md section 9; docs/performance.md,
+(``slow_conv_1D``), far slower than a matrix product (docs/performance.md,
 "The SoVITS vocoder on ONNX Runtime"). :func:`conv1d_gemm` (pad, stack the K dilated, strided shifted slices on
 the channel axis, one matmul) and :func:`conv_transpose1d_gemm` (``x @ W[Ci, K*Co]``, then an overlap-add of
 ``ceil(K/s)`` shifted blocks) express them as one GEMM each.

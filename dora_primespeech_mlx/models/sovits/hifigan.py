@@ -1,4 +1,4 @@
-"""HiFi-GAN generator of the SoVITS synthesizer (gpt-sovits-v2.md section 6.11). Activations (B, T, C)."""
+"""HiFi-GAN generator of the SoVITS synthesizer (docs/model.md, "The HiFi-GAN decoder"). Activations (B, T, C)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Building blocks of the SoVITS synthesizer (gpt-sovits-v2.md sections 6.4-6.10).
+"""Building blocks of the SoVITS synthesizer (docs/model.md, "SoVITS: tokens to audio").
 
 All activations are (B, T, C) inside this module. Batch elements must share one length: the inference
 path of the original never pads (``decode`` builds full-length masks), so the masks are all ones and

@@ -1,10 +1,10 @@
 """SoVITS synthesizer (GPT-SoVITS ``module/models.py`` ``SynthesizerTrn``, inference only): v1, v2, v2Pro
 and v2ProPlus.
 
-Public methods keep the PyTorch (B, C, T) convention; inside, activations are (B, T, C). The stages
-(gpt-sovits-v2.md section 6) are exposed one by one so the engine can stream windows of tokens onto one fixed
-output grid; :class:`SoVITSModel` shows the calls. v2Pro / v2ProPlus (one code path; only their configs differ)
-also condition on a speaker-verification embedding of each reference (``models/sv/model.py``)."""
+Public methods keep the PyTorch (B, C, T) convention; inside, activations are (B, T, C). The stages (docs/model.md,
+"SoVITS: tokens to audio") are exposed one by one so the engine can stream windows of tokens onto one fixed output grid;
+:class:`SoVITSModel` shows the calls. v2Pro / v2ProPlus (one code path; only their configs differ) also condition on a
+speaker-verification embedding of each reference (``models/sv/model.py``)."""
 
 from __future__ import annotations
 
