@@ -189,6 +189,7 @@ class Service:
         self.handler = MessageHandler(settings, self._starting(factory), self.transport)
         self.ending: tuple[str, float, int] | None = None  # (reason, since, exit code): asked of the main thread
         self._once = threading.Lock()  # the first stop answers; a second waits for the exit
+        self._failure: str | None = None  # the message of a failed start (on status at once, logged last)
 
     def start(self, bad: ConfigError | None = None) -> bool:
         """Start serving; False (reported) when the settings are bad."""
@@ -216,8 +217,11 @@ class Service:
             try:
                 engine, voice = factory(progress)
             except BaseException as exc:
+                # reported by the stop, after the texts received meanwhile are answered: the message stays the
+                # node's last lines (dora shows only the end of a failed node's stderr)
                 message = start_failure_of(exc)
-                report_start_failure(self.handler, message, str(exc))
+                self.handler.status("error", level="ERROR", message=message, error=str(exc), error_stage="init")
+                self._failure = message
                 self._ask("start failure", 2)
                 raise
             announce(self.handler, voice)
@@ -244,6 +248,8 @@ class Service:
             self.handler.parked.wait(STOP_GRACE_S)
         self.handler.log("INFO", f"{reason}: {n} text(s) answered as cancelled; exiting "
                                  f"{time.monotonic() - since:.2f} s after the {reason}")
+        if self._failure is not None:
+            self.handler.log("ERROR", self._failure)
         self.flush()
         return code
 

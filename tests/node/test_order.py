@@ -397,7 +397,7 @@ def test_the_front_end_never_holds_the_gil_for_long():
     from dora_primespeech_mlx.text import preprocess
 
     preprocess("Hello qwzrtpxkvb world.", "en", data=DATA)  # loads what the front end loads once (dictionaries, model)
-    # As the node does after loading its front ends (engine.startup.freeze_front_ends): what is alive now (here also the test
+    # As the node does after loading its front ends (startup.freeze_front_ends): what is alive now (here also the test
     # process's own hundreds of thousands of objects) is frozen, so a full collection, which holds the GIL while it
     # walks them, is not counted as the front end's.
     gc.collect()
