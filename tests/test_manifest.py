@@ -4,13 +4,11 @@ settings table, typed ports, accepted by the installed dora CLI's `dora validate
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 import yaml
+from test_dataflows import _dora
 
 from dora_primespeech_mlx import manifest, settings
 from dora_primespeech_mlx.dataflow.params import PARAMETERS
@@ -19,14 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 CHECKOUT = REPO / "dora-node.yml"
 PACKAGED = REPO / "dora_primespeech_mlx" / "dora-node.yml"
 PARSERS = {"bool": settings._bool, "int": settings._int, "float": settings._number}
-
-
-def _dora() -> str:
-    exe = Path(sys.executable).parent / "dora"
-    found = str(exe) if exe.exists() else shutil.which("dora")
-    if not found:
-        pytest.skip("dora CLI (dora-rs-cli) not installed")
-    return found
 
 
 def test_both_copies_are_the_generated_manifest():
