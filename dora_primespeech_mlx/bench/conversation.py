@@ -151,6 +151,12 @@ def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
         voice = {"name": "Tiny", "language": inp["text_lang"], "prompt_text": inp["prompt_text"],
                  "prompt_lang": inp["prompt_lang"], "reference": str(root / inp["ref_audio_path"]),
                  **{k: str(root / ck[k]) for k in ("gpt", "sovits", "hubert", "bert")}}
+    elif os.path.isfile(os.path.join(models, "gpt", "model.safetensors")):  # the bench's own set (bench/weights.py)
+        from dora_primespeech_mlx.bench.weights import PROMPT_TEXT
+
+        voice = {"name": "Big", "language": "zh", "prompt_text": PROMPT_TEXT, "prompt_lang": "zh",
+                 "reference": os.path.join(models, "reference.wav"),
+                 **{k: os.path.join(models, k) for k in ("gpt", "sovits", "hubert", "bert")}}
     else:
         if not os.path.isfile(os.path.join(models, "ref_5s_32k.wav")):
             raise SystemExit(f"no {models}/ref_5s_32k.wav: the original's side (--upstream) or the compare tools' "
@@ -179,6 +185,8 @@ class OursSide:
         self.base = {"VOICE_NAME": self.voice, "PRIMESPEECH_MODEL_DIR": md, "STREAMING": "true", "SEED": "1",
                      "TOP_K": "15", "GPTSVITS_WARMUP": "false", "LOG_LEVEL": "WARNING",
                      "TEXT_SPLIT_METHOD": split, **(settings or {})}
+        if threads:  # the settings come from this table, not the environment: --threads is the plan's most
+            self.base.setdefault("PRIMESPEECH_THREADS", str(threads))
         self.settings = Settings.from_env(self.base)
         self.engine, self.spec = start_engine(self.settings, lambda _m: None)
         self.fragments: bool | None = None
@@ -322,6 +330,12 @@ def side_commands(args) -> dict[str, tuple[list[str], dict[str, str]] | str]:
     text_data = Settings.from_env(base_env).text_data
     inherited = [f"--set=PRIMESPEECH_TEXT_DATA={text_data}"] if text_data else []
     models = args.ref_big or base_env.get("REF_BIG") or str(Path.home() / ".cache/primespeech-ref/ref-big")
+    if not args.tiny and not args.upstream and not os.path.isfile(os.path.join(models, "ref_5s_32k.wav")):
+        # no compare tools' set and no original to run: this package's sides run on the bench's own real-size set
+        # (same shapes, written torch-free once; not the same random weights, so not beside the original's)
+        from dora_primespeech_mlx.bench.weights import default_models_dir, ensure_models
+
+        models = str(ensure_models(default_models_dir()))
     where = ["--tiny", str(Path(args.tiny).resolve())] if args.tiny else ["--models", str(Path(models).resolve())]
     out: dict[str, tuple[list[str], dict[str, str]] | str] = {}
     checkouts = args.ours or [str(Path(__file__).resolve().parents[2])]

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -141,11 +142,12 @@ def test_the_fixture_voice_speaks_the_answers_of_its_language_family(language, f
 
 def test_conversation_end_to_end_with_the_tiny_voice(tmp_path):
     """The whole tool (orchestrator, a side process, the node's handler and engine) on the fixture voice, idle and
-    beside a loop co-tenant in one run; the side process's temporary model directory (gigabytes with the real-size
-    set) is gone when it ends."""
+    beside a loop co-tenant in one run, at the --threads given; the side process's temporary model directory
+    (gigabytes with the real-size set) is gone when it ends."""
     require_fixture("models/cases.json")
     cmd = [sys.executable, "-m", "dora_primespeech_mlx.cli", "bench", "--conversation", "--tiny", str(fixtures_root()),
-           "--threads", "1", "--rates", "60", "--sentences", "3", "--json", "--cotenant", "loop:mb=20,dim=512,rate=40"]
+           "--threads", "2", "--rates", "60", "--sentences", "3", "--json", "--cotenant", "loop:mb=20,dim=512,rate=40",
+           "--ours", f"{Path(__file__).resolve().parents[2]}@PRIMESPEECH_THREAD_PLAN=fixed"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, TMPDIR=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not list(tmp_path.glob("conversation-*")), "a side left its model directory behind"
@@ -163,4 +165,5 @@ def test_conversation_end_to_end_with_the_tiny_voice(tmp_path):
         assert row["chunks"] >= 3 and row["audio_s"] > 0
         assert all(math.isfinite(row[m]) for m in conv.METRICS)
         assert row["gap_total"] >= row["gap_worst"] >= 0 and row["playback_end"] >= row["last_audio"]
-        assert row["threads_used"] == 1 and row["threads_why"]  # the thread plan's decision (at most --threads 1)
+        # the thread plan's decision: --threads reaches the side's settings (its table, not the environment)
+        assert row["threads_used"] == 2 and "fixed" in row["threads_why"], row["threads_why"]
