@@ -22,24 +22,34 @@ RATE = 30.0  # fragments per second
 SESSION = "chat"
 
 
+def answer_key(md: dict) -> str:
+    """segment_id, or question_id for a plain text."""
+    return str(md["segment_id"]) if "segment_id" in md else str(md.get("question_id"))
+
+
 class Standin:
-    def __init__(self, node: Node):
+    """Pumps the node's answers (``answered``: :func:`answer_key` -> outcome) and statuses; also the base of the
+    other stand-ins (``key``: how an answer is named, ``seed``: how texts are cut into fragments)."""
+
+    name = "llm_standin"
+
+    def __init__(self, node: Node, key=answer_key, seed: int = 7):
         self.node = node
-        self.answered: dict[str, str] = {}  # segment_id or question_id -> outcome
+        self.answered: dict[str, str] = {}
         self.statuses: list[tuple[dict, dict]] = []
-        self.rng = random.Random(7)
+        self.rng = random.Random(seed)
+        self._key = key
 
     def pump(self, until, what: str) -> None:
         while not until():
             event = self.node.next()  # blocking: dora-rs 1.1's next(timeout) can lose an event now and then
             if event is None or event["type"] == "STOP":
-                raise SystemExit(f"llm_standin: the dataflow closed while waiting for {what}")
+                raise SystemExit(f"{self.name}: the dataflow closed while waiting for {what}")
             if event["type"] != "INPUT":
                 continue
             md = event.get("metadata") or {}
             if event["id"] == "segment_complete":
-                key = str(md["segment_id"]) if "segment_id" in md else str(md.get("question_id"))
-                self.answered[key] = event["value"][0].as_py()
+                self.answered[self._key(md)] = event["value"][0].as_py()
             elif event["id"] == "status":
                 self.statuses.append((json.loads(event["value"][0].as_py()), md))
 

@@ -18,43 +18,21 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 import time
 
+import llm_standin  # (beside this script: its directory is on sys.path)
 import pyarrow as pa
 from dora import Node
 
 RATE = 30.0  # fragments per second
 
 
-class Standin:
+class Standin(llm_standin.Standin):
+    name = "session_standin"
+
     def __init__(self, node: Node):
-        self.node = node
-        self.answered: dict[str, str] = {}  # "session/segment or question" -> outcome
-        self.statuses: list[tuple[dict, dict]] = []
-        self.rng = random.Random(11)
-
-    def pump(self, until, what: str) -> None:
-        while not until():
-            event = self.node.next()
-            if event is None or event["type"] == "STOP":
-                raise SystemExit(f"session_standin: the dataflow closed while waiting for {what}")
-            if event["type"] != "INPUT":
-                continue
-            md = event.get("metadata") or {}
-            if event["id"] == "segment_complete":
-                self.answered[key(md)] = event["value"][0].as_py()
-            elif event["id"] == "status":
-                self.statuses.append((json.loads(event["value"][0].as_py()), md))
-
-    def fragments(self, text: str) -> list[str]:
-        out, i = [], 0
-        while i < len(text):
-            k = self.rng.randint(2, 5)
-            out.append(text[i:i + k])
-            i += k
-        return out
+        super().__init__(node, key=key, seed=11)
 
     def fragment(self, session: str, segment: int, n: int, part: str, last: bool) -> None:
         md = {"session_id": session, "segment_id": segment, "seq": n}
