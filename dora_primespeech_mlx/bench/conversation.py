@@ -173,6 +173,18 @@ def voice_dir(models: str | None, tiny: str | None) -> tuple[str, str, str]:
     return md, voice["name"], voice["language"]
 
 
+def side_settings(model_dir: str, voice: str, threads: int | None, split: str,
+                  settings: dict[str, str] | None = None) -> dict[str, str]:
+    """This package's settings on a side: the in-process handler's table, and the node's ``env`` under ``dora run``
+    (bench/conversation_dora.py), so both modes speak with the same ones (``TEXT_LANG`` is added per answer)."""
+    base = {"VOICE_NAME": voice, "PRIMESPEECH_MODEL_DIR": model_dir, "STREAMING": "true", "SEED": "1",
+            "TOP_K": "15", "GPTSVITS_WARMUP": "false", "LOG_LEVEL": "WARNING", "TEXT_SPLIT_METHOD": split,
+            **(settings or {})}
+    if threads:  # the settings come from this table, not the environment: --threads is the plan's most
+        base.setdefault("PRIMESPEECH_THREADS", str(threads))
+    return base
+
+
 class OursSide:
     """The node's message handler and engine of the checkout on PYTHONPATH, one engine for every run."""
 
@@ -182,11 +194,7 @@ class OursSide:
         from dora_primespeech_mlx.settings import Settings
 
         md, self.voice, self.language = voice_dir(models, tiny)
-        self.base = {"VOICE_NAME": self.voice, "PRIMESPEECH_MODEL_DIR": md, "STREAMING": "true", "SEED": "1",
-                     "TOP_K": "15", "GPTSVITS_WARMUP": "false", "LOG_LEVEL": "WARNING",
-                     "TEXT_SPLIT_METHOD": split, **(settings or {})}
-        if threads:  # the settings come from this table, not the environment: --threads is the plan's most
-            self.base.setdefault("PRIMESPEECH_THREADS", str(threads))
+        self.base = side_settings(md, self.voice, threads, split, settings)
         self.settings = Settings.from_env(self.base)
         self.engine, self.spec = start_engine(self.settings, lambda _m: None)
         self.fragments: bool | None = None
@@ -248,10 +256,8 @@ class OursSide:
         return out
 
 
-def side_main(argv: list[str], upstream: type | None = None) -> int:
-    """A side's process: one warm-up per language, then every (language, rate) ``--runs`` times; one ``CONV {json}``
-    line each. ``upstream``: the original's side (``tests/tools/conversation_upstream.py`` passes it; the package
-    holds no PyTorch code)."""
+def side_parser():
+    """The arguments of a side's process (also how bench/conversation_dora.py reads a side's command)."""
     import argparse
 
     ap = argparse.ArgumentParser()
@@ -269,7 +275,14 @@ def side_main(argv: list[str], upstream: type | None = None) -> int:
     ap.add_argument("--gate", action="store_true",
                     help="after the warm-up print WARM and wait for a line on standard input (the orchestrator "
                          "starts a co-tenant in between)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def side_main(argv: list[str], upstream: type | None = None) -> int:
+    """A side's process: one warm-up per language, then every (language, rate) ``--runs`` times; one ``CONV {json}``
+    line each. ``upstream``: the original's side (``tests/tools/conversation_upstream.py`` passes it; the package
+    holds no PyTorch code)."""
+    a = side_parser().parse_args(argv)
     side = (OursSide(a.models, a.tiny, a.threads, a.split, dict(kv.split("=", 1) for kv in a.set)) if a.side == "ours"
             else _upstream(upstream)(a.models, a.tools, a.threads, a.split))
     langs = a.langs.split(",")
@@ -458,23 +471,33 @@ def run_conversation(args) -> int:
     rows: list[dict] = []
     threads = [int(t) for t in str(args.threads).split(",")] if args.threads else [None]
     loads = [None, *cotenants]  # idle, then each co-tenant, for every side and thread count
+    dora = getattr(args, "dora", None)  # --dora: this package's sides also (only) under a real dora run
+    modes = {"also": ["in-process", "dora run"], "only": ["dora run"]}.get(dora, ["in-process"])
     for rnd in range(args.rounds):
         order = list(runnable.items())
         if rnd % 2:
-            order.reverse()  # alternate which side (and which load) goes first
+            order.reverse()  # alternate which side (and which load, which mode) goes first
         for n in threads:
             for name, (argv, env) in order:
                 for cotenant in (loads if rnd % 2 == 0 else loads[::-1]):
-                    cmd = argv + (["--threads", str(n)] if n else [])
-                    run_env = {**env, "PRIMESPEECH_THREADS": str(n)} if n else env  # read at the side's start
-                    got, problem = run_side(cmd, run_env, args.side_timeout, cotenant)
-                    label = f"{name}@{n}t" if n and len(threads) > 1 else name
-                    if problem:
-                        not_run[label + (f" beside {cotenant.text}" if cotenant else "")] = problem
-                    for r in got:
-                        r.update(side=label, round=rnd)
-                        print("CONV " + json.dumps(r), file=sys.stderr, flush=True)
-                    rows += got
+                    side_modes = modes if name.startswith("ours") else ["in-process"]  # the original: no node
+                    for mode in (side_modes if rnd % 2 == 0 else side_modes[::-1]):
+                        cmd = argv + (["--threads", str(n)] if n else [])
+                        run_env = {**env, "PRIMESPEECH_THREADS": str(n)} if n else env  # read at the side's start
+                        if mode == "dora run":
+                            from .conversation_dora import run_dora_side
+
+                            got, problem = run_dora_side(cmd, run_env, args.side_timeout, cotenant)
+                        else:
+                            got, problem = run_side(cmd, run_env, args.side_timeout, cotenant)
+                        label = (f"{name}@{n}t" if n and len(threads) > 1 else name) + (
+                            f" ({mode})" if mode == "dora run" else "")
+                        if problem:
+                            not_run[label + (f" beside {cotenant.text}" if cotenant else "")] = problem
+                        for r in got:
+                            r.update(side=label, round=rnd, mode=mode)
+                            print("CONV " + json.dumps(r), file=sys.stderr, flush=True)
+                        rows += got
     if args.json:
         print(json.dumps({"rows": rows, "not_run": not_run}, indent=2))
     else:
@@ -495,6 +518,10 @@ def add_arguments(p) -> None:
     g.add_argument("--rates", default="20,60", help="LLM tokens per second (default 20,60)")
     g.add_argument("--sentences", type=int, default=4, choices=range(1, 6), help="sentences per answer (default 4)")
     g.add_argument("--tiny", metavar="FIXTURES", help="the fixture set's tiny voice instead of the real-size set")
+    g.add_argument("--dora", nargs="?", const="also", choices=["also", "only"],
+                   help="this package's sides also under a real `dora run` (an LLM stand-in node writing the tokens, "
+                        "the node, a player node timing arrivals; rows labelled `(dora run)`); `--dora only`: not in "
+                        "process (bench/conversation_dora.py)")
     g.add_argument("--cotenant", action="append", metavar="SPEC",
                    help="also run every side beside this co-tenant, from the end of its warm-up to its end (rows "
                         "beside the idle ones; repeatable): loop[:threads=1,mb=400,rate=48,dim=2048] (float32 "
