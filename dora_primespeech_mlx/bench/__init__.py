@@ -35,8 +35,9 @@ def run(args) -> int:
         return run_compare(args)
     if args.conversation:  # an LLM stand-in's answer spoken as it is written, each side in its own process
         from .conversation import run_conversation
+        from .conversation_dora import run_dora_side
 
-        return run_conversation(args)
+        return run_conversation(args, dora_side=run_dora_side)
     if args.timeline:  # per-thread CPU through one request, in a fresh process per thread count
         from .timeline import run_timeline
 

@@ -457,7 +457,10 @@ def run_side(argv: list[str], env: dict[str, str], timeout: float, cotenant=None
     return rows, problem
 
 
-def run_conversation(args) -> int:
+def run_conversation(args, dora_side=None) -> int:
+    """The bench's ``--conversation`` run: every side, thread count, load and round; the table (or ``--json``).
+    ``dora_side``: how a side runs under ``dora run`` (``--dora``: bench/conversation_dora.py's ``run_dora_side``,
+    passed in by the bench's entry, as that module builds on this one)."""
     from .cotenant import parse
 
     try:
@@ -472,6 +475,9 @@ def run_conversation(args) -> int:
     threads = [int(t) for t in str(args.threads).split(",")] if args.threads else [None]
     loads = [None, *cotenants]  # idle, then each co-tenant, for every side and thread count
     dora = getattr(args, "dora", None)  # --dora: this package's sides also (only) under a real dora run
+    if dora and dora_side is None:
+        print("error: --dora: no dora-run side given (bench/conversation_dora.py)", file=sys.stderr)
+        return 2
     modes = {"also": ["in-process", "dora run"], "only": ["dora run"]}.get(dora, ["in-process"])
     for rnd in range(args.rounds):
         order = list(runnable.items())
@@ -485,9 +491,7 @@ def run_conversation(args) -> int:
                         cmd = argv + (["--threads", str(n)] if n else [])
                         run_env = {**env, "PRIMESPEECH_THREADS": str(n)} if n else env  # read at the side's start
                         if mode == "dora run":
-                            from .conversation_dora import run_dora_side
-
-                            got, problem = run_dora_side(cmd, run_env, args.side_timeout, cotenant)
+                            got, problem = dora_side(cmd, run_env, args.side_timeout, cotenant)
                         else:
                             got, problem = run_side(cmd, run_env, args.side_timeout, cotenant)
                         label = (f"{name}@{n}t" if n and len(threads) > 1 else name) + (

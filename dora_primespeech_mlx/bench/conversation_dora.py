@@ -134,16 +134,19 @@ def writer_main(plan_file: str) -> int:
 # ---- the player node ---------------------------------------------------------------------------------------------
 
 
-def figures(runs: list[dict], audio: dict[int, list[tuple[float, float]]]) -> tuple[list[dict], list[str]]:
+def figures(runs: list[dict], audio: dict[int, list[tuple[float, float, str]]]) -> tuple[list[dict], list[str]]:
     """(one row per run, the problems): each run's figures from the writer's send times (``run``: its ``sent``
     seconds from ``t0``, the tokens that end sentences, ``answer``) and the player's audio timeline of its segment
-    ((monotonic arrival, duration) in arrival order), with :func:`.conversation.metrics`."""
+    ((monotonic arrival, duration, the chunk's ``text``) in arrival order), with :func:`.conversation.metrics`;
+    ``spoken``: the chunks' texts joined (they tile what the node spoke, docs/dataflow.md, "What each chunk
+    speaks")."""
     rows, problems = [], []
     for run in runs:
         sent = run["sent"]
         script = Script(tokens=[""] * len(sent), times=sent, sentences=ANSWERS[run["lang"]][:run["sentences"]],
                         ends=[sent[i] for i in run["ends"]])
-        arrivals = [(at - run["t0"], duration) for at, duration in audio.get(run["segment"], [])]
+        chunks = audio.get(run["segment"], [])
+        arrivals = [(at - run["t0"], duration) for at, duration, _ in chunks]
         if run["answer"] != "completed":
             problems.append(f"segment {run['segment']} was answered {run['answer']!r}")
         if not arrivals:
@@ -151,18 +154,19 @@ def figures(runs: list[dict], audio: dict[int, list[tuple[float, float]]]) -> tu
             continue
         row = metrics(script, arrivals)
         row.update({k: run[k] for k in ("lang", "rate", "sentences", "segment")}, fed="fragments",
-                   loadavg=run.get("loadavg"))
+                   loadavg=run.get("loadavg"), spoken="".join(text for _, _, text in chunks))
         rows.append(row)
     return rows, problems
 
 
 def player_main(result_file: str) -> int:
-    """The player: every ``audio`` arrival (``time.monotonic()``, its ``duration``; silent ones skipped) and every
-    ``run``; when its inputs close (the writer and the node have ended) it writes the figures to ``result_file``."""
+    """The player: every ``audio`` arrival (``time.monotonic()``, its ``duration`` and ``text``; silent ones
+    skipped) and every ``run``; when its inputs close (the writer and the node have ended) it writes the figures to
+    ``result_file``."""
     from dora import Node
 
     node = Node()
-    audio: dict[int, list[tuple[float, float]]] = {}
+    audio: dict[int, list[tuple[float, float, str]]] = {}
     runs: list[dict] = []
     while True:
         event = node.next()
@@ -173,7 +177,7 @@ def player_main(result_file: str) -> int:
             continue
         md = event.get("metadata") or {}
         if event["id"] == "audio" and not md.get("silent") and "segment_id" in md:
-            audio.setdefault(int(md["segment_id"]), []).append((at, float(md["duration"])))
+            audio.setdefault(int(md["segment_id"]), []).append((at, float(md["duration"]), str(md.get("text", ""))))
         elif event["id"] == "run":
             runs.append(dict(json.loads(event["value"][0].as_py()), loadavg=os.getloadavg()[0]))
     rows, problems = figures(runs, audio)

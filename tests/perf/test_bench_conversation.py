@@ -167,3 +167,72 @@ def test_conversation_end_to_end_with_the_tiny_voice(tmp_path):
         assert row["gap_total"] >= row["gap_worst"] >= 0 and row["playback_end"] >= row["last_audio"]
         # the thread plan's decision: --threads reaches the side's settings (its table, not the environment)
         assert row["threads_used"] == 2 and "fixed" in row["threads_why"], row["threads_why"]
+
+
+def test_dora_player_figures_count_from_the_send_times():
+    """The player's figures (bench/conversation_dora.py) are conversation.metrics of the writer's send stamps and
+    the audio arrivals: first audio counts from the moment the first sentence's last fragment was sent (late here,
+    0.5 s after its schedule), not from its schedule; a run without audio or with a failed answer is a problem."""
+    from dora_primespeech_mlx.bench import conversation_dora as cd
+
+    script = conv.llm_script(conv.ANSWERS["en"][:2], "en", rate=10)
+    ends = [script.times.index(e) for e in script.ends]
+    sent = [t + (0.5 if i >= ends[0] else 0.0) for i, t in enumerate(script.times)]  # the writer ran late
+    t0 = 1000.0  # monotonic seconds of the answer's start
+    chunks = [(t0 + sent[ends[0]] + 0.3, 2.0, "Sure, "), (t0 + sent[ends[0]] + 1.0, 1.5, "let us see."),
+              (t0 + sent[-1] + 4.0, 3.0, " A new garden.")]
+    runs = [{"segment": 1, "lang": "en", "rate": 10.0, "sentences": 2, "answer": "completed", "sent": sent,
+             "ends": ends, "t0": t0, "loadavg": 0.5},
+            {"segment": 2, "lang": "en", "rate": 10.0, "sentences": 2, "answer": "error", "sent": sent, "ends": ends,
+             "t0": t0},
+            {"segment": 3, "lang": "en", "rate": 10.0, "sentences": 2, "answer": "completed", "sent": sent,
+             "ends": ends, "t0": t0}]
+    rows, problems = cd.figures(runs, {1: chunks, 2: chunks})
+    assert [r["segment"] for r in rows] == [1, 2]
+    row = rows[0]
+    assert row["first_audio"] == pytest.approx(0.3)  # from the send, not from the schedule (0.8 then)
+    expected = conv.metrics(conv.Script([""] * len(sent), sent, script.sentences, [sent[i] for i in ends]),
+                            [(at - t0, d) for at, d, _ in chunks])
+    assert {k: row[k] for k in expected} == pytest.approx(expected)
+    assert row["gap_total"] > 0 and row["spoken"] == "Sure, let us see. A new garden." and row["fed"] == "fragments"
+    assert problems == ["segment 2 was answered 'error'", "segment 3: no audio arrived at the player"]
+
+
+@pytest.mark.dora
+def test_conversation_under_dora_run_with_the_tiny_voice(tmp_path):
+    """``--dora``: the tiny fixture voice's node under a real ``dora run`` (writer node, the node, player node),
+    idle and beside a loop co-tenant, next to the in-process side of the same run: every figure present and finite,
+    audio for every sentence (the chunks' texts tile the answer; as many seconds of audio as in process: the same
+    seed and text at one thread), the co-tenant running through the measured run; the temporary dataflow and model
+    folders are gone after."""
+    require_fixture("models/cases.json")
+    cmd = [sys.executable, "-m", "dora_primespeech_mlx.cli", "bench", "--conversation", "--tiny", str(fixtures_root()),
+           "--threads", "1", "--rates", "60", "--sentences", "3", "--json", "--dora",
+           "--cotenant", "loop:mb=20,dim=512,rate=40"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(tmp_path.glob("conversation-*")), "a dataflow or model folder was left behind"
+    out = json.loads(proc.stdout)
+    assert not out["not_run"], out["not_run"]
+    dora = [r for r in out["rows"] if r["mode"] == "dora run"]
+    inproc = [r for r in out["rows"] if r["mode"] == "in-process"]
+    assert sorted(r["load"] for r in dora) == ["idle", "loop:mb=20,dim=512,rate=40"], out["rows"]
+    assert len(inproc) == 2 and all(r["side"].endswith("(dora run)") for r in dora)
+    for row in dora:
+        lang = row["lang"]
+        assert row["sentences"] == 3 and row["rate"] == 60 and row["fed"] == "fragments"
+        assert all(math.isfinite(row[m]) for m in conv.METRICS)
+        assert row["first_audio"] > 0 and row["gap_total"] >= row["gap_worst"] >= 0
+        assert row["last_audio"] > -1 and row["playback_end"] >= row["last_audio"]
+        assert row["chunks"] >= 3 and row["audio_s"] > 0
+        spoken = " ".join(row["spoken"].split())
+        for sentence in conv.ANSWERS[lang][:3]:
+            assert " ".join(sentence.split()) in spoken, (sentence, row["spoken"])
+        twin = next(r for r in inproc if r["load"] == row["load"])
+        assert row["audio_s"] == pytest.approx(twin["audio_s"], abs=1e-3)
+    beside = next(r for r in dora if r["load"] != "idle")
+    measured = conv.llm_script(conv.ANSWERS[beside["lang"]][:3], beside["lang"], 60).times[-1] + beside["last_audio"]
+    assert beside["cotenant"]["kind"] == "loop" and beside["cotenant"]["seconds"] >= measured
+    assert 0 < beside["cotenant_tps"] <= 40 * 1.05
+    table = conv.table(conv.summarize(out["rows"]), {})
+    assert "(dora run) | idle |" in table and "(dora run) | loop:mb=20,dim=512,rate=40 |" in table
