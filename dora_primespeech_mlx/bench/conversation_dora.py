@@ -195,19 +195,22 @@ def dora_cli() -> str | None:
 
 
 def dataflow(python: str, plan: Path, result: Path, node_env: dict[str, str]) -> dict:
-    """The dataflow: writer -> this package's node -> player (the writer also hears the node's answers)."""
+    """The dataflow: writer -> this package's node -> player (the writer also hears the node's answers). The node is
+    the side's checkout (``PYTHONPATH`` in the environment of ``dora run``), the writer and the player this bench's
+    package, as the in-process side runs this bench's script beside another checkout's package."""
     def wired(*sources):
         return {s.split("/")[1]: {"source": s, "queue_size": 1000} for s in sources}
 
     me = "-m dora_primespeech_mlx.bench.conversation_dora"
+    bench = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     return {"nodes": [
         {"id": "writer", "path": python, "args": f"{me} writer {plan}",
-         "inputs": wired("tts/segment_complete", "tts/status"), "outputs": ["text", "run", "done"]},
+         "inputs": wired("tts/segment_complete", "tts/status"), "outputs": ["text", "run", "done"], "env": bench},
         {"id": "tts", "path": python, "args": "-m dora_primespeech_mlx.node", "finish_grace_secs": FINISH_GRACE_S,
          "inputs": {"text": {"source": "writer/text", "queue_size": 1000}},
          "outputs": ["audio", "segment_complete", "status", "log"], "env": node_env},
         {"id": "player", "path": python, "args": f"{me} player {result}",
-         "inputs": wired("tts/audio", "writer/run", "writer/done")},
+         "inputs": wired("tts/audio", "writer/run", "writer/done"), "env": bench},
     ]}
 
 
