@@ -134,12 +134,13 @@ def writer_main(plan_file: str) -> int:
 # ---- the player node ---------------------------------------------------------------------------------------------
 
 
-def figures(runs: list[dict], audio: dict[int, list[tuple[float, float, str]]]) -> tuple[list[dict], list[str]]:
+def figures(runs: list[dict], audio: dict[int, list[tuple[float, float, str]]],
+            answers: dict[int, int] | None = None) -> tuple[list[dict], list[str]]:
     """(one row per run, the problems): each run's figures from the writer's send times (``run``: its ``sent``
     seconds from ``t0``, the tokens that end sentences, ``answer``) and the player's audio timeline of its segment
     ((monotonic arrival, duration, the chunk's ``text``) in arrival order), with :func:`.conversation.metrics`;
     ``spoken``: the chunks' texts joined (they tile what the node spoke, docs/dataflow.md, "What each chunk
-    speaks")."""
+    speaks"). ``answers``: how many ``segment_complete`` each segment got (one: the node joined its fragments)."""
     rows, problems = [], []
     for run in runs:
         sent = run["sent"]
@@ -149,6 +150,9 @@ def figures(runs: list[dict], audio: dict[int, list[tuple[float, float, str]]]) 
         arrivals = [(at - run["t0"], duration) for at, duration, _ in chunks]
         if run["answer"] != "completed":
             problems.append(f"segment {run['segment']} was answered {run['answer']!r}")
+        if answers is not None and answers.get(run["segment"], 0) != 1:
+            problems.append(f"segment {run['segment']} got {answers.get(run['segment'], 0)} answers, not one: a node "
+                            "that does not join fragments (the in-process side feeds it sentences)")
         if not arrivals:
             problems.append(f"segment {run['segment']}: no audio arrived at the player")
             continue
@@ -161,13 +165,14 @@ def figures(runs: list[dict], audio: dict[int, list[tuple[float, float, str]]]) 
 
 def player_main(result_file: str) -> int:
     """The player: every ``audio`` arrival (``time.monotonic()``, its ``duration`` and ``text``; silent ones
-    skipped) and every ``run``; when its inputs close (the writer and the node have ended) it writes the figures to
-    ``result_file``."""
+    skipped), the answers per segment and every ``run``; when its inputs close (the writer and the node have ended)
+    it writes the figures to ``result_file``."""
     from dora import Node
 
     node = Node()
     audio: dict[int, list[tuple[float, float, str]]] = {}
     runs: list[dict] = []
+    answers: dict[int, int] = {}
     while True:
         event = node.next()
         at = time.monotonic()
@@ -178,9 +183,11 @@ def player_main(result_file: str) -> int:
         md = event.get("metadata") or {}
         if event["id"] == "audio" and not md.get("silent") and "segment_id" in md:
             audio.setdefault(int(md["segment_id"]), []).append((at, float(md["duration"]), str(md.get("text", ""))))
+        elif event["id"] == "segment_complete" and "segment_id" in md:
+            answers[int(md["segment_id"])] = answers.get(int(md["segment_id"]), 0) + 1
         elif event["id"] == "run":
             runs.append(dict(json.loads(event["value"][0].as_py()), loadavg=os.getloadavg()[0]))
-    rows, problems = figures(runs, audio)
+    rows, problems = figures(runs, audio, answers)
     Path(result_file).write_text(json.dumps({"rows": rows, "problems": problems}), encoding="utf-8")
     return 0
 
@@ -210,7 +217,7 @@ def dataflow(python: str, plan: Path, result: Path, node_env: dict[str, str]) ->
          "inputs": {"text": {"source": "writer/text", "queue_size": 1000}},
          "outputs": ["audio", "segment_complete", "status", "log"], "env": node_env},
         {"id": "player", "path": python, "args": f"{me} player {result}",
-         "inputs": wired("tts/audio", "writer/run", "writer/done"), "env": bench},
+         "inputs": wired("tts/audio", "tts/segment_complete", "writer/run", "writer/done"), "env": bench},
     ]}
 
 

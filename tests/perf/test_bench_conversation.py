@@ -187,7 +187,7 @@ def test_dora_player_figures_count_from_the_send_times():
              "t0": t0},
             {"segment": 3, "lang": "en", "rate": 10.0, "sentences": 2, "answer": "completed", "sent": sent,
              "ends": ends, "t0": t0}]
-    rows, problems = cd.figures(runs, {1: chunks, 2: chunks})
+    rows, problems = cd.figures(runs, {1: chunks, 2: chunks}, {1: 1, 2: 1, 3: 1})
     assert [r["segment"] for r in rows] == [1, 2]
     row = rows[0]
     assert row["first_audio"] == pytest.approx(0.3)  # from the send, not from the schedule (0.8 then)
@@ -196,6 +196,8 @@ def test_dora_player_figures_count_from_the_send_times():
     assert {k: row[k] for k in expected} == pytest.approx(expected)
     assert row["gap_total"] > 0 and row["spoken"] == "Sure, let us see. A new garden." and row["fed"] == "fragments"
     assert problems == ["segment 2 was answered 'error'", "segment 3: no audio arrived at the player"]
+    _, problems = cd.figures(runs[:1], {1: chunks}, {1: 3})  # a node that answers each fragment on its own
+    assert problems and "3 answers" in problems[0]
 
 
 @pytest.mark.dora
