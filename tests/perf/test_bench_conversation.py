@@ -238,3 +238,12 @@ def test_conversation_under_dora_run_with_the_tiny_voice(tmp_path):
     assert 0 < beside["cotenant_tps"] <= 40 * 1.05
     table = conv.table(conv.summarize(out["rows"]), {})
     assert "(dora run) | idle |" in table and "(dora run) | loop:mb=20,dim=512,rate=40 |" in table
+
+
+def test_the_dora_nodes_load_no_mlx():
+    """The writer and player nodes (``python -m dora_primespeech_mlx.bench.conversation_dora``) import no MLX: beside
+    the node they measure they stay small."""
+    code = "import sys, dora_primespeech_mlx.bench.conversation_dora; print(sorted(m for m in sys.modules if " \
+           "m == 'mlx' or m.startswith('mlx.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
