@@ -479,8 +479,11 @@ def run_conversation(args, dora_side=None) -> int:
         print("error: --dora: no dora-run side given (bench/conversation_dora.py)", file=sys.stderr)
         return 2
     modes = {"also": ["in-process", "dora run"], "only": ["dora run"]}.get(dora, ["in-process"])
+    # the original's side first in the first round: on a fresh compare tools' set it writes the reference wave that
+    # this package's sides read (ref_5s_32k.wav); the rounds then alternate as usual
+    first = sorted(runnable.items(), key=lambda kv: kv[0] != "upstream")
     for rnd in range(args.rounds):
-        order = list(runnable.items())
+        order = list(first)
         if rnd % 2:
             order.reverse()  # alternate which side (and which load, which mode) goes first
         for n in threads:
