@@ -71,13 +71,15 @@ class MessageHandler:
         self._factory = engine_factory
         self.transport = transport
         self.engine: Any = None
-        self.jobs = JobQueue(settings.max_queued_texts)
         self.voices = Voices(settings)
         self.clock = PlaybackClock()
         self.counts = Counts()
         self.out = Outputs(settings, transport, self.counts, self.clock, lambda: self.voices.current)
         self.settings = settings
         self.answers = Answers(self.out)
+        self.params = Parameters()  # runtime parameters (dora param set): defaults beneath each text's own
+        self.speaker = Speaker(self.voices, self.answers, self.params)
+        self.jobs = JobQueue(settings.max_queued_texts, self.speaker.publish)  # what waits, pushed to the engine
         self._arrivals = 0  # inputs received (the order fallback)
         # PRIMESPEECH_LLM_TEXT: one LLM stream filter per plain-text session and question and one per streamed
         # segment (text/llm/), fed by the intake; each outlives the utterances of its segment (streams.py)
@@ -92,8 +94,6 @@ class MessageHandler:
                              max_chars=settings.max_intake_chars)
         self.cancellation = Canceller(self.intake, self.jobs, self.answers, self.filters, self.clock)
         self.marks = self.cancellation.marks  # the latest reset and barge-in: texts sent before them are cancelled
-        self.params = Parameters()  # runtime parameters (dora param set): defaults beneath each text's own
-        self.speaker = Speaker(lambda: self.engine, self.jobs, self.voices, self.answers, self.params)
         self._text_metadata = TextMetadata(self.log)
 
     @property
@@ -126,6 +126,7 @@ class MessageHandler:
     def _build(self) -> None:
         """On the worker: build the engine and its first voice."""
         self.engine, self.voice = self._factory(lambda m: self.log("INFO", m))
+        self.speaker.engine = self.engine
 
     def idle(self) -> bool:
         return self.ready.is_set() and self.intake.pending() == 0 and self.jobs.idle()

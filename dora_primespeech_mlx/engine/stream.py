@@ -3,7 +3,9 @@ sentences' windows, their pacers, the speeds it measures, the decode batch it jo
 hands it :class:`EnginePorts` (the lock, the counters, the speeds, the batch, the lane, the pacing plan) when the
 request starts: nothing else of the engine is reachable from a stream, and no stage reaches into another's private
 members (tests/engine/test_stream_seam.py). :class:`Schedule` is what the caller knows about the audio around the
-text (the texts it will ask for next, when the audio it sent before will have played).
+text (the texts it will ask for next, when the audio it sent before will have played); a :class:`~..board.Board` is
+the same as data a caller that keeps a queue (the node) pushes whenever it changes, so that the engine reads values
+and never calls back into the caller's code.
 
 The stream is made of one stage per module: it reads each sentence token by token from the engine's decode batch
 (engine/batching.py), asks its pacer (engine/pacing.py) after each token whether to cut a window, decodes the window
@@ -23,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from ..board import Board, Posted  # noqa: F401 - the entry's argument types, beside Schedule
 from . import overlap, pacing, pipeline, streaming
 from .batching import Batching, Upcoming, solo
 from .config import AudioChunk

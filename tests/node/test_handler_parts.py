@@ -216,17 +216,17 @@ class Engine:
         self.audio = audio
         self.upcoming = None
 
-    def synthesize_stream(self, text, voice, cancel, key, upcoming, playing_until, **overrides):
-        self.upcoming = upcoming()
+    def synthesize_stream(self, text, voice, cancel, listener, **overrides):
+        self.upcoming = listener.upcoming()
         for i, chunk in enumerate(self.audio):
             yield SimpleNamespace(audio=chunk, sample_rate=32000, chunk_index=i, is_final=i == len(self.audio) - 1)
 
 
 def speaker(engine, **env):
     transport, out, answers = parts(STREAMING="true", **env)
-    jobs = JobQueue()
     voices = SimpleNamespace(for_request=lambda req, st=None: VOICE)
-    return transport, jobs, Speaker(lambda: engine, jobs, voices, answers)
+    sp = Speaker(voices, answers, engine=engine)
+    return transport, JobQueue(on_change=sp.publish), sp
 
 
 def test_a_text_is_spoken_chunk_by_chunk_and_those_behind_it_are_offered():
