@@ -61,7 +61,7 @@ class Transport:
 def parts(**env):
     settings = Settings.from_env({"LOG_LEVEL": "DEBUG", **env})
     transport, counts = Transport(), Counts()
-    out = Outputs(settings, transport, counts, PlaybackClock(), lambda: VOICE)
+    out = Outputs(settings, transport, counts, PlaybackClock(), SimpleNamespace(current=VOICE))
     return transport, out, Answers(out)
 
 
@@ -189,8 +189,8 @@ def test_a_text_is_refused_on_arrival_when_stopping_cancelled_or_over_the_bound(
 def test_reset_and_barge_in_cancel_what_was_sent_before_them():
     transport, out, answers = parts()
     jobs = JobQueue()
-    intake = Intake(lambda j, r: None, jobs.put, lambda u, s: None, answers.closed, out.log, llm_text=False,
-                    idle_s=5.0)
+    admission = SimpleNamespace(parse=lambda j, r: None, admit=jobs.put, sentence=lambda u, s: None)
+    intake = Intake(admission, answers, llm_text=False, idle_s=5.0)
     canceller = Canceller(intake, jobs, answers, None, out.clock)
     early, late = text_job(1, st=Stamp(1.0, None, 1)), text_job(2, st=Stamp(3.0, None, 3))
     jobs.put(early)
@@ -259,8 +259,10 @@ def test_the_worker_answers_an_internal_error_and_is_replaced_when_it_dies():
         if job.seq <= 2:
             raise deaths[job.seq - 1]
 
-    worker = Worker(jobs, lambda: None, run, lambda job, error, stage: failed.append((job.seq, stage)),
-                    lambda level, message: None, counted.append)
+    answers = SimpleNamespace(fail=lambda job, error, stage: failed.append((job.seq, stage)),
+                              out=SimpleNamespace(log=lambda level, message: None,
+                                                  counts=SimpleNamespace(add=counted.append)))
+    worker = Worker(jobs, lambda: None, run, answers)
     worker.start()
     for seq in (1, 2, 3):
         jobs.put(text_job(seq))
@@ -275,7 +277,9 @@ def test_the_worker_answers_an_internal_error_and_is_replaced_when_it_dies():
 
 def test_a_failed_build_is_kept_and_a_stalled_queue_is_reported():
     jobs = JobQueue()
-    worker = Worker(jobs, lambda: 1 / 0, lambda job: None, lambda *a: True, lambda *a: None, lambda name: None)
+    answers = SimpleNamespace(fail=lambda *a: True, out=SimpleNamespace(log=lambda *a: None,
+                                                                        counts=SimpleNamespace(add=lambda name: None)))
+    worker = Worker(jobs, lambda: 1 / 0, lambda job: None, answers)
     worker.start()
     assert worker.ready.wait(5) and isinstance(worker.startup_error, ZeroDivisionError)
     jobs.put(text_job())
