@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from ..board import Board, Posted  # noqa: F401 - the entry's argument types, beside Schedule
 from . import overlap, pacing, pipeline, streaming
 from .batching import Batching, Upcoming, solo
 from .config import AudioChunk

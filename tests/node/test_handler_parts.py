@@ -242,6 +242,37 @@ def test_a_text_is_spoken_chunk_by_chunk_and_those_behind_it_are_offered():
     assert done["status"] == "done" and done["chunks"] == 2
 
 
+def test_the_board_the_engine_reads_follows_the_queue_and_the_playback_clock():
+    """The node pushes data, the engine reads it: the texts queued (up to the first control, without those that
+    will be skipped) are on the board after every put, get and take, none before the engine is built; the clock's
+    ``playing_until`` after every send and reset."""
+    transport, out, answers = parts()
+    voices = SimpleNamespace(for_request=lambda req, st=None: VOICE)
+    sp = Speaker(voices, answers)
+    jobs = JobQueue(on_change=sp.publish)
+    board, listener = sp.board, sp.board.listener(9)
+    assert board is out.clock.board and listener.key == 9
+    jobs.put(text_job(1))
+    assert listener.upcoming() == ()  # no engine yet: nothing to offer
+    sp.engine = object()
+    jobs.put(text_job(2))
+    jobs.put(text_job(3, "...", skip=True))
+    jobs.put(text_job(4))
+    jobs.put(Job("control", {}, command=SimpleNamespace(name="change_voice")))
+    jobs.put(text_job(5))
+    assert [u.key for u in listener.upcoming()] == [1, 2, 4]
+    assert jobs.get(0.1).seq == 1
+    assert [u.key for u in listener.upcoming()] == [2, 4]
+    jobs.take(("text",), spare=lambda job: job.seq != 2)
+    assert [(u.key, u.text, u.voice) for u in listener.upcoming()] == [(4, "Hello there.", VOICE)]
+    assert listener.playing_until() is None
+    out.clock.sent(2.0)
+    until = listener.playing_until()
+    assert until is not None and until == out.clock.until
+    out.clock.forget()
+    assert listener.playing_until() is None
+
+
 def test_non_finite_audio_answers_the_text_with_an_error():
     transport, _, sp = speaker(Engine([np.full(320, np.inf, np.float32)]), SILENCE_ON_SKIP="false")
     sp.run(text_job(1))
