@@ -34,7 +34,8 @@ from .store import trim_after_request
 
 
 class Listener(Protocol):
-    """What a stream asks its caller (the node's queue, e.g.): ``key`` names this text among the texts the caller
+    """What a stream knows of its caller (the node's: ``board.listener(key)`` of the board onto which it pushes its
+    queue and playback clock, read here as data): ``key`` names this text among the texts the caller
     lists in ``upcoming()``; ``upcoming()`` lists the texts it will ask for next, in order (None: it keeps no queue);
     ``playing_until()`` says when (``time.perf_counter()``) the audio it sent before this text will have played
     (None: the listener waits for this text's first audio)."""
