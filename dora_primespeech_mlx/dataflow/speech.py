@@ -117,9 +117,10 @@ class Speaker:
         return total, 1, dict(getattr(result, "timings", {}) or {})
 
     def publish(self, queued: list[Job]) -> None:
-        """Push the texts ``queued`` (the jobs waiting, in order) onto the board the engine reads (none until the
-        engine is built: a voice resolves against the engine's first one)."""
-        self.board.update(self.upcoming(queued) if self.engine is not None else [])
+        """Push the texts ``queued`` (the jobs waiting, in order) onto the board the engine's streams read (none until
+        the engine is built, a voice resolves against the engine's first one, nor while the node does not stream)."""
+        streams = self.engine is not None and self.out.settings.streaming
+        self.board.update(self.upcoming(queued) if streams else [])
 
     def upcoming(self, queued: list[Job]) -> list:
         """The texts of ``queued`` right behind the one being spoken, as the worker will ask the engine for them (its

@@ -246,7 +246,7 @@ def test_the_board_the_engine_reads_follows_the_queue_and_the_playback_clock():
     """The node pushes data, the engine reads it: the texts queued (up to the first control, without those that
     will be skipped) are on the board after every put, get and take, none before the engine is built; the clock's
     ``playing_until`` after every send and reset."""
-    transport, out, answers = parts()
+    transport, out, answers = parts(STREAMING="true")
     voices = SimpleNamespace(for_request=lambda req, st=None: VOICE)
     sp = Speaker(voices, answers)
     jobs = JobQueue(on_change=sp.publish)
