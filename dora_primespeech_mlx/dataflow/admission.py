@@ -1,17 +1,21 @@
 """From the intake to the work queue: each text (a plain one, or a sentence of an utterance) is numbered, parsed
-(plain texts, with the LLM filter), checked once (:func:`.intake.check_once`) and queued, or answered at once when
+(plain texts, with the LLM filter), checked once (:func:`check_once`) and queued, or answered at once when
 the node is stopping or the queue is full (``MAX_QUEUED_TEXTS``). Runs on the intake thread; numbering and
 :meth:`Admission.refused` (a plain text answered on arrival) also on the input thread."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
+from ..text import llm
+from ..text.speakable import has_speakable
 from .answers import Answers
 from .cancellation import STOPPING
-from .intake import check_once, parse_request
 from .jobs import Job, JobQueue, QueueFull
-from .messages import TextRequest
+from .messages import InputError, TextRequest, parse_text
+from .streams import Filters
 from .utterance import Utterance
 
 
@@ -89,3 +93,49 @@ class Admission:
         except QueueFull as exc:
             self.out.counts.add("busy")
             self.answers.fail(job, str(exc), "busy")
+
+
+def parse_request(job: Any, raw: str, sessions: Filters | None, max_chars: int,
+                  log: Callable[[str, str], None]) -> None:
+    """Fill a plain text job's request from ``raw`` (JSON payload, voice prefix), its text what the session's LLM
+    filter leaves of it (``sessions``; None: raw), or its error."""
+    try:
+        job.request = _request(raw, job.metadata, sessions, max_chars, log)
+    except InputError as exc:
+        job.error = str(exc)
+    except Exception as exc:  # anything a hostile payload provokes (RecursionError from deep JSON, ...)
+        job.error = f"unreadable text: {type(exc).__name__}"
+
+
+def _request(raw: str, md: dict, sessions: Filters | None, max_chars: int,
+             log: Callable[[str, str], None]) -> TextRequest:
+    """With the LLM stage: reasoning, tool calls and code spanning messages dropped ("" makes it a skipped text)."""
+    if sessions is None or len(raw) > max_chars:  # too long: refused with an error anyway
+        return parse_text(raw)
+    stream = sessions.get(md.get("session_id", "default"), md.get("question_id"))
+    try:
+        req = parse_text(raw)
+    except InputError:
+        if stream.in_block is None:
+            raise
+        req = TextRequest(text=raw)  # a tool call's JSON arguments, a line of code: part of the open block
+    overflows = stream.overflows
+    req.text = stream.feed(req.text)
+    if stream.overflows != overflows:
+        ids = ", ".join(f"{k}={md[k]}" for k in ("question_id", "session_id") if k in md) or "no ids"
+        log("WARNING", f"a reasoning/tool-call/code block open for {llm.MAX_BLOCK_MESSAGES} messages or "
+                       f"{llm.MAX_BLOCK_CHARS} characters was closed ({ids})")
+    return req  # (the engine does not clean it again: speech.engine_overrides)
+
+
+def check_once(job: Any, max_chars: int) -> None:
+    """The checks every text passes once, when it is admitted: more than ``max_chars`` (MAX_TEXT_CHARS) an input
+    error (checked first: no work is spent on a text that is refused), nothing to speak makes it skipped."""
+    req = job.request
+    if job.error is not None or req is None:
+        return
+    if len(req.text) > max_chars:
+        job.error, job.error_stage = (f"text too long: {len(req.text)} characters (MAX_TEXT_CHARS={max_chars})",
+                                      "input")
+    elif not has_speakable(req.text):
+        job.skip = True

@@ -21,16 +21,19 @@ class Answers:
         self.lock = threading.RLock()  # segment_complete answers, in input order
 
     def complete(self, job: Job, outcome: str, before: Callable[[], None] | None = None,
-                 reason: str | None = None) -> bool:
-        """Claim the job, then send what goes with its answer (``before``: silence, a status) and its one
-        ``segment_complete`` (with ``reason``, if given; a sentence's outcome goes to its utterance instead); False
-        (and nothing sent) if it was answered already."""
+                 reason: str | None = None, status: tuple[str, dict] | None = None) -> bool:
+        """Claim the job, then send what goes with its answer (``before``: silence, a status; ``status``: a
+        ``status`` message, (its name, its fields)) and its one ``segment_complete`` (with ``reason``, if given; a
+        sentence's outcome goes to its utterance instead); False (and nothing sent) if it was answered already."""
         with self.lock:
             if not job.claim():
                 return False
-            if before is not None:
+            if before is not None or status is not None:
                 try:
-                    before()
+                    if before is not None:
+                        before()
+                    if status is not None:
+                        self.out.status(status[0], job.metadata, **status[1])
                 except Exception as exc:  # the answer itself goes out whatever happened to what precedes it
                     self.out.log("ERROR", f"text #{job.seq}: {type(exc).__name__}: {exc}")
             if job.utterance is not None:

@@ -6,8 +6,12 @@ and the one-answer gate (:mod:`.jobs`), send order (:mod:`.order`), reset, barge
 streamed utterances (:mod:`.intake`, :mod:`.utterance`, :mod:`.sentences`), admission to the queue
 (:mod:`.admission`), speaking a text (:mod:`.speech`), voices (:mod:`.voices`), the playback clock
 (:mod:`.clock`), the answers (:mod:`.answers`), what is sent (:mod:`.outputs`), the control answers
-(:mod:`.controls`) and the worker's life (:mod:`.worker`). Keeping dora out makes every promise testable with a
-fake engine and a fake transport; :class:`MessageHandler` lists the promises."""
+(:mod:`.controls`) and the worker's life (:mod:`.worker`). Along the fixed flow the parts hold and call each other
+directly (the intake its admission and answers, the admission the job queue, the worker the answers, the outputs
+the voices); the queue tells the speaker when it changes (the speaker pushes it to the engine's board: the engine
+never calls node code), and the worker is given the two things the handler decides: how the engine is built and
+what a job is (a text spoken, a control answered). Keeping dora out makes every promise testable with a fake engine
+and a fake transport; :class:`MessageHandler` lists the promises."""
 
 from __future__ import annotations
 
@@ -71,29 +75,28 @@ class MessageHandler:
         self._factory = engine_factory
         self.transport = transport
         self.engine: Any = None
-        self.jobs = JobQueue(settings.max_queued_texts)
         self.voices = Voices(settings)
         self.clock = PlaybackClock()
         self.counts = Counts()
-        self.out = Outputs(settings, transport, self.counts, self.clock, lambda: self.voices.current)
+        self.out = Outputs(settings, transport, self.counts, self.clock, self.voices)
         self.settings = settings
         self.answers = Answers(self.out)
+        self.params = Parameters()  # runtime parameters (dora param set): defaults beneath each text's own
+        self.speaker = Speaker(self.voices, self.answers, self.params)
+        self.jobs = JobQueue(settings.max_queued_texts, self.speaker.publish)  # what waits, pushed to the engine
         self._arrivals = 0  # inputs received (the order fallback)
         # PRIMESPEECH_LLM_TEXT: one LLM stream filter per plain-text session and question and one per streamed
         # segment (text/llm/), fed by the intake; each outlives the utterances of its segment (streams.py)
         self.filters = Filters(self.log, settings.llm_text)
         self.llm = self.filters if settings.llm_text else None
-        self.worker = Worker(self.jobs, self._build, self._run_job, self.answers.fail, self.log, self.counts.add)
+        self.worker = Worker(self.jobs, self._build, self._run_job, self.answers)
         self.ready, self.parked, self._stopping = self.worker.ready, self.worker.parked, self.worker.stopping
         self.admission = Admission(self.jobs, self.answers, self.llm, self._stopping)
-        self.intake = Intake(self.admission.parse, self.admission.admit, self.admission.sentence,
-                             self.answers.closed, self.log, llm_text=settings.llm_text, idle_s=settings.segment_idle_s,
+        self.intake = Intake(self.admission, self.answers, llm_text=settings.llm_text, idle_s=settings.segment_idle_s,
                              filters=self.filters, max_held_chars=settings.max_held_chars,
                              max_chars=settings.max_intake_chars)
         self.cancellation = Canceller(self.intake, self.jobs, self.answers, self.filters, self.clock)
         self.marks = self.cancellation.marks  # the latest reset and barge-in: texts sent before them are cancelled
-        self.params = Parameters()  # runtime parameters (dora param set): defaults beneath each text's own
-        self.speaker = Speaker(lambda: self.engine, self.jobs, self.voices, self.answers, self.params)
         self._text_metadata = TextMetadata(self.log)
 
     @property
@@ -126,6 +129,7 @@ class MessageHandler:
     def _build(self) -> None:
         """On the worker: build the engine and its first voice."""
         self.engine, self.voice = self._factory(lambda m: self.log("INFO", m))
+        self.speaker.engine = self.engine
 
     def idle(self) -> bool:
         return self.ready.is_set() and self.intake.pending() == 0 and self.jobs.idle()

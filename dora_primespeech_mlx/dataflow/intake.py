@@ -23,9 +23,6 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from ..text import llm
-from ..text.speakable import has_speakable
-from .messages import InputError, TextRequest, parse_text
 from .sentences import LlmFeed
 from .streams import Filters
 from .utterance import MAX_HELD_FRAGMENTS, Fragment, Utterance, session_of
@@ -77,16 +74,14 @@ class Forgotten:
 class Intake:
     """Queue of texts and fragments and the thread that works it off (see the module docstring).
 
-    ``parse(job, raw)`` fills a plain text job's request (running the LLM filter), ``admit_text(job)`` and
-    ``admit_sentence(utterance, text)`` hand work on, ``closed(utterance)`` is called once an utterance takes no
-    more sentences, ``log(level, message)`` reports."""
+    ``admission`` (:class:`.admission.Admission`) parses a plain text (``parse``, running the LLM filter) and takes
+    each text and sentence on (``admit``, ``sentence``); ``answers`` (:class:`.answers.Answers`) is told once an
+    utterance takes no more sentences (``closed``); its outputs' ``log`` reports."""
 
-    def __init__(self, parse: Callable[[Any, str], None], admit_text: Callable[[Any], None],
-                 admit_sentence: Callable[[Utterance, str], None], closed: Callable[[Utterance], None],
-                 log: Callable[[str, str], None], llm_text: bool, idle_s: float, filters: Filters | None = None,
+    def __init__(self, admission, answers, llm_text: bool, idle_s: float, filters: Filters | None = None,
                  max_held_chars: int = 20000, max_chars: int = 2_000_000):
-        self._parse, self._admit_text, self._admit_sentence = parse, admit_text, admit_sentence
-        self._closed, self._log = closed, log
+        self.admission, self.answers = admission, answers
+        self._log = log = answers.out.log
         self.llm_text = llm_text
         self.idle_s = idle_s
         self.filters = filters if filters is not None else Filters(log, llm_text)
@@ -230,7 +225,7 @@ class Intake:
                     self._log("ERROR", f"intake: {type(exc).__name__}: {exc}")
                     if item is not None and item[0] == "text":
                         item[1].error = item[1].error or f"internal error: {type(exc).__name__}: {exc}"
-                        self._admit_text(item[1])
+                        self.admission.admit(item[1])
                 finally:
                     with self._cv:
                         self._working, self._in_hand = False, None
@@ -238,13 +233,13 @@ class Intake:
 
     def _work(self, item: tuple) -> None:
         if item[0] == "control":
-            self._admit_text(item[1])
+            self.admission.admit(item[1])
             return
         if item[0] == "text":
             _, job, raw = item
             if job.error is None:
-                self._parse(job, raw)
-            self._admit_text(job)
+                self.admission.parse(job, raw)
+            self.admission.admit(job)
             return
         _, key, metadata, stamp, fragment = item
         if key in self._forgotten:
@@ -291,7 +286,7 @@ class Intake:
     def _hand_on(self, utterance: Utterance, sentence: str) -> None:
         with utterance.lock:
             utterance.sentences += 1
-        self._admit_sentence(utterance, sentence)
+        self.admission.sentence(utterance, sentence)
 
     def _end(self, key: tuple[str, str], finished: bool = False, evicted: bool = False) -> None:
         """Close an utterance: its held text is spoken (``evicted``: discarded), it takes no more sentences. Its
@@ -314,7 +309,7 @@ class Intake:
         self._ended.move_to_end(key)
         while len(self._ended) > MAX_ENDED:
             self._ended.popitem(last=False)
-        self._closed(utterance)
+        self.answers.closed(utterance)
 
     def _next_deadline(self) -> float | None:
         """Seconds until the first open utterance's idle wait runs out (None: none open, sleep until work comes)."""
@@ -338,49 +333,3 @@ def _chars(item: tuple) -> int:
     if item[0] == "fragment":
         return len(item[4].text)
     return 0
-
-
-def parse_request(job: Any, raw: str, sessions: Filters | None, max_chars: int,
-                  log: Callable[[str, str], None]) -> None:
-    """Fill a plain text job's request from ``raw`` (JSON payload, voice prefix), its text what the session's LLM
-    filter leaves of it (``sessions``; None: raw), or its error."""
-    try:
-        job.request = _request(raw, job.metadata, sessions, max_chars, log)
-    except InputError as exc:
-        job.error = str(exc)
-    except Exception as exc:  # anything a hostile payload provokes (RecursionError from deep JSON, ...)
-        job.error = f"unreadable text: {type(exc).__name__}"
-
-
-def _request(raw: str, md: dict, sessions: Filters | None, max_chars: int,
-             log: Callable[[str, str], None]) -> TextRequest:
-    """With the LLM stage: reasoning, tool calls and code spanning messages dropped ("" makes it a skipped text)."""
-    if sessions is None or len(raw) > max_chars:  # too long: refused with an error anyway
-        return parse_text(raw)
-    stream = sessions.get(md.get("session_id", "default"), md.get("question_id"))
-    try:
-        req = parse_text(raw)
-    except InputError:
-        if stream.in_block is None:
-            raise
-        req = TextRequest(text=raw)  # a tool call's JSON arguments, a line of code: part of the open block
-    overflows = stream.overflows
-    req.text = stream.feed(req.text)
-    if stream.overflows != overflows:
-        ids = ", ".join(f"{k}={md[k]}" for k in ("question_id", "session_id") if k in md) or "no ids"
-        log("WARNING", f"a reasoning/tool-call/code block open for {llm.MAX_BLOCK_MESSAGES} messages or "
-                       f"{llm.MAX_BLOCK_CHARS} characters was closed ({ids})")
-    return req  # (the engine does not clean it again: speech.engine_overrides)
-
-
-def check_once(job: Any, max_chars: int) -> None:
-    """The checks every text passes once, when it is admitted: more than ``max_chars`` (MAX_TEXT_CHARS) an input
-    error (checked first: no work is spent on a text that is refused), nothing to speak makes it skipped."""
-    req = job.request
-    if job.error is not None or req is None:
-        return
-    if len(req.text) > max_chars:
-        job.error, job.error_stage = (f"text too long: {len(req.text)} characters (MAX_TEXT_CHARS={max_chars})",
-                                      "input")
-    elif not has_speakable(req.text):
-        job.skip = True

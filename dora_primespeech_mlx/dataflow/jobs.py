@@ -28,20 +28,16 @@ class Job:
     part: int = 0  # the sentence's number within its utterance
     voice: Any = None  # the voice resolved for it (once; a change_voice clears it)
     heard: Any = None  # utterance.Heard of a plain text (a sentence's goes to its utterance's)
-    _claimed: bool = False
+    answered: bool = False  # claimed: its one answer is sent (set by claim() alone)
     answer_lock: threading.RLock = field(default_factory=threading.RLock)  # held while audio of the job is sent
 
     def claim(self) -> bool:
         """True exactly once: the caller that gets True sends the job's one answer."""
         with self.answer_lock:
-            if self._claimed:
+            if self.answered:
                 return False
-            self._claimed = True
+            self.answered = True
             return True
-
-    @property
-    def answered(self) -> bool:
-        return self._claimed
 
 
 class QueueFull(Exception):
@@ -49,10 +45,13 @@ class QueueFull(Exception):
 
 
 class JobQueue:
-    """FIFO of jobs plus the one in flight; ``idle`` means nothing queued and nothing running."""
+    """FIFO of jobs plus the one in flight; ``idle`` means nothing queued and nothing running. ``on_change(jobs)``
+    is given the jobs waiting, in order, whenever they change (under the queue's lock, so in the order they did):
+    the speaker publishes them to the engine (:meth:`.speech.Speaker.publish`)."""
 
-    def __init__(self, max_texts: int = 1000):
+    def __init__(self, max_texts: int = 1000, on_change: Callable[[list[Job]], None] | None = None):
         self.max_texts = max_texts
+        self.on_change = on_change
         self._jobs: deque[Job] = deque()
         self._cv = threading.Condition()
         self.current: Job | None = None
@@ -71,6 +70,7 @@ class JobQueue:
                 while at > 0 and _sent_before(job, self._jobs[at - 1]):
                     at -= 1
                 self._jobs.insert(at, job)
+            self._changed()
             self._cv.notify_all()
 
     def get(self, timeout: float) -> Job | None:
@@ -79,6 +79,7 @@ class JobQueue:
             if not self._cv.wait_for(lambda: self._jobs or self.closed, timeout) or not self._jobs:
                 return None
             self.current = self._jobs.popleft()
+            self._changed()
             return self.current
 
     def done(self) -> None:
@@ -100,7 +101,13 @@ class JobQueue:
             taken = [j for j in self._jobs if wanted(j)]
             self._jobs = deque(j for j in self._jobs if not wanted(j))
             current = self.current if wanted(self.current) else None
+            if taken:
+                self._changed()
             return taken, current
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(list(self._jobs))
 
     def close(self) -> None:
         """No more jobs: ``get`` returns None once the queue is empty."""

@@ -11,7 +11,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -66,16 +65,16 @@ class Counts(dict):
 
 
 class Outputs:
-    """The node's sending side. ``settings`` is read at each send (the handler may replace it); ``voice()`` is
-    the current voice (named on the silence)."""
+    """The node's sending side. ``settings`` is read at each send (the handler may replace it); ``voices.current``
+    is the current voice (named on the silence)."""
 
     def __init__(self, settings: Settings, transport, counts: Counts, clock: PlaybackClock,
-                 voice: Callable[[], Any]):
+                 voices):
         self.settings = settings
         self.transport = transport
         self.counts = counts
         self.clock = clock
-        self._voice = voice
+        self.voices = voices
         self._flush_next = False  # the next audio carries flush: true
         self._lock = threading.Lock()  # the flush flag
         self._warned_rate = False
@@ -178,7 +177,7 @@ class Outputs:
         that closes an utterance whose last audio went out before its end was known)."""
         if not (self.settings.silence_on_skip or always):
             return
-        voice = self._voice()
+        voice = self.voices.current
         rate = SAMPLE_RATE
         if utterance is not None:
             md = {**utterance.metadata, **utterance.chunk_metadata(True, None)}

@@ -1,12 +1,13 @@
 """Speaking one text on the worker: resolve its voice (once), run the engine (streamed chunk by chunk, or whole),
 send its audio and answer it (``completed``, ``skipped`` or ``error`` with the stage that failed). The texts
-queued behind it are offered to the engine, which may batch them into the running decode."""
+queued behind it are offered to the engine, which may batch them into the running decode: the speaker pushes them
+onto the board the engine reads (:meth:`Speaker.publish`, whenever the queue changes), as the playback clock pushes
+when the audio sent so far will have played; the engine never calls back into the node."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import (
@@ -20,20 +21,21 @@ from ..errors import (
 )
 from .answers import Answers
 from .cancellation import CANCELLED
-from .jobs import Job, JobQueue
+from .jobs import Job
 from .messages import TextRequest
 from .params import Parameters
 from .voices import Voices
 
 
 class Speaker:
-    """``engine()`` is the engine (built by the worker); settings are read from ``answers.out.settings``."""
+    """``engine`` is the engine (None until the worker built it); settings are read from ``answers.out.settings``;
+    the board the engine reads is the playback clock's (``answers.out.clock.board``)."""
 
-    def __init__(self, engine: Callable[[], Any], jobs: JobQueue, voices: Voices, answers: Answers,
-                 params: Parameters | None = None):
-        self.engine, self.jobs, self.voices, self.answers = engine, jobs, voices, answers
+    def __init__(self, voices: Voices, answers: Answers, params: Parameters | None = None, engine: Any = None):
+        self.engine, self.voices, self.answers = engine, voices, answers
         self.params = params if params is not None else Parameters()  # runtime parameters' request defaults
         self.out = answers.out
+        self.board = self.out.clock.board
 
     def run(self, job: Job) -> None:
         """Speak ``job`` and answer it, once."""
@@ -82,9 +84,9 @@ class Speaker:
             return
         if self.out.settings.log_timing:
             self._log_timing(job, voice, duration, chunks, elapsed, timings)
-        self.answers.complete(job, "completed", lambda: self.out.status(
-            "done", job.metadata, seq=job.seq, voice=voice.name, duration=round(duration, 3),
-            elapsed=round(elapsed, 3), chunks=chunks, **where))
+        self.answers.complete(job, "completed", status=("done", dict(
+            seq=job.seq, voice=voice.name, duration=round(duration, 3), elapsed=round(elapsed, 3), chunks=chunks,
+            **where)))
 
     def _log_timing(self, job: Job, voice, duration: float, chunks: int, elapsed: float, timings: dict) -> None:
         rtf = elapsed / duration if duration > 0 else math.inf
@@ -96,11 +98,10 @@ class Speaker:
         """(seconds of audio sent, chunks sent, the engine's timings)."""
         overrides = engine_overrides(overrides)
         total, n, timings = 0.0, 0, {}
-        engine = self.engine()
+        engine = self.engine
         if self.out.settings.streaming:
-            for chunk in engine.synthesize_stream(text, voice=voice, cancel=job.cancel, key=job.seq,
-                                                  upcoming=self.upcoming, playing_until=self.out.clock.until,
-                                                  **overrides):
+            for chunk in engine.synthesize_stream(text, voice=voice, cancel=job.cancel,
+                                                  listener=self.board.listener(job.seq), **overrides):
                 if job.cancel.is_set():
                     break
                 total += self.out.audio(job, chunk.audio, chunk.sample_rate, voice, language,
@@ -115,14 +116,20 @@ class Speaker:
         total = self.out.audio(job, result.audio, result.sample_rate, voice, language, 0, True, False, req.volume)
         return total, 1, dict(getattr(result, "timings", {}) or {})
 
-    def upcoming(self) -> list:
-        """The texts queued right behind the one being spoken, as the worker will ask the engine for them (its
+    def publish(self, queued: list[Job]) -> None:
+        """Push the texts ``queued`` (the jobs waiting, in order) onto the board the engine's streams read (none until
+        the engine is built, a voice resolves against the engine's first one, nor while the node does not stream)."""
+        streams = self.engine is not None and self.out.settings.streaming
+        self.board.update(self.upcoming(queued) if streams else [])
+
+    def upcoming(self, queued: list[Job]) -> list:
+        """The texts of ``queued`` right behind the one being spoken, as the worker will ask the engine for them (its
         continuous batching lets them join the running decode; engine/batching.py). Up to the first control job
         (a ``change_voice`` keeps its place); texts that will fail or be skipped are left out."""
         from ..engine.batching import Upcoming
 
         out = []
-        for job in self.jobs.queued():
+        for job in queued:
             if job.kind != "text":
                 break
             req = job.request

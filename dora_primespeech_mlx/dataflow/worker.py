@@ -19,17 +19,15 @@ EXIT_WAIT_S = 5.0  # at interpreter exit, how long the worker may take to reach 
 
 
 class Worker:
-    """``build()`` makes the engine (raises on failure, kept as :attr:`startup_error`), ``run(job)`` runs one job,
-    ``fail(job, error, stage)`` answers a text with an error, ``log(level, message)`` and ``count(name)`` report.
+    """``build()`` makes the engine (raises on failure, kept as :attr:`startup_error`), ``run(job)`` runs one job
+    (the handler's: a text is spoken, a control answered); ``answers`` (:class:`.answers.Answers`) answers a text
+    the worker could not run (``fail``), its outputs log and count. Events: :attr:`ready` (the engine was built, or
+    failed), :attr:`stopping` (no job starts after it), :attr:`parked` (the worker has finished for good: the
+    process may exit now)."""
 
-    Events: :attr:`ready` (the engine was built, or failed), :attr:`stopping` (no job starts after it),
-    :attr:`parked` (the worker has finished for good: the process may exit now)."""
-
-    def __init__(self, jobs: JobQueue, build: Callable[[], None], run: Callable[[Job], None],
-                 fail: Callable[[Job, str, str], bool], log: Callable[[str, str], None],
-                 count: Callable[[str], None]):
-        self.jobs = jobs
-        self._build, self._run, self._fail, self._log, self._count = build, run, fail, log, count
+    def __init__(self, jobs: JobQueue, build: Callable[[], None], run: Callable[[Job], None], answers):
+        self.jobs, self.answers = jobs, answers
+        self._build, self._run = build, run
         self.ready = threading.Event()
         self.startup_error: BaseException | None = None
         self.stopping = threading.Event()
@@ -104,10 +102,10 @@ class Worker:
             self._run(job)
         except BaseException as exc:  # answer it, whatever it was, and go on
             try:
-                self._log("ERROR", f"internal error: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+                self.answers.out.log("ERROR", f"internal error: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
             finally:
                 if job.kind == "text":
-                    self._fail(job, f"internal error: {type(exc).__name__}: {exc}", "node")
+                    self.answers.fail(job, f"internal error: {type(exc).__name__}: {exc}", "node")
             if not isinstance(exc, Exception):
                 raise
 
@@ -119,8 +117,8 @@ class Worker:
                 continue
             current = self.jobs.current
             if current is not None and current.kind == "text":
-                self._fail(current, "internal error: the worker thread died", "node")
+                self.answers.fail(current, "internal error: the worker thread died", "node")
             self.jobs.done()
-            self._count("worker_restarts")
-            self._log("ERROR", "the worker thread died; starting a new one")
+            self.answers.out.counts.add("worker_restarts")
+            self.answers.out.log("ERROR", "the worker thread died; starting a new one")
             self._spawn()

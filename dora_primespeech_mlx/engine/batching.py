@@ -25,7 +25,7 @@ from . import pipeline
 from .stats import Timer, stage
 
 ADMIT_QUEUED_S = 1.5  # a stream admits a waiting sentence only while this much sent audio is still unplayed
-UPCOMING_EVERY_S = 0.1  # how often a stream asks for the texts queued behind it
+UPCOMING_EVERY_S = 0.1  # how often a stream reads the texts queued behind it (from its listener: the caller's board)
 
 
 @dataclass(frozen=True)

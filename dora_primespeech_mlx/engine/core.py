@@ -276,8 +276,10 @@ class GPTSoVITSEngine:
         ``next``). Setting ``cancel`` stops generation between two tokens or windows; no further chunk is
         yielded. Each sentence's last chunk carries the ``fragment_interval`` silence.
 
-        ``listener`` (:class:`~.stream.Listener`, e.g. :class:`~.stream.Schedule`): what the caller knows about
-        the audio around this text. Continuous batching (``PRIMESPEECH_BATCH``, engine/batching.py): the text's
+        ``listener`` (:class:`~.stream.Listener`, e.g. :class:`~.stream.Schedule`, or ``board.listener(key)`` of a
+        :class:`~..board.Board` onto which a caller that keeps a queue pushes it and its playback clock as data, as
+        the node does: the stream reads the board and never calls the caller): what the caller knows about the
+        audio around this text. Continuous batching (``PRIMESPEECH_BATCH``, engine/batching.py): the text's
         later sentences, and the texts ``listener.upcoming()`` lists (:class:`~.batching.Upcoming`: those the
         caller will ask for next, in order), decode beside the sentence being spoken once enough audio is queued; a
         later call whose listener has the same ``key``, with the same text, voice and overrides, goes on from the

@@ -24,7 +24,7 @@ from ..errors import ConfigError, NothingToSpeakError, SynthesisCancelled, Synth
 from ..models.gpt.generate import SamplingParams, generate, start
 from ..models.gpt.numpy_decoder import NumpyDecoder, _kernels
 from ..models.sovits.model import output_frames
-from ..text.budget import checks
+from ..text.budget import Limits, checks
 from ..text.options import TextData
 from .config import SynthesisConfig
 from .stats import Timer, stage
@@ -91,16 +91,12 @@ def text_chunks(text: str, lang: str, method: str, spec: VoiceSpec, models: Mode
     text_mod.check_option(lang)  # a bad language is reported even for empty text
     if not text_mod.has_speakable(text):
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r} (no letters or digits)")
-    deadline = None if budget_s is None else time.monotonic() + budget_s
-
-    def check() -> None:
-        check_cancel(cancel)
-        if deadline is not None and time.monotonic() > deadline:
-            raise text_mod.TextFrontendError(
-                f"the text front end needs more than {budget_s:g} s for this text ({len(text)} characters; "
-                f"MAX_TEXT_SECONDS={budget_s:g}): shorten it or raise MAX_TEXT_SECONDS")
-
-    with stage("text", timer), checks(check):
+    limits = Limits(cancel, SynthesisCancelled("synthesis cancelled"),
+                    None if budget_s is None else time.monotonic() + budget_s,
+                    None if budget_s is None else text_mod.TextFrontendError(
+                        f"the text front end needs more than {budget_s:g} s for this text ({len(text)} characters; "
+                        f"MAX_TEXT_SECONDS={budget_s:g}): shorten it or raise MAX_TEXT_SECONDS"))
+    with stage("text", timer), checks(limits):  # (data the front end reads: it calls nothing of the engine's)
         results = text_mod.preprocess(text, lang, method, models.symbol_version, data=data)
     if not results:
         raise NothingToSpeakError(f"nothing to speak in {text[:80]!r}")

@@ -3,7 +3,9 @@ sentences' windows, their pacers, the speeds it measures, the decode batch it jo
 hands it :class:`EnginePorts` (the lock, the counters, the speeds, the batch, the lane, the pacing plan) when the
 request starts: nothing else of the engine is reachable from a stream, and no stage reaches into another's private
 members (tests/engine/test_stream_seam.py). :class:`Schedule` is what the caller knows about the audio around the
-text (the texts it will ask for next, when the audio it sent before will have played).
+text (the texts it will ask for next, when the audio it sent before will have played); a :class:`~..board.Board` is
+the same as data a caller that keeps a queue (the node) pushes whenever it changes, so that the engine reads values
+and never calls back into the caller's code.
 
 The stream is made of one stage per module: it reads each sentence token by token from the engine's decode batch
 (engine/batching.py), asks its pacer (engine/pacing.py) after each token whether to cut a window, decodes the window
@@ -32,7 +34,8 @@ from .store import trim_after_request
 
 
 class Listener(Protocol):
-    """What a stream asks its caller (the node's queue, e.g.): ``key`` names this text among the texts the caller
+    """What a stream knows of its caller (the node's: ``board.listener(key)`` of the board onto which it pushes its
+    queue and playback clock, read here as data): ``key`` names this text among the texts the caller
     lists in ``upcoming()``; ``upcoming()`` lists the texts it will ask for next, in order (None: it keeps no queue);
     ``playing_until()`` says when (``time.perf_counter()``) the audio it sent before this text will have played
     (None: the listener waits for this text's first audio)."""

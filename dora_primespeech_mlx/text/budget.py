@@ -1,20 +1,43 @@
-"""Cooperative checkpoints of the text front end: a caller (the engine) installs a check for the current thread,
-and the front end calls :func:`checkpoint` between chunks, language segments, words and sentences. The check
-raises to stop the work (a cancelled request, a spent time budget); that exception passes through the front end
-unchanged. Without an installed check a checkpoint does nothing."""
+"""Cooperative checkpoints of the text front end: a caller (the engine) installs its :class:`Limits` (data: a cancel
+event, a deadline, and what to raise at each) or a check of its own for the current thread, and the front end
+checks them at :func:`checkpoint` between chunks, language segments, words and sentences; what stops the work (a
+cancelled request, a spent time budget) passes through the front end unchanged. Without anything installed a
+checkpoint does nothing."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 _local = threading.local()
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What stops the front end, as data (the front end reads it; it calls nothing of the caller's): ``cancel`` set
+    raises ``cancelled``; past ``deadline`` (``time.monotonic()``) it raises ``late``."""
+
+    cancel: threading.Event | None = None
+    cancelled: BaseException | None = None
+    deadline: float | None = None
+    late: BaseException | None = None
+
+    def reached(self) -> BaseException | None:
+        """What to raise now, or None."""
+        if self.cancel is not None and self.cancel.is_set():
+            return self.cancelled
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return self.late
+        return None
+
+
 @contextlib.contextmanager
-def checks(check: Callable[[], None] | None) -> Iterator[None]:
-    """Run the block with ``check`` called at every checkpoint of this thread (None: no checks)."""
+def checks(check: Limits | Callable[[], None] | None) -> Iterator[None]:
+    """Run the block with ``check`` (:class:`Limits`, or a callable that raises to stop) checked at every checkpoint
+    of this thread (None: no checks)."""
     previous = getattr(_local, "check", None)
     _local.check = check
     try:
@@ -24,9 +47,16 @@ def checks(check: Callable[[], None] | None) -> Iterator[None]:
 
 
 def checkpoint() -> None:
-    """Call the installed check; what it raises is marked so that the front end lets it through."""
+    """Check the installed limits (or call the installed check); what stops the work is marked so that the front end
+    lets it through."""
     check = getattr(_local, "check", None)
     if check is None:
+        return
+    if isinstance(check, Limits):
+        exc = check.reached()
+        if exc is not None:
+            exc.stops_front_end = True  # type: ignore[attr-defined]
+            raise exc
         return
     try:
         check()

@@ -124,8 +124,9 @@ def test_intake_assembles_utterances_off_the_calling_thread_and_ends_idle_ones()
         threads.add(threading.current_thread().name)
         got.append((u.key, s))
 
-    intake = Intake(lambda job, raw: None, lambda job: None, admit_sentence, closed.append, lambda lv, m: None,
-                    llm_text=True, idle_s=0.2)
+    admission = SimpleNamespace(parse=lambda job, raw: None, admit=lambda job: None, sentence=admit_sentence)
+    answers = SimpleNamespace(closed=closed.append, out=SimpleNamespace(log=lambda lv, m: None))
+    intake = Intake(admission, answers, llm_text=True, idle_s=0.2)
     intake.start()
     try:
         for n, part in enumerate(["<thi", "nk>x</th", "ink>Hel", "lo. Bye"]):
@@ -141,8 +142,9 @@ def test_intake_assembles_utterances_off_the_calling_thread_and_ends_idle_ones()
 
 
 def test_intake_take_removes_what_was_sent_before_a_stamp():
-    intake = Intake(lambda job, raw: None, lambda job: None, lambda u, s: None, lambda u: None, lambda lv, m: None,
-                    llm_text=False, idle_s=10)
+    admission = SimpleNamespace(parse=lambda job, raw: None, admit=lambda job: None, sentence=lambda u, s: None)
+    answers = SimpleNamespace(closed=lambda u: None, out=SimpleNamespace(log=lambda lv, m: None))
+    intake = Intake(admission, answers, llm_text=False, idle_s=10)
     early, late = Stamp(None, None, 1), Stamp(None, None, 5)
     intake.put_text(Job("text", {}, stamp=early), "a")
     intake.put_text(Job("text", {}, stamp=late), "b")

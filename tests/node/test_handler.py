@@ -403,7 +403,7 @@ def test_a_text_s_stream_plans_with_the_audio_the_node_sent_before_it_in_hand(mo
     asked, real = [], engine.synthesize_stream
 
     def recording(text, **kw):
-        asked.append((time.perf_counter(), kw.get("playing_until")))
+        asked.append((time.perf_counter(), kw["listener"].playing_until()))  # (the board's value at the call)
         return real(text, **kw)
 
     monkeypatch.setattr(engine, "synthesize_stream", recording)

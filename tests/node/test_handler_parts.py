@@ -61,7 +61,7 @@ class Transport:
 def parts(**env):
     settings = Settings.from_env({"LOG_LEVEL": "DEBUG", **env})
     transport, counts = Transport(), Counts()
-    out = Outputs(settings, transport, counts, PlaybackClock(), lambda: VOICE)
+    out = Outputs(settings, transport, counts, PlaybackClock(), SimpleNamespace(current=VOICE))
     return transport, out, Answers(out)
 
 
@@ -189,8 +189,8 @@ def test_a_text_is_refused_on_arrival_when_stopping_cancelled_or_over_the_bound(
 def test_reset_and_barge_in_cancel_what_was_sent_before_them():
     transport, out, answers = parts()
     jobs = JobQueue()
-    intake = Intake(lambda j, r: None, jobs.put, lambda u, s: None, answers.closed, out.log, llm_text=False,
-                    idle_s=5.0)
+    admission = SimpleNamespace(parse=lambda j, r: None, admit=jobs.put, sentence=lambda u, s: None)
+    intake = Intake(admission, answers, llm_text=False, idle_s=5.0)
     canceller = Canceller(intake, jobs, answers, None, out.clock)
     early, late = text_job(1, st=Stamp(1.0, None, 1)), text_job(2, st=Stamp(3.0, None, 3))
     jobs.put(early)
@@ -216,17 +216,17 @@ class Engine:
         self.audio = audio
         self.upcoming = None
 
-    def synthesize_stream(self, text, voice, cancel, key, upcoming, playing_until, **overrides):
-        self.upcoming = upcoming()
+    def synthesize_stream(self, text, voice, cancel, listener, **overrides):
+        self.upcoming = listener.upcoming()
         for i, chunk in enumerate(self.audio):
             yield SimpleNamespace(audio=chunk, sample_rate=32000, chunk_index=i, is_final=i == len(self.audio) - 1)
 
 
 def speaker(engine, **env):
     transport, out, answers = parts(STREAMING="true", **env)
-    jobs = JobQueue()
     voices = SimpleNamespace(for_request=lambda req, st=None: VOICE)
-    return transport, jobs, Speaker(lambda: engine, jobs, voices, answers)
+    sp = Speaker(voices, answers, engine=engine)
+    return transport, JobQueue(on_change=sp.publish), sp
 
 
 def test_a_text_is_spoken_chunk_by_chunk_and_those_behind_it_are_offered():
@@ -240,6 +240,37 @@ def test_a_text_is_spoken_chunk_by_chunk_and_those_behind_it_are_offered():
     assert [u.key for u in engine.upcoming] == [2]
     done = json.loads(transport.of("status")[-1][0][0])
     assert done["status"] == "done" and done["chunks"] == 2
+
+
+def test_the_board_the_engine_reads_follows_the_queue_and_the_playback_clock():
+    """The node pushes data, the engine reads it: the texts queued (up to the first control, without those that
+    will be skipped) are on the board after every put, get and take, none before the engine is built; the clock's
+    ``playing_until`` after every send and reset."""
+    transport, out, answers = parts(STREAMING="true")
+    voices = SimpleNamespace(for_request=lambda req, st=None: VOICE)
+    sp = Speaker(voices, answers)
+    jobs = JobQueue(on_change=sp.publish)
+    board, listener = sp.board, sp.board.listener(9)
+    assert board is out.clock.board and listener.key == 9
+    jobs.put(text_job(1))
+    assert listener.upcoming() == ()  # no engine yet: nothing to offer
+    sp.engine = object()
+    jobs.put(text_job(2))
+    jobs.put(text_job(3, "...", skip=True))
+    jobs.put(text_job(4))
+    jobs.put(Job("control", {}, command=SimpleNamespace(name="change_voice")))
+    jobs.put(text_job(5))
+    assert [u.key for u in listener.upcoming()] == [1, 2, 4]
+    assert jobs.get(0.1).seq == 1
+    assert [u.key for u in listener.upcoming()] == [2, 4]
+    jobs.take(("text",), spare=lambda job: job.seq != 2)
+    assert [(u.key, u.text, u.voice) for u in listener.upcoming()] == [(4, "Hello there.", VOICE)]
+    assert listener.playing_until() is None
+    out.clock.sent(2.0)
+    until = listener.playing_until()
+    assert until is not None and until == out.clock.until
+    out.clock.forget()
+    assert listener.playing_until() is None
 
 
 def test_non_finite_audio_answers_the_text_with_an_error():
@@ -259,8 +290,10 @@ def test_the_worker_answers_an_internal_error_and_is_replaced_when_it_dies():
         if job.seq <= 2:
             raise deaths[job.seq - 1]
 
-    worker = Worker(jobs, lambda: None, run, lambda job, error, stage: failed.append((job.seq, stage)),
-                    lambda level, message: None, counted.append)
+    answers = SimpleNamespace(fail=lambda job, error, stage: failed.append((job.seq, stage)),
+                              out=SimpleNamespace(log=lambda level, message: None,
+                                                  counts=SimpleNamespace(add=counted.append)))
+    worker = Worker(jobs, lambda: None, run, answers)
     worker.start()
     for seq in (1, 2, 3):
         jobs.put(text_job(seq))
@@ -275,7 +308,9 @@ def test_the_worker_answers_an_internal_error_and_is_replaced_when_it_dies():
 
 def test_a_failed_build_is_kept_and_a_stalled_queue_is_reported():
     jobs = JobQueue()
-    worker = Worker(jobs, lambda: 1 / 0, lambda job: None, lambda *a: True, lambda *a: None, lambda name: None)
+    answers = SimpleNamespace(fail=lambda *a: True, out=SimpleNamespace(log=lambda *a: None,
+                                                                        counts=SimpleNamespace(add=lambda name: None)))
+    worker = Worker(jobs, lambda: 1 / 0, lambda job: None, answers)
     worker.start()
     assert worker.ready.wait(5) and isinstance(worker.startup_error, ZeroDivisionError)
     jobs.put(text_job())

@@ -412,17 +412,18 @@ def test_every_text_and_utterance_is_answered_once_whatever_happens(events, seed
 
 def test_each_text_is_checked_and_its_voice_resolved_once(monkeypatch):
     """The speakable/length checks run once per text (when it is admitted) and its voice is resolved once, also
-    when the engine asks for the queued texts again and again (continuous batching, ``upcoming``)."""
-    from dora_primespeech_mlx.dataflow import intake
+    when the queue changes again and again and the engine reads the queued texts again and again (continuous
+    batching: the board the speaker publishes them to, ``listener.upcoming()``)."""
+    from dora_primespeech_mlx.dataflow import admission
 
     checks, resolved = [], []
-    real_check = intake.has_speakable
-    monkeypatch.setattr(intake, "has_speakable", lambda text: checks.append(text) or real_check(text))
+    real_check = admission.has_speakable
+    monkeypatch.setattr(admission, "has_speakable", lambda text: checks.append(text) or real_check(text))
 
     class Batching(TextEngine):
-        def synthesize_stream(self, text, voice=None, cancel=None, upcoming=None, **kw):
+        def synthesize_stream(self, text, voice=None, cancel=None, listener=None, **kw):
             for _ in range(5):
-                upcoming()  # the engine looks at the queue at every step
+                listener.upcoming()  # the engine looks at the queue at every step
             return super().synthesize_stream(text, voice, cancel, **kw)
 
     gate = threading.Event()
