@@ -400,7 +400,8 @@ class Settings(defaults.RequestDefaults):
         "use).", (), audience="deployment")
     cache_dir: Path = setting("PRIMESPEECH_CACHE_DIR", expand("~/.cache/dora_primespeech_mlx"), _path,
         "Cache for the compiled BLAS shim, the text front end's prepared dictionaries (text/), the voices' "
-        "reference features (references/) and the benchmark's models (XDG_CACHE_HOME/dora_primespeech_mlx when only that is set).", ("XDG_CACHE_HOME",),
+        "reference features (references/) and the benchmark's models (XDG_CACHE_HOME/dora_primespeech_mlx when "
+        "only that is set).", ("XDG_CACHE_HOME",),
         (("XDG_CACHE_HOME", _cache_under),), audience="deployment")
     zenoh_overlay: Path | None = setting("DORA_ZENOH_CONFIG_OVERLAY", None, _path,
         "dora 1.x's Zenoh config overlay (read by dora); unset (and no ZENOH_CONFIG): the node applies the "

@@ -365,10 +365,15 @@ class GPTSoVITSEngine:
             "decode_batch": self.batching.as_dict(),  # continuous batching (engine/batching.py)
         }
 
-    def warmup(self) -> dict[str, float]:
+    def warmup(self, cancel: threading.Event | None = None) -> dict[str, float]:
         """Warm the GPT decode path, every text front end the voice's language may reach (for Chinese voices
         also English, which mixed text uses), then one short synthesis with the current voice (loads and caches
-        everything, compiles). Returns the front ends' warm-up seconds by language."""
+        everything, compiles, and measures the speeds streams are paced by). Returns the front ends' warm-up
+        seconds by language.
+
+        ``cancel`` set (before or during it: the node sets it when a text arrives) cuts the synthesis short at its
+        next checkpoint, or skips it: the first text is then spoken at once and measures the speeds itself, as
+        with ``GPTSVITS_WARMUP=false``."""
         spec = self._resolve(None)
         text = "你好。" if spec.language in ("zh", "all_zh") else "Hello."
         with self._lock, self._on_device():
@@ -378,7 +383,10 @@ class GPTSoVITSEngine:
                 front_ends = warm_up(self.config.text_lang or spec.language, models.symbol_version,
                                      data=self.text_data)
         with self._lock, self._stats.paused():
-            self.synthesize(text, fragment_interval=0.0)
+            try:
+                self.synthesize(text, fragment_interval=0.0, cancel=cancel)
+            except SynthesisCancelled:
+                pass  # a text is waiting: it is the warm-up
         return front_ends
 
     def cleanup(self) -> dict:
