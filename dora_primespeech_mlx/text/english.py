@@ -292,13 +292,13 @@ def _g2p_en_model():
 
 def english_g2p(*, data: TextData) -> EnglishG2p:
     """The shared :class:`EnglishG2p` of ``data``'s folders (loads dictionaries, NLTK data and the neural model
-    once per pair of folders)."""
-    return _english_g2p(Path(data.folder), Path(data.nltk_folder))
+    once per set of folders; the dictionaries from their prepared copy in ``data.cache`` when set)."""
+    return _english_g2p(Path(data.folder), Path(data.nltk_folder), None if data.cache is None else Path(data.cache))
 
 
 @functools.lru_cache(maxsize=4)
-def _english_g2p(folder: Path, nltk_folder: Path) -> EnglishG2p:
-    return EnglishG2p(TextData(folder, nltk_folder))
+def _english_g2p(folder: Path, nltk_folder: Path, cache: Path | None) -> EnglishG2p:
+    return EnglishG2p(TextData(folder, nltk_folder, cache=cache))  # (the prepared dictionaries' folder too)
 
 
 @functools.lru_cache(maxsize=1)

@@ -244,6 +244,27 @@ def test_the_prepared_dictionary_is_upstream_s_and_read_back_without_parsing(eng
     english._english_dictionary.cache_clear()
 
 
+def test_the_g2p_reads_the_prepared_dictionary(english, tmp_path, monkeypatch):
+    """The G2P the front end speaks with (``english_g2p``) reads its dictionaries from the prepared copy in the
+    data's cache folder, as ``english_dictionary`` does (it once built them without the cache: parsed at every
+    start)."""
+    folder = Path(_TEXT_DATA)
+    cache = tmp_path / "cache"
+    english.english_dictionary(data=TextData(folder, folder, cache=cache))  # the prepared copy, written
+    english._english_dictionary.cache_clear()
+    english._english_g2p.cache_clear()
+    parsed = []
+    real = english._parse_dictionaries
+    monkeypatch.setattr(english, "_parse_dictionaries", lambda *a: parsed.append(a) or real(*a))
+    try:
+        g2p = english.english_g2p(data=TextData(folder, folder, cache=cache))
+        assert parsed == [], "read from the prepared copy, not parsed"
+        assert g2p("Hello, 42 quick foxes.") == english.english_g2p(data=DATA)("Hello, 42 quick foxes.")
+    finally:
+        english._english_dictionary.cache_clear()
+        english._english_g2p.cache_clear()
+
+
 def test_cold_english_front_end_skips_what_it_does_not_use(english, monkeypatch):
     """A fresh process loads inflect without typeguard's instrumentation (which recompiles inflect's engine class
     at import) and g2p_en's model without NLTK's CMU dictionary (this front end reads upstream's), and its phones
