@@ -382,6 +382,8 @@ class GPTSoVITSEngine:
             with stage("text"):
                 front_ends = warm_up(self.config.text_lang or spec.language, models.symbol_version,
                                      data=self.text_data)
+            if "zh" in front_ends:  # Chinese text needs RoBERTa: loaded now even when the synthesis is skipped
+                models.encoders.load(("bert",))  # (the reference features may have come from the disk cache)
         with self._lock, self._stats.paused():
             try:
                 self.synthesize(text, fragment_interval=0.0, cancel=cancel)
