@@ -5,9 +5,10 @@ that starts the same voice again skips CNHubert, the prompt's RoBERTa features a
 The digest is the SHA-256 of everything the features come from: this format and the package version, the whole
 reference clip's bytes, the stamp of each model file the recipe reads (SoVITS, CNHubert, RoBERTa, the v2Pro
 speaker-verification model: ``convert.cache.source_stamp``: size, times and the SHA-256 of each end), the prompt
-text and language, the models' symbol version, the g2pW choice and the runtime's numeric choices. A file is
-written whole (a temporary file renamed into place) and holds its own key: one that cannot be read, lacks a field,
-or was written for another key is ignored (a DEBUG line) and the features are computed again."""
+text and language, the models' symbol version, the g2pW choice (with its files' folders when on) and the runtime's
+numeric choices. A file is written whole (a temporary file renamed into place) and holds its own key: one that cannot
+be read, lacks a field, or was written for another key is ignored (a DEBUG line) and the features are computed
+again."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def reference_key(spec: VoiceSpec, prompt_lang: str, symbol_version: str, with_s
     parts = {
         "format": FORMAT, "package": __version__, "clip": clip, "models": models,
         "prompt_text": spec.prompt_text or "", "prompt_lang": prompt_lang, "symbols": symbol_version,
-        "g2pw": dataclasses.asdict(text_data.g2pw),
+        "g2pw": dataclasses.asdict(text_data.g2pw) if text_data.g2pw.enabled else False,  # (off: its folder unread)
         "runtime": {f: repr(getattr(runtime, f)) for f in (*FROM_SETTINGS, "fused_step")},
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
