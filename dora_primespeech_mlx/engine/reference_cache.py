@@ -8,7 +8,7 @@ speaker-verification model: ``convert.cache.source_stamp``: size, times and the 
 text and language, the models' symbol version, the g2pW choice (with its files' folders when on) and the runtime's
 numeric choices. A file is written whole (a temporary file renamed into place) and holds its own key: one that cannot
 be read, lacks a field, or was written for another key is ignored (a DEBUG line) and the features are computed
-again."""
+again. The folder keeps the :data:`MAX_FILES` most recently used files."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from .reference import Reference
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when what is stored, or how it is computed, changes
+MAX_FILES = 64  # the folder keeps the features of this many voices, the least recently used go first (~100 kB each)
 ARRAYS = ("prompt_semantic", "prompt_phones", "prompt_bert")  # each absent in reference-free mode
 
 
@@ -72,8 +73,13 @@ def load(folder: Path, key: str) -> Reference | None:
             ge = np.array(z["ge"])
         if (arrays["prompt_semantic"] is None) != (arrays["prompt_phones"] is None) or ge.ndim != 3:
             raise ValueError("incomplete")
-        return Reference(arrays["prompt_semantic"], arrays["prompt_phones"], arrays["prompt_bert"],
-                         str(header["prompt_norm_text"]), mx.array(ge), float(header["seconds"]))
+        ref = Reference(arrays["prompt_semantic"], arrays["prompt_phones"], arrays["prompt_bert"],
+                        str(header["prompt_norm_text"]), mx.array(ge), float(header["seconds"]))
+        try:
+            os.utime(path)  # recently used (:func:`prune` keeps the newest)
+        except OSError:
+            pass
+        return ref
     except Exception as exc:  # noqa: BLE001 - any damage: compute the features again
         log.debug("reference cache %s ignored (%s: %s); computing the features again", path,
                   type(exc).__name__, exc)
@@ -98,4 +104,23 @@ def store(folder: Path, key: str, ref: Reference) -> Path | None:
         log.debug("reference features not written to %s: %s", path, exc)
         partial.unlink(missing_ok=True)
         return None
+    prune(Path(folder))
     return path
+
+
+def prune(folder: Path, keep: int = MAX_FILES) -> int:
+    """Delete all but the ``keep`` most recently used feature files of ``folder``; how many went."""
+    files = []
+    for p in folder.glob("reference-*.npz"):
+        try:
+            files.append((p.stat().st_mtime_ns, p))
+        except OSError:
+            continue
+    gone = 0
+    for _, p in sorted(files, reverse=True)[keep:]:
+        try:
+            p.unlink()
+            gone += 1
+        except OSError:
+            pass
+    return gone

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
 
 import numpy as np
@@ -71,8 +72,11 @@ def test_second_start_reads_the_features(case, model_dir, tmp_path, monkeypatch)
     first = Counting(model_dir, tmp_path, monkeypatch)
     ref = first.reference(voice)
     assert first.builds == 1 and len(list(tmp_path.glob("reference-*.npz"))) == 1
+    (path,) = tmp_path.glob("reference-*.npz")
+    os.utime(path, ns=(10**9, 10**9))
     second = Counting(model_dir, tmp_path, monkeypatch)
     again = second.reference(voice)
+    assert path.stat().st_mtime_ns > 10**9, "a read marks the file used (the folder keeps the recently used)"
     assert second.builds == 0, "a second start with the same voice must not compute the features again"
     assert second.engine.stats()["reference_computations"] == 0
     same(ref, again)
@@ -133,3 +137,16 @@ def _key(counting: Counting, voice) -> str:
     models = eng.store.models(voice)
     return reference_cache.reference_key(voice, voice.prompt_lang, models.symbol_version, models.sv is not None,
                                          eng.runtime, eng.text_data)
+
+
+def test_the_folder_keeps_the_most_recently_used(tmp_path):
+    """:func:`reference_cache.prune`: the newest files stay (a read counts as a use), the rest go."""
+    files = []
+    for i in range(5):
+        p = tmp_path / f"reference-{i:032x}.npz"
+        p.write_bytes(b"x")
+        os.utime(p, ns=(i * 10**9, i * 10**9))
+        files.append(p)
+    os.utime(files[0], ns=(10 * 10**9, 10 * 10**9))  # the oldest file, just read
+    assert reference_cache.prune(tmp_path, keep=3) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files[i].name for i in (0, 3, 4))
