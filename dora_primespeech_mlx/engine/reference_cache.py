@@ -18,6 +18,7 @@ import io
 import json
 import logging
 import os
+import stat
 from pathlib import Path
 
 import mlx.core as mx
@@ -33,13 +34,19 @@ from .reference import Reference
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when what is stored, or how it is computed, changes
+MAX_CLIP_BYTES = 64 << 20  # a clip of at most 10 s is far smaller; a larger file is refused by the build anyway
 MAX_FILES = 64  # the folder keeps the features of this many voices, the least recently used go first (~100 kB each)
 ARRAYS = ("prompt_semantic", "prompt_phones", "prompt_bert")  # each absent in reference-free mode
 
 
 def reference_key(spec: VoiceSpec, prompt_lang: str, symbol_version: str, with_sv: bool, runtime: Runtime,
                   text_data: TextData) -> str:
-    """The cache key (a hex SHA-256) of ``spec``'s reference features; OSError when a file cannot be read."""
+    """The cache key (a hex SHA-256) of ``spec``'s reference features; OSError when a file cannot be read, or the
+    clip is not a regular file of at most :data:`MAX_CLIP_BYTES` (the features are then computed, and the clip
+    checked, as without this cache)."""
+    st = os.stat(spec.reference)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CLIP_BYTES:
+        raise OSError(f"{spec.reference}: not a regular file of at most {MAX_CLIP_BYTES} bytes")
     clip = hashlib.sha256(Path(spec.reference).read_bytes()).hexdigest()  # a clip is at most 10 s: read it whole
     models = {kind: source_stamp(path) for kind, path in (("sovits", spec.sovits), ("hubert", spec.hubert),
                                                            ("bert", spec.bert), ("sv", spec.sv if with_sv else None))

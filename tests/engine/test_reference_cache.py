@@ -150,3 +150,19 @@ def test_the_folder_keeps_the_most_recently_used(tmp_path):
     os.utime(files[0], ns=(10 * 10**9, 10 * 10**9))  # the oldest file, just read
     assert reference_cache.prune(tmp_path, keep=3) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files[i].name for i in (0, 3, 4))
+
+
+def test_a_clip_that_is_no_regular_file_is_not_keyed(model_dir, tmp_path, monkeypatch):
+    """A FIFO (whose reading may never end) or an oversized file is not read for the key: no disk cache for it."""
+    case = require_case(E2E_CASES[0] if E2E_CASES else None, "models/cases.json")
+    voice = fixture_voice(case)
+    counting = Counting(model_dir, tmp_path, monkeypatch)
+    eng = counting.engine
+    models = eng.store.models(voice)
+    fifo = tmp_path / "clip.fifo"
+    os.mkfifo(fifo)
+    assert eng.store._disk_key(dataclasses.replace(voice, reference=fifo), models, voice.prompt_lang) is None
+    monkeypatch.setattr(reference_cache, "MAX_CLIP_BYTES", 16)
+    assert eng.store._disk_key(voice, models, voice.prompt_lang) is None
+    monkeypatch.setattr(reference_cache, "MAX_CLIP_BYTES", 64 << 20)
+    assert eng.store._disk_key(voice, models, voice.prompt_lang) is not None
