@@ -274,6 +274,11 @@ class Settings(defaults.RequestDefaults):
         "error if nothing of it is spoken).", audience="deployment")
     warmup: bool = setting("GPTSVITS_WARMUP", True, _bool, "Run one short synthesis at start.", ("WARMUP",),
         audience="tuning")
+    reference_cache: bool = setting("PRIMESPEECH_REFERENCE_CACHE", True, _bool,
+        "Keep each voice's reference features (CNHubert prompt tokens, the prompt's BERT features, the speaker "
+        "embedding) in the folder `references` of PRIMESPEECH_CACHE_DIR, keyed by the content of the clip and the "
+        "model files they come from: a restart with the same voice skips CNHubert and the prompt's BERT.",
+        audience="tuning")
     auto_download: bool = setting("PRIMESPEECH_AUTO_DOWNLOAD", True, _bool,
         "Download a missing preset voice (and the encoders) from Hugging Face at start; false: fail with "
         "instructions instead.", ("GPTSVITS_AUTO_DOWNLOAD",), audience="deployment")
@@ -394,8 +399,9 @@ class Settings(defaults.RequestDefaults):
         "Folder with the original front end's dictionaries (unset: <model dir>/text-data, filled on first "
         "use).", (), audience="deployment")
     cache_dir: Path = setting("PRIMESPEECH_CACHE_DIR", expand("~/.cache/dora_primespeech_mlx"), _path,
-        "Cache for the compiled BLAS shim, the text front end's prepared dictionaries (text/) and the benchmark's "
-        "models (XDG_CACHE_HOME/dora_primespeech_mlx when only that is set).", ("XDG_CACHE_HOME",),
+        "Cache for the compiled BLAS shim, the text front end's prepared dictionaries (text/), the voices' "
+        "reference features (references/) and the benchmark's models (XDG_CACHE_HOME/dora_primespeech_mlx when "
+        "only that is set).", ("XDG_CACHE_HOME",),
         (("XDG_CACHE_HOME", _cache_under),), audience="deployment")
     zenoh_overlay: Path | None = setting("DORA_ZENOH_CONFIG_OVERLAY", None, _path,
         "dora 1.x's Zenoh config overlay (read by dora); unset (and no ZENOH_CONFIG): the node applies the "

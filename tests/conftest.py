@@ -36,6 +36,10 @@ if "NLTK_DATA" not in os.environ and (_SHARED / "nltk_data").is_dir():
     os.environ["NLTK_DATA"] = str(_SHARED / "nltk_data")
 if "PRIMESPEECH_TEXT_DATA" not in os.environ and (_SHARED / "data" / "gpt-sovits-text").is_dir():
     os.environ["PRIMESPEECH_TEXT_DATA"] = str(_SHARED / "data" / "gpt-sovits-text")
+# Engines built from the environment compute a voice's reference features themselves (tests count those computations
+# and replay the original's arrays into them); tests/engine/test_reference_cache.py switches the on-disk cache on, with
+# a folder of its own. (Settings built from a test's own table, Settings.from_env({...}), keep the default: on.)
+os.environ.setdefault("PRIMESPEECH_REFERENCE_CACHE", "0")
 
 
 def load_text_data():

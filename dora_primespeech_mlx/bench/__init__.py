@@ -48,6 +48,11 @@ def run(args) -> int:
         ensure_models(root)
         print(memory_levers(root))
         return 0
+    if args.startup:
+        ensure_models(root)
+        stages = startup(root)
+        print(json.dumps(stages, indent=2) if args.json else describe_startup(stages))
+        return 0
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}
     unknown = stages - {"hubert", "bert", "gpt", "sovits", "e2e"}
     if unknown:
@@ -111,7 +116,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-stream", action="store_true", help="skip the streaming time-to-first-audio run")
     p.add_argument("--no-memory-probe", action="store_true", help="skip the lean-loading RSS probes")
     p.add_argument("--no-startup", action="store_true",
-                   help="skip the start-up stages of a fresh process (imports, each front end, voice, warm-up)")
+                   help="skip the start-up stages of a fresh process (imports, each front end, voice, warm-up, ready, "
+                   "first audio)")
+    p.add_argument("--startup", action="store_true",
+                   help="only the start-up stages of a fresh process, nothing queued and a text sent at the start: "
+                   "imports, each front end, voice, warm-up, ready, the first text's first audio")
     p.add_argument("--memory-levers", action="store_true",
                    help="only the engine's RSS with each vocoder memory lever on/off (fresh process each)")
     p.add_argument("--timeline", action="store_true",

@@ -15,6 +15,7 @@ and a fake transport; :class:`MessageHandler` lists the promises."""
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -41,9 +42,22 @@ from .utterance import Fragment, convention, session_of, without_convention
 from .voices import Voices
 from .worker import WATCH_S, Worker
 
-__all__ = ["CANCELLED", "FLUSHED", "NODE_NAME", "STOPPING", "WATCH_S", "EngineFactory", "MessageHandler"]
+__all__ = ["CANCELLED", "FLUSHED", "NODE_NAME", "STOPPING", "WATCH_S", "EngineFactory", "MessageHandler",
+           "StartProgress"]
 
 EngineFactory = Callable[[Callable[[str], None]], tuple[Any, Any]]  # progress -> (engine, start VoiceSpec)
+
+
+class StartProgress:
+    """The start-up's ``progress`` handed to the engine factory: a callable that logs each message, carrying
+    ``text_waiting``, the work queue's event set once a text is queued (``engine.startup.start_engine`` then cuts
+    the warm-up synthesis short: the first text does not wait for it)."""
+
+    def __init__(self, say: Callable[[str], None], text_waiting: threading.Event):
+        self._say, self.text_waiting = say, text_waiting
+
+    def __call__(self, message: str) -> None:
+        self._say(message)
 
 
 class MessageHandler:
@@ -127,8 +141,9 @@ class MessageHandler:
         self.worker.start()
 
     def _build(self) -> None:
-        """On the worker: build the engine and its first voice."""
-        self.engine, self.voice = self._factory(lambda m: self.log("INFO", m))
+        """On the worker: build the engine and its first voice (a text queued meanwhile cuts the warm-up short:
+        :class:`StartProgress`)."""
+        self.engine, self.voice = self._factory(StartProgress(lambda m: self.log("INFO", m), self.jobs.text_arrived))
         self.speaker.engine = self.engine
 
     def idle(self) -> bool:

@@ -56,6 +56,7 @@ class JobQueue:
         self._cv = threading.Condition()
         self.current: Job | None = None
         self.closed = False
+        self.text_arrived = threading.Event()  # set by the first text queued (the start-up's warm-up gives way)
 
     def put(self, job: Job, front: bool = False) -> None:
         """Queue ``job`` in send order: before the queued jobs sent after it (their stamps), else at the end;
@@ -70,6 +71,8 @@ class JobQueue:
                 while at > 0 and _sent_before(job, self._jobs[at - 1]):
                     at -= 1
                 self._jobs.insert(at, job)
+            if job.kind == "text":
+                self.text_arrived.set()
             self._changed()
             self._cv.notify_all()
 

@@ -104,7 +104,8 @@ class GPTSoVITSEngine:
         self.voice: VoiceSpec | None = None
         self._stats = EngineStats()
         self.store = VoiceStore(self.runtime, self.model_dir, self.settings.max_cached_voices, self._stats, self._say,
-                                self.settings.max_converted_models, self.text_data)
+                                self.settings.max_converted_models, self.text_data,
+                                Path(self.settings.cache_dir) / "references" if self.settings.reference_cache else None)
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
@@ -366,10 +367,15 @@ class GPTSoVITSEngine:
             "decode_batch": self.batching.as_dict(),  # continuous batching (engine/batching.py)
         }
 
-    def warmup(self) -> dict[str, float]:
+    def warmup(self, cancel: threading.Event | None = None) -> dict[str, float]:
         """Warm the GPT decode path, every text front end the voice's language may reach (for Chinese voices
         also English, which mixed text uses), then one short synthesis with the current voice (loads and caches
-        everything, compiles). Returns the front ends' warm-up seconds by language."""
+        everything, compiles, and measures the speeds streams are paced by). Returns the front ends' warm-up
+        seconds by language.
+
+        ``cancel`` set (before or during it: the node sets it when a text arrives) cuts the synthesis short at its
+        next checkpoint, or skips it: the first text is then spoken at once and measures the speeds itself, as
+        with ``GPTSVITS_WARMUP=false``."""
         spec = self._resolve(None)
         text = "你好。" if spec.language in ("zh", "all_zh") else "Hello."
         with self._lock, self._on_device():
@@ -378,8 +384,13 @@ class GPTSoVITSEngine:
             with stage("text"):
                 front_ends = warm_up(self.config.text_lang or spec.language, models.symbol_version,
                                      data=self.text_data)
+            if "zh" in front_ends:  # Chinese text needs RoBERTa: loaded now even when the synthesis is skipped
+                models.encoders.load(("bert",))  # (the reference features may have come from the disk cache)
         with self._lock, self._stats.paused():
-            self.synthesize(text, fragment_interval=0.0)
+            try:
+                self.synthesize(text, fragment_interval=0.0, cancel=cancel)
+            except SynthesisCancelled:
+                pass  # a text is waiting: it is the warm-up
         return front_ends
 
     def cleanup(self) -> dict:

@@ -42,7 +42,11 @@ def start_voice(settings: Settings, progress: Progress) -> VoiceSpec:
 
 
 def start_engine(settings: Settings, progress: Progress) -> tuple[GPTSoVITSEngine, VoiceSpec]:
-    """Build the engine, load the start voice and warm up (``GPTSVITS_WARMUP``): ``(engine, voice)``."""
+    """Build the engine, load the start voice and warm up (``GPTSVITS_WARMUP``): ``(engine, voice)``.
+
+    ``progress`` may carry ``text_waiting`` (a ``threading.Event``, the node's: set once a text is queued): the
+    warm-up synthesis is then cut short, or skipped, as soon as it is set (:meth:`GPTSoVITSEngine.warmup`), so a
+    text sent during the start-up waits for the models, not for the warm-up."""
     spec = start_voice(settings, progress)
     config = SynthesisConfig().replace(**settings.sampling())
     progress(f"loading voice {spec.name} (device {settings.device}, encoders {settings.encoders}) ...")
@@ -54,9 +58,11 @@ def start_engine(settings: Settings, progress: Progress) -> tuple[GPTSoVITSEngin
     progress(f"voice {spec.name} loaded in {time.perf_counter() - t0:.1f} s")
     if settings.warmup:
         t0 = time.perf_counter()
-        front_ends = engine.warmup()
+        waiting = getattr(progress, "text_waiting", None)
+        front_ends = engine.warmup(cancel=waiting)
         detail = ", ".join(f"{lang} {s:.1f} s" for lang, s in front_ends.items())
-        progress(f"warm-up done in {time.perf_counter() - t0:.1f} s (text front ends: {detail})")
+        cut = " (its synthesis cut short: a text is waiting)" if waiting is not None and waiting.is_set() else ""
+        progress(f"warm-up done in {time.perf_counter() - t0:.1f} s{cut} (text front ends: {detail})")
     return engine, spec
 
 

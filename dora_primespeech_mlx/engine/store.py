@@ -20,7 +20,7 @@ from ..models.shared.storage import trim_heap
 from ..models.sovits import vocoder
 from ..runtime import Runtime
 from ..text.options import TextData
-from . import pipeline
+from . import pipeline, reference_cache
 from .cache import VoiceCache, encoders_key, file_identity
 from .encoders import EncoderBackends
 from .reference import Reference, ReferenceBuilder
@@ -31,8 +31,10 @@ class VoiceStore:
     """A voice's models and reference features, cached per voice (see the module docstring)."""
 
     def __init__(self, runtime: Runtime, model_dir: Path, max_cached_voices: int, stats: EngineStats,
-                 say: Callable[[str], None], keep_converted: int, text_data: TextData):
+                 say: Callable[[str], None], keep_converted: int, text_data: TextData,
+                 reference_cache: Path | None = None):
         self.runtime, self.model_dir, self.stats, self.say = runtime, model_dir, stats, say
+        self.reference_cache = reference_cache  # reference features on disk (engine/reference_cache.py); None: off
         self.text_data = text_data  # the text front end's folders and g2pW choice (the reference text's phones)
         self.keep_converted = keep_converted  # per-request checkpoints kept converted (PRIMESPEECH_CONVERTED_CACHE)
         self.cache = VoiceCache(max_cached_voices, on_release=release_memory)
@@ -99,9 +101,18 @@ class VoiceStore:
                         and k[1][len(files) + 1:] == key[1][len(files) + 1:]), key)
 
         def create() -> Reference:
+            disk = self._disk_key(spec, models, prompt_lang)
+            if disk is not None:
+                with stage("reference", timer):
+                    ref = reference_cache.load(self.reference_cache, disk)
+                if ref is not None:
+                    self.say(f"reference features of voice {spec.name!r} from {self.reference_cache}")
+                    return ref
             self.say(f"computing the reference features of voice {spec.name!r}")
             ref = self.references.build(spec, models, prompt_lang, timer, self.text_data)
             self.stats.count("reference_computations")
+            if disk is not None:
+                reference_cache.store(self.reference_cache, disk, ref)
             if self.runtime.trim_after_reference:  # CNHubert's temporaries, once per voice (README, "Memory")
                 trim_after_request()
             return ref
@@ -109,6 +120,17 @@ class VoiceStore:
         ref = self.cache.get(key, voice_id(spec), create)
         self.cache.discard("reference", voice_id(spec), keep=key)  # an edited voice's old features
         return ref
+
+    def _disk_key(self, spec: VoiceSpec, models: pipeline.Models, prompt_lang: str) -> str | None:
+        """The on-disk cache key of ``spec``'s reference features; None when that cache is off or a file cannot be
+        read (the build then says what is wrong)."""
+        if self.reference_cache is None:
+            return None
+        try:
+            return reference_cache.reference_key(spec, prompt_lang, models.symbol_version, models.sv is not None,
+                                                 self.runtime, self.text_data)
+        except OSError:
+            return None
 
 
 def release_memory() -> None:

@@ -21,6 +21,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pypinyin import Style, lazy_pinyin
@@ -134,17 +135,73 @@ def _quiet_jieba(jieba_fast) -> None:
     jieba_logger.setLevel(logging.INFO)
 
 
-def runtime(options: G2PWOptions) -> _Runtime:
+_WORD_TAGS_FORMAT = 1  # bump when the prepared form of jieba's part-of-speech table changes
+
+
+def _posseg(cache: Path | None):
+    """``jieba_fast.posseg``, its part-of-speech table (word -> tag, ~350 000 entries of jieba's dictionary, which
+    the module parses at import) read from a prepared copy in ``cache`` when there (``jieba-word-tags-<hash>``, the
+    hash: of the dictionary's bytes and the format), else parsed as jieba does and written there for the next start
+    (a failure to write only logs; a damaged or foreign copy is parsed again, with a DEBUG line)."""
+    import sys
+
+    import jieba_fast
+
+    if cache is None or "jieba_fast.posseg" in sys.modules:
+        import jieba_fast.posseg as posseg
+
+        return posseg
+    import hashlib
+    import io
+    import marshal
+    import os
+
+    with jieba_fast.dt.get_dict_file() as f:
+        raw = f.read()
+    digest = hashlib.sha256(f"{_WORD_TAGS_FORMAT}".encode() + raw).hexdigest()[:24]
+    target = Path(cache) / f"jieba-word-tags-{digest}.marshal"
+    tags = None
+    try:
+        tags = marshal.loads(target.read_bytes())
+        if not (isinstance(tags, dict) and tags):
+            raise ValueError("not a word table")
+    except FileNotFoundError:
+        tags = None
+    except (OSError, ValueError, EOFError, TypeError) as exc:
+        logger.debug("prepared part-of-speech table %s ignored (%s); parsing jieba's dictionary", target, exc)
+        tags = None
+    if tags is None:
+        import jieba_fast.posseg as posseg
+
+        try:
+            Path(cache).mkdir(parents=True, exist_ok=True)
+            partial = target.with_suffix(f".{os.getpid()}.part")
+            partial.write_bytes(marshal.dumps(posseg.dt.word_tag_tab))
+            os.replace(partial, target)
+        except OSError as exc:
+            logger.info("the prepared part-of-speech table was not written to %s: %s", cache, exc)
+        return posseg
+    jieba_fast.dt.get_dict_file = lambda: io.BytesIO(b"")  # the import's own parse reads nothing ...
+    try:
+        import jieba_fast.posseg as posseg
+    finally:
+        del jieba_fast.dt.get_dict_file  # (the class's method again)
+    posseg.dt.word_tag_tab = tags  # ... and gets the prepared table
+    return posseg
+
+
+def runtime(options: G2PWOptions, cache: Path | None = None) -> _Runtime:
     """jieba (dictionary loaded), the tone sandhi rules and the g2pW predictor ``options`` ask for (None:
-    pypinyin); built once per g2pW choice, thread-safe."""
+    pypinyin); built once per g2pW choice, thread-safe. ``cache``: the folder of the prepared part-of-speech
+    table (:func:`_posseg`; None: parsed)."""
     rt = _runtimes.get(options)
     if rt is None:
         with _runtime_lock:
             rt = _runtimes.get(options)
             if rt is None:
                 import jieba_fast
-                import jieba_fast.posseg as posseg
 
+                posseg = _posseg(cache)
                 _quiet_jieba(jieba_fast)
                 jieba_fast.initialize()
                 rt = _runtimes[options] = _Runtime(
@@ -225,7 +282,7 @@ def g2p(norm_text: str, *, data: TextData) -> tuple[list[str], list[int]]:
     """Phones of normalised Chinese text (the output of :func:`text_normalize`) and ``word2ph``:
     for every character of ``norm_text`` the number of its phones (2 for a syllable, 1 for
     punctuation). ``data.g2pw``: g2pW or pypinyin. Raises :class:`TextFrontendError` for text it cannot map."""
-    rt = runtime(data.g2pw)
+    rt = runtime(data.g2pw, data.cache)
     sentences = [s for s in _SENTENCE_SPLIT_RE.split(norm_text) if s.strip()]
     phones: list[str] = []
     word2ph: list[int] = []

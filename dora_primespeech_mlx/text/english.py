@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .budget import checkpoint
@@ -140,6 +140,55 @@ def prepared_dictionary(paths: list[Path], cache: Path) -> dict[str, str | list[
     return raw
 
 
+_TAGGER_FORMAT = 1  # bump when the prepared form of NLTK's tagger changes
+
+
+def prepared_pos_tag(cache: Path | None) -> Callable[[list[str]], list[tuple[str, str]]]:
+    """``nltk.pos_tag`` (English, no tagset: NLTK's averaged perceptron tagger), with the tagger's three parameter
+    files (JSON, ~0.4 s to parse) read from a prepared marshal copy in ``cache`` (``nltk-tagger-eng-<hash>``, the
+    hash: of the three files' bytes and the format) when there, else loaded by NLTK and written there for the next
+    start (a failure to write only logs; a damaged or foreign copy is loaded by NLTK again, with a DEBUG line).
+    ``cache`` None, or NLTK's tagger not in a plain folder: ``nltk.pos_tag`` itself."""
+    import hashlib
+    import marshal
+
+    import nltk
+    from nltk.tag.perceptron import PerceptronTagger
+
+    if cache is None:
+        return nltk.pos_tag
+    try:
+        folder = Path(nltk.data.find("taggers/averaged_perceptron_tagger_eng/").path)
+        files = [folder / name for name in PerceptronTagger(load=False).param_files("eng")]
+        digest = hashlib.sha256(str(_TAGGER_FORMAT).encode())
+        for path in files:
+            digest.update(path.read_bytes())
+    except (LookupError, AttributeError, OSError):
+        return nltk.pos_tag
+    target = Path(cache) / f"nltk-tagger-eng-{digest.hexdigest()[:24]}.marshal"
+    tagger = PerceptronTagger(load=False)
+    try:
+        weights, tagdict, classes = marshal.loads(target.read_bytes())
+        if not (isinstance(weights, dict) and isinstance(tagdict, dict) and isinstance(classes, list) and classes):
+            raise ValueError("not a tagger's parameters")
+        tagger.decode_json_params((weights, tagdict, classes))
+    except FileNotFoundError:
+        tagger = None
+    except (OSError, ValueError, EOFError, TypeError) as exc:
+        logger.debug("prepared NLTK tagger %s ignored (%s); NLTK loads its own", target, exc)
+        tagger = None
+    if tagger is None:
+        tagger = PerceptronTagger()  # NLTK's own load (its JSON files)
+        try:
+            Path(cache).mkdir(parents=True, exist_ok=True)
+            partial = target.with_suffix(f".{os.getpid()}.part")
+            partial.write_bytes(marshal.dumps(tagger.encode_json_obj()))
+            os.replace(partial, target)
+        except OSError as exc:
+            logger.info("the prepared NLTK tagger was not written to %s: %s", cache, exc)
+    return tagger.tag  # (what nltk.pos_tag(tokens) returns for English without a tagset)
+
+
 def _parse_dictionaries(cmu: Path, fast: Path, hot: Path) -> dict[str, str | list[str]]:
     """Upstream's parsing (``cmudict.rep`` from line 57: word, two spaces, phones; the other two: word, space,
     phones; ``engdict-hot.rep`` overrides), each entry's phones kept as their string."""
@@ -192,7 +241,6 @@ class EnglishG2p:
     def __init__(self, data: TextData) -> None:
         ensure_nltk_data(data=data)  # before g2p_en is imported: it downloads missing NLTK data on import
         import_inflect()  # (g2p_en imports it: without typeguard's instrumentation, see there)
-        import nltk
         from nltk.tokenize import TweetTokenizer
 
         self._model = _g2p_en_model()  # the neural predictor and the homograph table
@@ -206,7 +254,7 @@ class EnglishG2p:
             "JJ",
         )
         self._tokenize = TweetTokenizer().tokenize
-        self._pos_tag = nltk.pos_tag
+        self._pos_tag = prepared_pos_tag(None if data.cache is None else Path(data.cache))
 
     def __call__(self, text: str) -> list[str]:
         """Raw phones of ``text`` (before the symbol-table mapping)."""
@@ -292,13 +340,13 @@ def _g2p_en_model():
 
 def english_g2p(*, data: TextData) -> EnglishG2p:
     """The shared :class:`EnglishG2p` of ``data``'s folders (loads dictionaries, NLTK data and the neural model
-    once per pair of folders)."""
-    return _english_g2p(Path(data.folder), Path(data.nltk_folder))
+    once per set of folders; the dictionaries from their prepared copy in ``data.cache`` when set)."""
+    return _english_g2p(Path(data.folder), Path(data.nltk_folder), None if data.cache is None else Path(data.cache))
 
 
 @functools.lru_cache(maxsize=4)
-def _english_g2p(folder: Path, nltk_folder: Path) -> EnglishG2p:
-    return EnglishG2p(TextData(folder, nltk_folder))
+def _english_g2p(folder: Path, nltk_folder: Path, cache: Path | None) -> EnglishG2p:
+    return EnglishG2p(TextData(folder, nltk_folder, cache=cache))  # (the prepared dictionaries' folder too)
 
 
 @functools.lru_cache(maxsize=1)

@@ -16,11 +16,25 @@ def test_the_stages_of_a_start(tmp_path):
     spec = resolve_voice(VOICE, root)
     started = time.perf_counter()
     stages = startup_probe(root, started, spec)
-    assert set(stages) == {"imports_s", "front_ends_s", "voice_s", "warmup_s", "total_s"}
+    assert set(stages) == {"imports_s", "front_ends_s", "voice_s", "reference", "warmup_s", "ready_s", "total_s",
+                           "first_audio_s", "text_at_start"}
     assert list(stages["front_ends_s"]) == languages_for(spec.language)  # each front end the voice reaches
     parts = stages["imports_s"] + sum(stages["front_ends_s"].values()) + stages["voice_s"] + stages["warmup_s"]
-    assert 0 < parts <= stages["total_s"] + 0.05
+    assert 0 < parts <= stages["ready_s"] + 0.05
+    assert stages["ready_s"] < stages["first_audio_s"], "the first text's first audio comes after the start"
+    assert stages["reference"] == "computed"  # (the tests keep the reference cache off: tests/conftest.py)
     line = describe(stages)
-    assert line.startswith("start-up (fresh process): imports ") and "voice " in line and "warm-up " in line
+    assert line.startswith("start-up (fresh process, nothing queued): imports ") and "voice " in line
+    assert "warm-up " in line and "ready " in line and "first audio " in line
     for lang in stages["front_ends_s"]:
         assert f"{lang} front end " in line
+
+
+def test_a_text_at_the_start_skips_the_warmup_synthesis(tmp_path):
+    root = make_model_dir(tmp_path / "models")
+    spec = resolve_voice(VOICE, root)
+    stages = startup_probe(root, time.perf_counter(), spec, text_at_start=True)
+    assert stages["text_at_start"] and stages["ready_s"] < stages["first_audio_s"]
+    assert "a text sent at the start" in describe(stages)
+    both = describe({"idle": {**stages, "text_at_start": False}, "text_at_start": stages}).splitlines()
+    assert len(both) == 2 and "nothing queued" in both[0] and "a text sent at the start" in both[1]

@@ -226,3 +226,52 @@ def test_g2pw_helpers(tmp_path):
 def test_non_ascii_digits_are_read_as_numbers():
     # Upstream crashes (KeyError) on these; we read them like ASCII digits.
     assert text_normalize("我有٣个苹果") == text_normalize("我有3个苹果")
+
+
+# ---- jieba's part-of-speech table, prepared ---------------------------------------------------------
+
+_POSSEG_PROBE = """
+import json, logging, sys
+from pathlib import Path
+logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+from dora_primespeech_mlx.text import chinese
+posseg = chinese._posseg(Path(sys.argv[1]))
+import jieba_fast
+fresh = posseg.POSTokenizer.__new__(posseg.POSTokenizer)
+fresh.load_word_tag(jieba_fast.dt.get_dict_file())  # jieba's own parse, the oracle
+table = posseg.dt.word_tag_tab
+print(json.dumps({"n": len(table), "same": table == fresh.word_tag_tab, "de": table.get("的"),
+                  "cut": [list(p) for p in posseg.lcut("我们一起去公园散步吧")]}))
+"""
+
+
+def _posseg_in_a_fresh_process(cache) -> tuple[dict, str]:
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _POSSEG_PROBE, str(cache)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+def test_jieba_word_tags_are_prepared_once_and_read_back(tmp_path):
+    """The first start parses jieba's part-of-speech table (as jieba does) and writes it; the next reads that copy
+    (a copy edited on disk shows through: it is not parsed again); a damaged copy is parsed again (DEBUG)."""
+    import marshal
+
+    first, _ = _posseg_in_a_fresh_process(tmp_path)
+    (path,) = tmp_path.glob("jieba-word-tags-*.marshal")
+    assert first["same"] and first["n"] > 100_000
+    again, _ = _posseg_in_a_fresh_process(tmp_path)
+    assert again == first, "read back: the same table and the same segmentation"
+    table = marshal.loads(path.read_bytes())
+    table["的"] = "edited"
+    path.write_bytes(marshal.dumps(table))
+    edited, _ = _posseg_in_a_fresh_process(tmp_path)
+    assert edited["de"] == "edited" and not edited["same"], "the prepared copy is what the next start reads"
+    path.write_bytes(b"damaged")
+    repaired, log = _posseg_in_a_fresh_process(tmp_path)
+    assert repaired == first and "ignored" in log
+    assert _posseg_in_a_fresh_process(tmp_path)[0] == first, "rewritten whole after the damage"

@@ -244,6 +244,52 @@ def test_the_prepared_dictionary_is_upstream_s_and_read_back_without_parsing(eng
     english._english_dictionary.cache_clear()
 
 
+def test_the_g2p_reads_the_prepared_dictionary(english, tmp_path, monkeypatch):
+    """The G2P the front end speaks with (``english_g2p``) reads its dictionaries from the prepared copy in the
+    data's cache folder, as ``english_dictionary`` does (it once built them without the cache: parsed at every
+    start)."""
+    folder = Path(_TEXT_DATA)
+    cache = tmp_path / "cache"
+    english.english_dictionary(data=TextData(folder, folder, cache=cache))  # the prepared copy, written
+    english._english_dictionary.cache_clear()
+    english._english_g2p.cache_clear()
+    parsed = []
+    real = english._parse_dictionaries
+    monkeypatch.setattr(english, "_parse_dictionaries", lambda *a: parsed.append(a) or real(*a))
+    try:
+        g2p = english.english_g2p(data=TextData(folder, folder, cache=cache))
+        assert parsed == [], "read from the prepared copy, not parsed"
+        assert g2p("Hello, 42 quick foxes.") == english.english_g2p(data=DATA)("Hello, 42 quick foxes.")
+    finally:
+        english._english_dictionary.cache_clear()
+        english._english_g2p.cache_clear()
+
+
+def test_the_tagger_is_prepared_once_and_read_back(english, tmp_path, caplog):
+    """NLTK's tagger tags as ``nltk.pos_tag`` does, loaded by NLTK the first time and written prepared, read from
+    that copy the next (a copy edited on disk shows through: NLTK's files are not read again); a damaged copy is
+    loaded by NLTK again (DEBUG) and rewritten."""
+    import logging
+    import marshal
+
+    import nltk
+
+    tokens = "The quick brown fox can't read 42 well-known notebooks , he said .".split()
+    expected = nltk.pos_tag(tokens)
+    assert english.prepared_pos_tag(tmp_path)(tokens) == expected
+    (path,) = tmp_path.glob("nltk-tagger-eng-*.marshal")
+    assert english.prepared_pos_tag(tmp_path)(tokens) == expected
+    weights, tagdict, classes = marshal.loads(path.read_bytes())
+    path.write_bytes(marshal.dumps((weights, {**tagdict, "quick": "XX"}, classes)))
+    assert english.prepared_pos_tag(tmp_path)(tokens)[1] == ("quick", "XX"), "read from the prepared copy"
+    path.write_bytes(b"damaged")
+    with caplog.at_level(logging.DEBUG, logger=english.__name__):
+        assert english.prepared_pos_tag(tmp_path)(tokens) == expected
+    assert any("ignored" in r.getMessage() for r in caplog.records)
+    assert english.prepared_pos_tag(tmp_path)(tokens) == expected and marshal.loads(path.read_bytes())
+    assert english.prepared_pos_tag(None) is nltk.pos_tag
+
+
 def test_cold_english_front_end_skips_what_it_does_not_use(english, monkeypatch):
     """A fresh process loads inflect without typeguard's instrumentation (which recompiles inflect's engine class
     at import) and g2p_en's model without NLTK's CMU dictionary (this front end reads upstream's), and its phones
