@@ -361,6 +361,10 @@ class Settings(defaults.RequestDefaults):
         "Build of the float16-weight C kernels: auto (avx512 or avx2 by the CPU's flags; none elsewhere) | avx512 | "
         "avx2 | generic (portable C) | none (numpy float32 / MLX). A build the CPU cannot run is refused.", (),
         audience="tuning")
+    precision: str = setting("PRIMESPEECH_PRECISION", _RT.precision, _choice(CHOICES["precision"]),
+        "GPT decode step's weights on the CPU: exact (the model's own values) | int8 (opt-in: rounded to int8 with "
+        "one scale per row, half the bytes per token; AVX-512 kernels only, else exact with one INFO line; "
+        "fidelity in docs/performance.md).", (), audience="tuning")
     gpt_prefill: str = setting("PRIMESPEECH_GPT_PREFILL", _RT.gpt_prefill, _choice(CHOICES["gpt_prefill"]),
         "GPT prefill with float16 weights on the CPU: float16 (kernel GEMM) | float32 (upcast, BLAS) | auto (the "
         "faster measured for this build and thread count; bench prints it).", (), audience="tuning")

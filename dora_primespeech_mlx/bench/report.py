@@ -67,7 +67,8 @@ def table(report: dict[str, Any]) -> str:
         ("GPT decode (100 tokens)", "ms/token", _fmt(st.get("gpt_decode"), digits=2),
          UPSTREAM_MS["gpt_decode_ms_per_token"], TARGETS["gpt_decode_ms_per_token"]),
         *[(f"  decode step alone, {name} weights", "ms/step", _fmt(st.get(f"gpt_step_{key}"), digits=2), None, None)
-          for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_step_{key}" in st],
+          for key, name in (("half", "float16"), ("fp32", "float32"), ("int8", "int8 (PRIMESPEECH_PRECISION)"))
+          if f"gpt_step_{key}" in st],
         *[(f"  prefill, {name} weights", "ms", _fmt(st.get(f"gpt_prefill_{key}")), None, None)
           for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_prefill_{key}" in st],
         *[(f"  batched step, {key[10:]} rows", "ms/token", _fmt(st[key], digits=2), None, None)

@@ -240,30 +240,37 @@ def _openvino_variant(sovits, cache_dir: Path, chosen) -> dict[str, Any]:
 
 
 def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
-    """The numpy decode step with float16 weights (the default where available) and with float32 copies
-    of the same weights, alternating token by token in one run: ms per step over N_TOKENS steps."""
+    """The numpy decode step with float16 weights (the default where available), with float32 copies of the same
+    weights and, where the CPU runs it, with the opt-in int8 weights (``PRIMESPEECH_PRECISION=int8``), alternating
+    token by token in one run: ms per step over N_TOKENS steps."""
     from ..models.gpt.numpy_decoder import NumpyDecoder
+    from ..models.kernels import q8
 
     half = gpt.decoder
     if not getattr(half, "half", False):
         return {}
     full = NumpyDecoder(gpt, half=False)
+    decoders = [("half", half), ("fp32", full)]
+    runtime = getattr(half, "runtime", None)
+    if runtime is not None and q8.status(runtime.replace(precision="int8"))[0] is not None:
+        decoders.append(("int8", NumpyDecoder(gpt, runtime=runtime.replace(precision="int8"))))
     args = (phones, feats, prompt, N_TOKENS)
-    times: dict[str, list[float]] = {"half": [], "fp32": []}
+    times: dict[str, list[float]] = {name: [] for name, _ in decoders}
     prefill: dict[str, list[float]] = {"half": [], "fp32": []}
     tokens = np.random.default_rng(1).integers(0, 1024, N_TOKENS)
     for _ in range(max(1, repeat)):
         states = {}
-        for name, dec in (("half", half), ("fp32", full)):
+        for name, dec in decoders:
             t = time.perf_counter()
             states[name] = dec.prefill(*args)[0]
-            prefill[name].append((time.perf_counter() - t) * 1e3)
+            if name in prefill:
+                prefill[name].append((time.perf_counter() - t) * 1e3)
         for i, tok in enumerate(tokens):
             for name, st in states.items():
                 t = time.perf_counter()
                 st.step(int(tok), prompt.shape[1] + i)
                 times[name].append((time.perf_counter() - t) * 1e3)
-    del full
+    del full, decoders
     out = {f"gpt_step_{k}": _summary(v, "ms/step", what="numpy decode step alone") for k, v in times.items()}
     out.update({f"gpt_prefill_{k}": _summary(v, "ms", what="numpy prefill") for k, v in prefill.items()})
     return out
