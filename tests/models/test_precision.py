@@ -1,4 +1,5 @@
-"""The opt-in int8 GPT decode step (``PRIMESPEECH_PRECISION=int8``, models/kernels/q8.py, csrc/half_gemv.c).
+"""The opt-in reduced precision (``PRIMESPEECH_PRECISION``): the int8 GPT decode step (models/kernels/q8.py,
+csrc/half_gemv.c) and the bfloat16 vocoder on OpenVINO (models/sovits/vocoder.py, vocoder_openvino.py).
 
 - the kernels of every build this CPU runs against numpy: the per-row rounding bit for bit, the int8 gemv within
   float32 rounding of the dequantized product, and within its documented error of the exact weights' product
@@ -6,7 +7,8 @@
 - the int8 step on the fixture GPT against the float32 numpy step on the dequantized weights (the same arithmetic:
   only the weights' rounding differs from the exact step), and its batch bit for bit as alone;
 - the setting: read from the environment into the runtime, refused when unknown; where the kernels are not the
-  AVX-512 build the step stays exact with one INFO line;
+  AVX-512 build the step stays exact with one INFO line, and where the CPU has no bfloat16 products the vocoder
+  stays float32 with one INFO line; where it has them, the vocoder compiles in bfloat16 and stays near float32;
 - the fidelity tool (tests/tools/precision_fidelity.py) over every fixture case holding semantic tokens.
 """
 
@@ -28,6 +30,7 @@ from dora_primespeech_mlx.convert.load import from_checkpoint
 from dora_primespeech_mlx.errors import ConfigError
 from dora_primespeech_mlx.models.gpt.numpy_decoder import NumpyDecoder, step_batch
 from dora_primespeech_mlx.models.kernels import half_gemv, q8
+from dora_primespeech_mlx.models.sovits import vocoder
 from dora_primespeech_mlx.runtime import Runtime
 from dora_primespeech_mlx.settings import Settings
 
@@ -147,6 +150,49 @@ def test_the_setting_reaches_the_runtime(monkeypatch):
     assert Runtime.from_settings(Settings.from_env()).precision == "exact"
     with pytest.raises(ConfigError):
         Runtime(precision="int4")
+    assert Runtime(precision="int8+bf16").reduced("int8") and Runtime(precision="int8+bf16").reduced("bf16")
+    assert not Runtime(precision="bf16").reduced("int8") and not Runtime().reduced("bf16")
+
+
+@pytest.fixture(scope="module")
+def fixture_sovits():
+    from dora_primespeech_mlx.convert.checkpoints import read_sovits
+
+    cases = load_cases_json()
+    if not cases:
+        require_fixture("models/cases.json")
+    return from_checkpoint(read_sovits(require_fixture("models/" + cases["checkpoints"]["sovits"])))
+
+
+def test_without_bfloat16_products_the_vocoder_stays_float32_with_one_info_line(fixture_sovits, caplog, monkeypatch):
+    monkeypatch.setattr(vocoder, "_SAID", set())
+    monkeypatch.setattr(half_gemv, "cpu_flags", lambda: ["avx2", "fma", "f16c"])  # a CPU without them
+    with caplog.at_level(logging.INFO, logger=vocoder.__name__):
+        for _ in range(2):
+            backend = vocoder.build(fixture_sovits, None, release_mlx=False, precision="bf16")
+            assert backend.active != "openvino" or backend.generator.precision == "f32"
+    said = [r for r in caplog.records if r.name == vocoder.__name__ and "bf16" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.INFO and "stays float32" in said[0].getMessage()
+
+
+def test_the_bfloat16_vocoder_compiles_in_bfloat16_and_stays_near_float32(fixture_sovits):
+    why = vocoder.bf16_status()
+    if why is not None:
+        pytest.skip(f"no bfloat16 vocoder here: {why}")
+    rng = np.random.default_rng(4)
+    z = mx.array(rng.standard_normal((1, fixture_sovits.args.inter_channels, 40)).astype(np.float32))
+    ge = mx.array(0.1 * rng.standard_normal((1, fixture_sovits.args.gin_channels, 1)).astype(np.float32))
+    out = {}
+    for precision in ("f32", "bf16"):
+        backend = vocoder.build(fixture_sovits, None, release_mlx=False, precision=precision)
+        assert (backend.active == "openvino" and backend.generator.precision == "bf16") == (precision == "bf16")
+        fixture_sovits.use_vocoder(backend)
+        out[precision] = np.asarray(fixture_sovits.vocode(z, ge))
+    fixture_sovits.use_vocoder(vocoder.build(fixture_sovits, None, release_mlx=False))
+    rms = float(np.sqrt(np.mean(out["f32"] ** 2)))
+    err = float(np.sqrt(np.mean((out["f32"] - out["bf16"]) ** 2)))
+    print(f"bf16 vocoder: rms difference {err:.3g} of rms {rms:.3g}")
+    assert 0.0 < err < 0.05 * rms, (err, rms)  # bfloat16 keeps 8 bits of mantissa: close, not equal
 
 
 def test_without_the_avx512_kernels_the_step_stays_exact_with_one_info_line(fixture_gpt, caplog, monkeypatch):
@@ -181,12 +227,15 @@ def test_the_fidelity_tool_covers_every_fixture_case():
     finally:
         sys.path.remove(str(TOOLS))
     root = fixtures_root()
-    rows = precision_fidelity.run_set(root, "int8")
+    rows = precision_fidelity.run_set(root, "int8+bf16")
     expected = _token_cases(root)
     assert expected and [r["case"] for r in rows] == expected
     offered = q8.status(Runtime(precision="int8"))[0] is not None
+    bf16 = vocoder.bf16_status() is None
     for r in rows:
         assert r["precision_run"] == ("int8" if offered else "exact")
+        if "mel_distance" in r:
+            assert (r["vocoder_run"] == "openvino:bf16") == bf16
         assert 0.0 <= r["agreement"] <= 1.0 and r["tokens_exact"] > 0 and r["tokens_other"] > 0
         assert (r["max_logit_difference"] > 0) == offered
         if r["first_difference"] is None:
@@ -194,4 +243,4 @@ def test_the_fidelity_tool_covers_every_fixture_case():
         if "mel_distance" in r:
             assert r["mel_distance"] >= 0.0 and r["mel_distance_noise"] > 0.0
             if r["first_difference"] is None and r["tokens_exact"] == r["tokens_other"]:
-                assert r["mel_distance"] == 0.0
+                assert (r["mel_distance"] > 0.0) == bf16

@@ -33,16 +33,16 @@ def kernel(runtime):
     """The kernels to run the int8 step with (on the runtime's thread plan), or None: ``precision`` is ``exact``,
     or the build in use is not one of :data:`NEEDS_ISA` (then one INFO line per reason and process)."""
     fn, why = status(runtime)
-    if why and runtime.precision != "exact" and why not in _SAID:
+    if why and runtime.reduced("int8") and why not in _SAID:
         _SAID.add(why)
-        log.info("%s=%s unavailable, the GPT decode step stays exact: %s", ENV, runtime.precision, why)
+        log.info("%s=%s: int8 unavailable, the GPT decode step stays exact: %s", ENV, runtime.precision, why)
     return fn
 
 
 def status(runtime) -> tuple[object | None, str | None]:
     """(the kernels for the int8 step or None, why not or None)."""
-    if runtime.precision == "exact":
-        return None, f"{ENV}=exact"
+    if not runtime.reduced("int8"):
+        return None, f"{ENV}={runtime.precision}"
     lib = half_gemv.library(runtime.isa, runtime.threads)
     isa = half_gemv.isa(runtime.isa)
     if lib is None or isa not in NEEDS_ISA:
