@@ -150,7 +150,7 @@ def test_the_setting_reaches_the_runtime(monkeypatch):
     assert Runtime.from_settings(Settings.from_env()).precision == "exact"
     with pytest.raises(ConfigError):
         Runtime(precision="int4")
-    assert Runtime(precision="int8+bf16").reduced("int8") and Runtime(precision="int8+bf16").reduced("bf16")
+    assert Runtime(precision="int8_bf16").reduced("int8") and Runtime(precision="int8_bf16").reduced("bf16")
     assert not Runtime(precision="bf16").reduced("int8") and not Runtime().reduced("bf16")
 
 
@@ -227,7 +227,7 @@ def test_the_fidelity_tool_covers_every_fixture_case():
     finally:
         sys.path.remove(str(TOOLS))
     root = fixtures_root()
-    rows = precision_fidelity.run_set(root, "int8+bf16")
+    rows = precision_fidelity.run_set(root, "int8_bf16")
     expected = _token_cases(root)
     assert expected and [r["case"] for r in rows] == expected
     offered = q8.status(Runtime(precision="int8"))[0] is not None

@@ -1,6 +1,6 @@
-"""Fidelity of the reduced-precision paths (PRIMESPEECH_PRECISION=int8|bf16|int8+bf16) against exact, on fixtures.
+"""Fidelity of the reduced-precision paths (PRIMESPEECH_PRECISION=int8|bf16|int8_bf16) against exact, on fixtures.
 
-    python tests/tools/precision_fidelity.py [--fixtures DIR ...] [--precision int8+bf16] [--json]
+    python tests/tools/precision_fidelity.py [--fixtures DIR ...] [--precision int8_bf16] [--json]
 
 For every case of each fixture set's ``models/cases.json`` that holds semantic tokens (the ``gpt*`` cases and the
 ``e2e`` cases), the fixture GPT is loaded twice, exact and at the reduced precision (``int8``: its decode step), and
@@ -111,7 +111,7 @@ def mel_distance(a: np.ndarray, b: np.ndarray, sr: int) -> float:
     return float(np.mean(np.abs(ma[:n] - mb[:n]))) if n else 0.0
 
 
-def run_set(root: Path, precision: str = "int8+bf16") -> list[dict]:
+def run_set(root: Path, precision: str = "int8_bf16") -> list[dict]:
     import mlx.core as mx
 
     from dora_primespeech_mlx.convert.checkpoints import read_gpt, read_sovits
@@ -162,7 +162,7 @@ def run_set(root: Path, precision: str = "int8+bf16") -> list[dict]:
         if "text_phones" in d.files and "ref_wav_32k_int16" in d.files:
             if not sovits:
                 raw_sovits = read_sovits(str(root / "models" / meta["checkpoints"]["sovits"]))
-                for p, prec in (("exact", "f32"), (precision, "bf16" if "bf16" in precision.split("+") else "f32")):
+                for p, prec in (("exact", "f32"), (precision, "bf16" if "bf16" in precision.split("_") else "f32")):
                     m = from_checkpoint(raw_sovits)
                     m.use_vocoder(vocoder.build(m, None, release_mlx=False, precision=prec))
                     sovits[p] = m
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fixtures", type=Path, action="append", help="fixture root(s) (default: PRIMESPEECH_FIXTURES "
                     "or ../shared/fixtures)")
-    ap.add_argument("--precision", default="int8+bf16", choices=("int8", "bf16", "int8+bf16"))
+    ap.add_argument("--precision", default="int8_bf16", choices=("int8", "bf16", "int8_bf16"))
     ap.add_argument("--json", action="store_true", help="one JSON object per case instead of the table")
     args = ap.parse_args(argv)
     roots = args.fixtures or default_fixtures()
