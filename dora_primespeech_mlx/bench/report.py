@@ -80,8 +80,12 @@ def table(report: dict[str, Any]) -> str:
          _fmt(st.get("sovits"), digits=3), round(UPSTREAM_MS["sovits_s_per_audio_s"], 3),
          TARGETS["sovits_s_per_audio_s"]),
         *[(f"  SoVITS with the {name} vocoder", "s per s audio", _fmt(st.get(f"sovits_{name}"), digits=3), None,
-           None) for name in ("mlx", "onnxruntime", "onnxruntime_split", "onnxruntime_arena", "openvino")
-           if f"sovits_{name}" in st],
+           None) for name in ("mlx", "onnxruntime", "onnxruntime_split", "onnxruntime_arena", "openvino",
+                              "openvino_bf16") if f"sovits_{name}" in st],
+        *[("  SoVITS openvino_bf16 (PRIMESPEECH_PRECISION=bf16) / the engine's (same run)", "ratio",
+           f"{st['sovits_openvino_bf16']['min'] / st['sovits']['min']:.2f} / "
+           f"{st['sovits_openvino_bf16']['median'] / st['sovits']['median']:.2f}", None, None)
+          for _ in [0] if "sovits_openvino_bf16" in st and "sovits" in st],
         *[("  SoVITS openvino / onnxruntime as the engine runs it (same run)", "ratio",
            f"{st['sovits_openvino']['min'] / st[f'sovits_{ort}']['min']:.2f} / "
            f"{st['sovits_openvino']['median'] / st[f'sovits_{ort}']['median']:.2f}", None, None)

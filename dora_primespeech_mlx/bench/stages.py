@@ -225,18 +225,28 @@ def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
 
 def _openvino_variant(sovits, cache_dir: Path, chosen) -> dict[str, Any]:
     """The vocoder on OpenVINO (``PRIMESPEECH_VOCODER=openvino``) with the configured threads, as a backend for the
-    SoVITS stage, where the extra is installed (else nothing: not measured)."""
+    SoVITS stage, where the extra is installed (else nothing: not measured); and in bfloat16
+    (``PRIMESPEECH_PRECISION=bf16``) where the CPU has bfloat16 products."""
     from ..models.sovits import vocoder
 
-    if chosen.active == "openvino":
-        return {"openvino": chosen}
+    out = {}
+    if vocoder.bf16_status() is None:  # PRIMESPEECH_PRECISION=bf16's vocoder, where the CPU has bfloat16 products
+        from ..models.sovits import vocoder_openvino
+
+        try:
+            bf16 = vocoder_openvino.load_or_build(sovits.dec, cache_dir, None, precision="bf16")
+            out["openvino_bf16"] = vocoder.VocoderBackend("openvino", bf16)
+        except Exception:  # not compilable here
+            pass
+    if chosen.active == "openvino" and getattr(chosen.generator, "precision", "f32") == "f32":
+        return {"openvino": chosen, **out}
     try:
         from ..models.sovits import vocoder_openvino
 
         gen = vocoder_openvino.load_or_build(sovits.dec, cache_dir, None)
     except Exception:  # not installed, or not loadable here
-        return {}
-    return {"openvino": vocoder.VocoderBackend("openvino", gen)}
+        return out
+    return {"openvino": vocoder.VocoderBackend("openvino", gen), **out}
 
 
 def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
