@@ -244,3 +244,36 @@ def test_the_fidelity_tool_covers_every_fixture_case():
             assert r["mel_distance"] >= 0.0 and r["mel_distance_noise"] > 0.0
             if r["first_difference"] is None and r["tokens_exact"] == r["tokens_other"]:
                 assert (r["mel_distance"] > 0.0) == bf16
+
+
+def test_the_engine_takes_the_setting(tmp_path, monkeypatch):
+    """PRIMESPEECH_PRECISION=int8_bf16 through the engine: its GPT steps on int8 weights and its vocoder runs in
+    bfloat16 where this CPU offers them (exact / float32 elsewhere), and stats() says which."""
+    from dora_primespeech_mlx.assets.catalog import VoiceSpec
+    from dora_primespeech_mlx.engine import GPTSoVITSEngine, SynthesisConfig
+
+    cases = load_cases_json()
+    e2e = [c for c in cases.get("cases", []) if c["name"].startswith("e2e")]
+    if not e2e:
+        require_fixture("models/cases.json")
+        pytest.skip("no e2e case in the fixtures")
+    ck, inp = cases["checkpoints"], e2e[0]["inputs"]
+    voice = VoiceSpec(name="fixture-precision", language=inp["text_lang"], prompt_text=inp["prompt_text"],
+                      prompt_lang=inp["prompt_lang"], speed_factor=float(inp.get("speed_factor", 1.0)),
+                      gpt=require_fixture("models/" + ck["gpt"]),
+                      sovits=require_fixture("models/" + ck["sovits"]),
+                      reference=require_fixture("models/" + inp["ref_audio_path"]),
+                      hubert=require_fixture("models/" + ck["hubert"]), bert=require_fixture("models/" + ck["bert"]),
+                      source="custom")
+    monkeypatch.setenv("PRIMESPEECH_PRECISION", "int8_bf16")
+    eng = GPTSoVITSEngine(model_dir=tmp_path, config=SynthesisConfig(text_split_method="cut0"))
+    eng.load_voice(voice)
+    res = eng.synthesize(inp["text"], text_lang=inp["text_lang"], top_k=1, seed=1)
+    assert len(res.semantic_tokens) > 0 and np.isfinite(np.asarray(res.audio)).all()
+    st = eng.stats()["backends"]
+    assert st["runtime"]["precision"] == "int8_bf16"
+    int8 = q8.status(Runtime(precision="int8"))[0] is not None and st["gpt"] == "numpy"
+    assert st["gpt_precision"] == ("int8" if int8 else "exact"), st
+    if mx.default_device().type == mx.cpu:
+        bf16 = vocoder.bf16_status() is None
+        assert (st["sovits"]["backend"] == "openvino" and st["sovits"].get("precision") == "bf16") == bf16, st
