@@ -28,6 +28,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "t2s_decode": ("auto", "mlx", "compile", "numpy"),
     "gpt_half": ("auto", "1", "0"),
     "gpt_prefill": ("auto", "float16", "float32"),
+    "precision": ("exact", "int8", "bf16", "int8_bf16"),
     "bert_gemm": ("auto", "float16", "float32"),
     "isa": ("auto", "avx512", "avx2", "generic", "none"),
     "conv_impl": ("auto", "gemm", "native"),
@@ -36,7 +37,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "overlap": ("auto", "1", "0"),
 }
 FROM_SETTINGS = ("device", "encoders", "coreml_compute_units", "t2s_decode", "t2s_compile", "gpt_half",
-                 "gpt_prefill", "bert_half", "bert_gemm", "isa", "conv_impl", "vocoder", "vocoder_parts",
+                 "gpt_prefill", "precision", "bert_half", "bert_gemm", "isa", "conv_impl", "vocoder", "vocoder_parts",
                  "vocoder_spin", "overlap")
 
 
@@ -52,6 +53,8 @@ class Runtime:
     t2s_compile: bool | None = None  # mx.compile the MLX step (None: on GPUs)
     gpt_half: str = "auto"  # the GPT's numpy step on float16 weights: auto | 1 | 0
     gpt_prefill: str = "auto"  # GPT prefill with float16 weights: auto | float16 | float32 (kernels/cpu_paths.py)
+    precision: str = "exact"  # reduced precision, opt-in: exact | int8 (GPT decode step, models/kernels/q8.py) | bf16
+    # (vocoder on OpenVINO in bfloat16, models/sovits/vocoder_openvino.py) | int8_bf16 (both)
     bert_half: bool | None = None  # RoBERTa weights in float16 (None: automatic)
     bert_gemm: str = "auto"  # RoBERTa with float16 weights: auto | float16 | float32
     isa: str = "auto"  # build of the float16 kernels: auto | avx512 | avx2 | generic | none
@@ -83,6 +86,11 @@ class Runtime:
         values["threads"] = ThreadPlan.from_settings(settings)
         values.update(overrides)
         return cls(**values)
+
+    def reduced(self, part: str) -> bool:
+        """Whether ``precision`` asks for the reduced-precision ``part`` (``int8``: the GPT decode step; ``bf16``:
+        the vocoder)."""
+        return part in self.precision.split("_")
 
     def replace(self, **changes: Any) -> Runtime:
         """A copy with ``changes`` (checked like a new one)."""

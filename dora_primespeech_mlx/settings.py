@@ -366,6 +366,11 @@ class Settings(defaults.RequestDefaults):
         "Build of the float16-weight C kernels: auto (avx512 or avx2 by the CPU's flags; none elsewhere) | avx512 | "
         "avx2 | generic (portable C) | none (numpy float32 / MLX). A build the CPU cannot run is refused.", (),
         audience="tuning")
+    precision: str = setting("PRIMESPEECH_PRECISION", _RT.precision, _choice(CHOICES["precision"]),
+        "Reduced precision on the CPU, opt-in (changes the output; fidelity in docs/performance.md): exact | int8 "
+        "(GPT decode step's weights rounded to int8 per row: half the bytes per token; AVX-512 kernels) | bf16 "
+        "(vocoder on OpenVINO in bfloat16; CPUs with AVX-512 BF16 or AMX) | int8_bf16. Where the CPU or the "
+        "extra lacks it: exact, one INFO line.", (), audience="tuning")
     gpt_prefill: str = setting("PRIMESPEECH_GPT_PREFILL", _RT.gpt_prefill, _choice(CHOICES["gpt_prefill"]),
         "GPT prefill with float16 weights on the CPU: float16 (kernel GEMM) | float32 (upcast, BLAS) | auto (the "
         "faster measured for this build and thread count; bench prints it).", (), audience="tuning")

@@ -67,7 +67,8 @@ def table(report: dict[str, Any]) -> str:
         ("GPT decode (100 tokens)", "ms/token", _fmt(st.get("gpt_decode"), digits=2),
          UPSTREAM_MS["gpt_decode_ms_per_token"], TARGETS["gpt_decode_ms_per_token"]),
         *[(f"  decode step alone, {name} weights", "ms/step", _fmt(st.get(f"gpt_step_{key}"), digits=2), None, None)
-          for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_step_{key}" in st],
+          for key, name in (("half", "float16"), ("fp32", "float32"), ("int8", "int8 (PRIMESPEECH_PRECISION)"))
+          if f"gpt_step_{key}" in st],
         *[(f"  prefill, {name} weights", "ms", _fmt(st.get(f"gpt_prefill_{key}")), None, None)
           for key, name in (("half", "float16"), ("fp32", "float32")) if f"gpt_prefill_{key}" in st],
         *[(f"  batched step, {key[10:]} rows", "ms/token", _fmt(st[key], digits=2), None, None)
@@ -79,8 +80,12 @@ def table(report: dict[str, Any]) -> str:
          _fmt(st.get("sovits"), digits=3), round(UPSTREAM_MS["sovits_s_per_audio_s"], 3),
          TARGETS["sovits_s_per_audio_s"]),
         *[(f"  SoVITS with the {name} vocoder", "s per s audio", _fmt(st.get(f"sovits_{name}"), digits=3), None,
-           None) for name in ("mlx", "onnxruntime", "onnxruntime_split", "onnxruntime_arena", "openvino")
-           if f"sovits_{name}" in st],
+           None) for name in ("mlx", "onnxruntime", "onnxruntime_split", "onnxruntime_arena", "openvino",
+                              "openvino_bf16") if f"sovits_{name}" in st],
+        *[("  SoVITS openvino_bf16 (PRIMESPEECH_PRECISION=bf16) / the engine's (same run)", "ratio",
+           f"{st['sovits_openvino_bf16']['min'] / st['sovits']['min']:.2f} / "
+           f"{st['sovits_openvino_bf16']['median'] / st['sovits']['median']:.2f}", None, None)
+          for _ in [0] if "sovits_openvino_bf16" in st and "sovits" in st],
         *[("  SoVITS openvino / onnxruntime as the engine runs it (same run)", "ratio",
            f"{st['sovits_openvino']['min'] / st[f'sovits_{ort}']['min']:.2f} / "
            f"{st['sovits_openvino']['median'] / st[f'sovits_{ort}']['median']:.2f}", None, None)

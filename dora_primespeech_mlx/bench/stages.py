@@ -225,45 +225,62 @@ def _onnx_variants(sovits, gen, cache_dir: Path) -> dict[str, Any]:
 
 def _openvino_variant(sovits, cache_dir: Path, chosen) -> dict[str, Any]:
     """The vocoder on OpenVINO (``PRIMESPEECH_VOCODER=openvino``) with the configured threads, as a backend for the
-    SoVITS stage, where the extra is installed (else nothing: not measured)."""
+    SoVITS stage, where the extra is installed (else nothing: not measured); and in bfloat16
+    (``PRIMESPEECH_PRECISION=bf16``) where the CPU has bfloat16 products."""
     from ..models.sovits import vocoder
 
-    if chosen.active == "openvino":
-        return {"openvino": chosen}
+    out = {}
+    if vocoder.bf16_status() is None:  # PRIMESPEECH_PRECISION=bf16's vocoder, where the CPU has bfloat16 products
+        from ..models.sovits import vocoder_openvino
+
+        try:
+            bf16 = vocoder_openvino.load_or_build(sovits.dec, cache_dir, None, precision="bf16")
+            out["openvino_bf16"] = vocoder.VocoderBackend("openvino", bf16)
+        except Exception:  # not compilable here
+            pass
+    if chosen.active == "openvino" and getattr(chosen.generator, "precision", "f32") == "f32":
+        return {"openvino": chosen, **out}
     try:
         from ..models.sovits import vocoder_openvino
 
         gen = vocoder_openvino.load_or_build(sovits.dec, cache_dir, None)
     except Exception:  # not installed, or not loadable here
-        return {}
-    return {"openvino": vocoder.VocoderBackend("openvino", gen)}
+        return out
+    return {"openvino": vocoder.VocoderBackend("openvino", gen), **out}
 
 
 def _decode_step_half_vs_fp32(gpt, phones, feats, prompt, repeat: int) -> dict[str, Any]:
-    """The numpy decode step with float16 weights (the default where available) and with float32 copies
-    of the same weights, alternating token by token in one run: ms per step over N_TOKENS steps."""
+    """The numpy decode step with float16 weights (the default where available), with float32 copies of the same
+    weights and, where the CPU runs it, with the opt-in int8 weights (``PRIMESPEECH_PRECISION=int8``), alternating
+    token by token in one run: ms per step over N_TOKENS steps."""
     from ..models.gpt.numpy_decoder import NumpyDecoder
+    from ..models.kernels import q8
 
     half = gpt.decoder
     if not getattr(half, "half", False):
         return {}
     full = NumpyDecoder(gpt, half=False)
+    decoders = [("half", half), ("fp32", full)]
+    runtime = getattr(half, "runtime", None)
+    if runtime is not None and q8.status(runtime.replace(precision="int8"))[0] is not None:
+        decoders.append(("int8", NumpyDecoder(gpt, runtime=runtime.replace(precision="int8"))))
     args = (phones, feats, prompt, N_TOKENS)
-    times: dict[str, list[float]] = {"half": [], "fp32": []}
+    times: dict[str, list[float]] = {name: [] for name, _ in decoders}
     prefill: dict[str, list[float]] = {"half": [], "fp32": []}
     tokens = np.random.default_rng(1).integers(0, 1024, N_TOKENS)
     for _ in range(max(1, repeat)):
         states = {}
-        for name, dec in (("half", half), ("fp32", full)):
+        for name, dec in decoders:
             t = time.perf_counter()
             states[name] = dec.prefill(*args)[0]
-            prefill[name].append((time.perf_counter() - t) * 1e3)
+            if name in prefill:
+                prefill[name].append((time.perf_counter() - t) * 1e3)
         for i, tok in enumerate(tokens):
             for name, st in states.items():
                 t = time.perf_counter()
                 st.step(int(tok), prompt.shape[1] + i)
                 times[name].append((time.perf_counter() - t) * 1e3)
-    del full
+    del full, decoders
     out = {f"gpt_step_{k}": _summary(v, "ms/step", what="numpy decode step alone") for k, v in times.items()}
     out.update({f"gpt_prefill_{k}": _summary(v, "ms", what="numpy prefill") for k, v in prefill.items()})
     return out

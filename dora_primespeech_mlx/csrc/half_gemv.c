@@ -558,15 +558,117 @@ static void attn_batch_head(const void *p, int64_t c) {
 
 #define MAX_BATCH 16
 
+/* ---- int8 weights, one float32 scale per row (the opt-in reduced-precision decode step, PRIMESPEECH_PRECISION=int8):
+   y[i] = S[i] * sum_j Q[i, j] x[j] (+ b[i]), Q the row rounded to S[i] = max|W[i, :]| / 127 steps. Half the bytes of
+   float16 per token for a step bound by reading its weights; x and the sums stay float32 (each weight converted in
+   registers, like the float16 path), so the only change is the weights' rounding: |W - S Q| <= S / 2 per value. ---- */
+#if HG_X86 && defined(__AVX512F__)
+#define VLOADQ(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#elif HG_X86
+#define VLOADQ(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#else
+typedef int8_t qvec __attribute__((vector_size(VW)));
+static inline vec VLOADQ(const int8_t *p) {
+  qvec q;
+  memcpy(&q, p, sizeof q);
+  return __builtin_convertvector(q, vec);
+}
+#endif
+
+static inline float dot_q8(const int8_t *w, const float *x, int64_t k) {
+  const int64_t k4 = k & ~(int64_t)(4 * VW - 1);
+  vec a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
+  int64_t j = 0;
+  for (; j < k4; j += 4 * VW) {
+    a0 = VFMA(VLOADQ(w + j), VLOADX(x + j), a0);
+    a1 = VFMA(VLOADQ(w + j + VW), VLOADX(x + j + VW), a1);
+    a2 = VFMA(VLOADQ(w + j + 2 * VW), VLOADX(x + j + 2 * VW), a2);
+    a3 = VFMA(VLOADQ(w + j + 3 * VW), VLOADX(x + j + 3 * VW), a3);
+  }
+  for (; j + VW <= k; j += VW) a0 = VFMA(VLOADQ(w + j), VLOADX(x + j), a0);
+  float acc = VSUM(VADDV(VADDV(a0, a1), VADDV(a2, a3)));
+  for (; j < k; j++) acc += (float)w[j] * x[j];
+  return acc;
+}
+
+static inline void prefetch_q8(const int8_t *w, int64_t k) {
+  const uintptr_t end = (uintptr_t)w + PREFETCH_AHEAD + (uintptr_t)k;
+  for (uintptr_t p = (uintptr_t)w + PREFETCH_AHEAD; p < end; p += 64) PREFETCH(p);
+}
+
+typedef struct {
+  const int8_t *Q;
+  const float *S;
+  const float *const *xs;
+  const float *b;
+  float *const *ys;
+  int64_t nb, n, k, rows;
+  int relu;
+} q8_job;
+
+static void q8_chunk(const void *p, int64_t c) {
+  const q8_job *j = (const q8_job *)p;
+  const int64_t i0 = c * j->rows, i1 = i0 + j->rows < j->n ? i0 + j->rows : j->n, k = j->k;
+  for (int64_t i = i0; i < i1; i++) {
+    const int8_t *w = j->Q + i * k;
+    prefetch_q8(w, k);
+    for (int64_t r = 0; r < j->nb; r++) { /* the row stays in L1 for the other vectors */
+      float v = j->S[i] * dot_q8(w, j->xs[r], k);
+      if (j->b) v += j->b[i];
+      j->ys[r][i] = j->relu && v < 0.0f ? 0.0f : v;
+    }
+  }
+}
+
+static void gemv_batch_q8(const int8_t *Q, const float *S, const float *const *xs, const float *b, float *const *ys,
+                          int64_t nb, int64_t n, int64_t k, int relu, int threads) {
+  if (threads <= 1 || n * k < (1 << 17)) threads = 1;
+  int64_t rows = threads == 1 ? n : (n + 4 * threads - 1) / (4 * threads);
+  rows = rows < 32 ? 32 : (rows + 15) & ~(int64_t)15;
+  q8_job j = {Q, S, xs, b, ys, nb, n, k, rows, relu};
+  parallel(q8_chunk, &j, (n + rows - 1) / rows, threads);
+}
+
+/* y = S * (Q x) (+ b) on `threads` threads (rows split: every value as on one thread) */
+void gemv_q8_mt(const int8_t *Q, const float *S, const float *x, const float *b, float *y, int64_t n, int64_t k,
+                int threads) {
+  gemv_batch_q8(Q, S, &x, b, &y, 1, n, k, 0, threads);
+}
+
+/* Q[i, :] = round(W[i, :] / S[i]) with S[i] = max|W[i, :]| / 127 (0 for a zero row); W float32 (n x k) */
+void quantize_rows_q8(const float *W, int8_t *Q, float *S, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < n; i++) {
+    const float *w = W + i * k;
+    float m = 0.0f;
+    for (int64_t j = 0; j < k; j++) m = fabsf(w[j]) > m ? fabsf(w[j]) : m;
+    const float s = m / 127.0f, inv = m > 0.0f ? 127.0f / m : 0.0f;
+    S[i] = s;
+    for (int64_t j = 0; j < k; j++) {
+      const float q = nearbyintf(w[j] * inv);
+      Q[i * k + j] = (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+    }
+  }
+}
+
 /* one decode step for nb generations of the same model at once (the batched decode of queued sentences): row r has
    its own pointer table tables[r] (its weights are tables[0]'s: one weight read per step for all rows; its own KV
    cache at entries 12, 13 of each layer), cache capacity caps[r], filled rows ts[r], state xs[r] (D) and scratch
-   scratch[r] (5 D + F + H caps[r] floats). Every row's values are bit-identical to its decode_layers step alone. */
-int decode_layers_batch(void *const *const *tables, int64_t nb, const int64_t *caps, const int64_t *ts,
-                        float *const *xs, float *const *scratch, int64_t layers, int64_t D, int64_t H, int64_t F,
-                        float scale, float eps, int threads) {
+   scratch[r] (5 D + F + H caps[r] floats). Every row's values are bit-identical to its decode_layers step alone.
+   q8: the four products' weights are int8 (entries 0, 2, 6, 8) with their row scales at entries 14-17, 18 entries
+   per layer; otherwise float16, 14 entries. */
+static void layer_gemv(void *const *w, int q8, int wi, int si, const float *const *xs, const float *b,
+                       float *const *ys, int64_t nb, int64_t n, int64_t k, int relu, int threads) {
+  if (q8)
+    gemv_batch_q8((const int8_t *)w[wi], (const float *)w[si], xs, b, ys, nb, n, k, relu, threads);
+  else
+    gemv_batch((const uint16_t *)w[wi], xs, b, ys, nb, n, k, relu, threads);
+}
+
+static int decode_core(void *const *const *tables, int q8, int64_t nb, const int64_t *caps, const int64_t *ts,
+                       float *const *xs, float *const *scratch, int64_t layers, int64_t D, int64_t H, int64_t F,
+                       float scale, float eps, int threads) {
   if (nb < 1 || nb > MAX_BATCH) return -1;
-  const int64_t hd = D / H;
+  const int64_t hd = D / H, stride = q8 ? 18 : 14;
   float *qkv[MAX_BATCH], *o[MAX_BATCH], *y[MAX_BATCH], *h[MAX_BATCH];
   const float *cx[MAX_BATCH], *co[MAX_BATCH], *ch[MAX_BATCH];
   attn_job aj[MAX_BATCH];
@@ -582,10 +684,10 @@ int decode_layers_batch(void *const *const *tables, int64_t nb, const int64_t *c
     work += (ts[r] + 1) * D;
   }
   for (int64_t l = 0; l < layers; l++) {
-    void *const *w = tables[0] + 14 * l;
-    gemv_batch((const uint16_t *)w[0], cx, (const float *)w[1], qkv, nb, 3 * D, D, 0, threads);
+    void *const *w = tables[0] + stride * l;
+    layer_gemv(w, q8, 0, 14, cx, (const float *)w[1], qkv, nb, 3 * D, D, 0, threads);
     for (int64_t r = 0; r < nb; r++) {
-      float *K = (float *)tables[r][14 * l + 12], *V = (float *)tables[r][14 * l + 13];
+      float *K = (float *)tables[r][stride * l + 12], *V = (float *)tables[r][stride * l + 13];
       const int64_t cap = caps[r], t = ts[r];
       for (int64_t hh = 0; hh < H; hh++)
         for (int64_t c = 0; c < hd; c++) {
@@ -597,21 +699,39 @@ int decode_layers_batch(void *const *const *tables, int64_t nb, const int64_t *c
     }
     attn_batch ab = {aj, H};
     parallel(attn_batch_head, &ab, nb * H, work >= (1 << 16) ? threads : 1);
-    gemv_batch((const uint16_t *)w[2], co, NULL, y, nb, D, D, 0, threads);
+    layer_gemv(w, q8, 2, 15, co, NULL, y, nb, D, D, 0, threads);
     for (int64_t r = 0; r < nb; r++)
       layer_norm_add(xs[r], y[r], (const float *)w[3], (const float *)w[4], (const float *)w[5], D, eps);
-    gemv_batch((const uint16_t *)w[6], cx, (const float *)w[7], h, nb, F, D, 1, threads);
-    gemv_batch((const uint16_t *)w[8], ch, NULL, y, nb, D, F, 0, threads);
+    layer_gemv(w, q8, 6, 16, cx, (const float *)w[7], h, nb, F, D, 1, threads);
+    layer_gemv(w, q8, 8, 17, ch, NULL, y, nb, D, F, 0, threads);
     for (int64_t r = 0; r < nb; r++)
       layer_norm_add(xs[r], y[r], (const float *)w[9], (const float *)w[10], (const float *)w[11], D, eps);
   }
   return 0;
 }
 
+int decode_layers_batch(void *const *const *tables, int64_t nb, const int64_t *caps, const int64_t *ts,
+                        float *const *xs, float *const *scratch, int64_t layers, int64_t D, int64_t H, int64_t F,
+                        float scale, float eps, int threads) {
+  return decode_core(tables, 0, nb, caps, ts, xs, scratch, layers, D, H, F, scale, eps, threads);
+}
+
+/* the same step on int8 weights (tables of 18 entries per layer, see decode_core) */
+int decode_layers_batch_q8(void *const *const *tables, int64_t nb, const int64_t *caps, const int64_t *ts,
+                           float *const *xs, float *const *scratch, int64_t layers, int64_t D, int64_t H, int64_t F,
+                           float scale, float eps, int threads) {
+  return decode_core(tables, 1, nb, caps, ts, xs, scratch, layers, D, H, F, scale, eps, threads);
+}
+
 /* one generation's step: the batch of one */
 void decode_layers(void *const *p, int64_t layers, int64_t cap, int64_t t, float *x, float *scratch, int64_t D,
                    int64_t H, int64_t F, float scale, float eps, int threads) {
   decode_layers_batch(&p, 1, &cap, &t, &x, &scratch, layers, D, H, F, scale, eps, threads);
+}
+
+void decode_layers_q8(void *const *p, int64_t layers, int64_t cap, int64_t t, float *x, float *scratch, int64_t D,
+                      int64_t H, int64_t F, float scale, float eps, int threads) {
+  decode_layers_batch_q8(&p, 1, &cap, &t, &x, &scratch, layers, D, H, F, scale, eps, threads);
 }
 
 /* ---- the prefill's attention, one head per chunk: the new keys/values into the KV cache (H, cap, hd), then for

@@ -83,6 +83,30 @@ int main(void) {
       }
   }
 
+  /* int8 rows: quantize_rows_q8 rounds each value to within half a step; gemv_q8_mt is the product of those
+     dequantized weights (float32 sums) */
+  {
+    static int8_t Q[N * K];
+    static float S[N];
+    quantize_rows_q8(Wf, Q, S, N, K);
+    int within = 1;
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < K; j++) within &= fabsf(Wf[i * K + j] - S[i] * Q[i * K + j]) <= 0.5001f * S[i];
+    printf("%-36s %s\n", "quantize_rows_q8 within half a step", within ? "ok" : "FAIL");
+    failures += !within;
+    for (int threads = 1; threads <= 2; threads++) {
+      char what[64];
+      for (int i = 0; i < N; i++) {
+        double s = b[i], d = 0.0;
+        for (int j = 0; j < K; j++) d += (double)Q[i * K + j] * x[j];
+        ref[i] = s + (double)S[i] * d;
+      }
+      gemv_q8_mt(Q, S, x, b, y, N, K, threads);
+      snprintf(what, sizeof what, "gemv_q8_mt, %d thread(s)", threads);
+      check(what, y, ref, N, 1e-5);
+    }
+  }
+
   /* the prefill attention: T rows, H heads of hd, the first n_text rows attend to the text keys only */
   enum { T = 19, H = 2, HD = 16, D = H * HD, CAP = 24, NT = 7 };
   static float qkv[T * 3 * D], Kc[H * CAP * HD], Vc[H * CAP * HD], O[T * D], scratch[H * (HD * T + T)];
@@ -233,6 +257,41 @@ int main(void) {
     const int same = rc == 0 && !memcmp(xa, xs, sizeof xa) && !memcmp(xb, xb1, sizeof xb);
     printf("%-40s %s\n", "decode_layers_batch (2 rows) == alone", same ? "ok" : "FAILED");
     failures += !same;
+
+    /* the int8 step (decode_layers_q8): the same weights rounded per row; within the rounding of the f16 step above,
+       and its batch bit for bit as alone */
+    static int8_t qq[LAYERS][3 * DD * DD], qo[LAYERS][DD * DD], q1[LAYERS][FF * DD], q2[LAYERS][DD * FF];
+    static float sq[LAYERS][3 * DD], so[LAYERS][DD], s1[LAYERS][FF], s2[LAYERS][DD], tmp[3 * DD * DD + FF * DD];
+    void *p8[LAYERS * 18];
+    for (int l = 0; l < LAYERS; l++) {
+      for (int i = 0; i < 3 * DD * DD; i++) tmp[i] = h2f(wq[l][i]);
+      quantize_rows_q8(tmp, qq[l], sq[l], 3 * DD, DD);
+      for (int i = 0; i < DD * DD; i++) tmp[i] = h2f(wo[l][i]);
+      quantize_rows_q8(tmp, qo[l], so[l], DD, DD);
+      for (int i = 0; i < FF * DD; i++) tmp[i] = h2f(w1[l][i]);
+      quantize_rows_q8(tmp, q1[l], s1[l], FF, DD);
+      for (int i = 0; i < DD * FF; i++) tmp[i] = h2f(w2[l][i]);
+      quantize_rows_q8(tmp, q2[l], s2[l], DD, FF);
+      void *q[18] = {qq[l], bq[l], qo[l], bo[l], n1w[l], n1b[l], q1[l], b1[l], q2[l], b2[l],
+                     n2w[l], n2b[l], kc[l], vc[l], sq[l], so[l], s1[l], s2[l]};
+      for (int i = 0; i < 18; i++) p8[l * 18 + i] = q[i];
+    }
+    memcpy(kc, kc0, sizeof kc);
+    memcpy(vc, vc0, sizeof vc);
+    static float x8[DD], x8b[DD], s8[5 * DD + FF + HH * CAPD];
+    memcpy(x8, x0, sizeof x8);
+    decode_layers_q8(p8, LAYERS, CAPD, TT, x8, s8, DD, HH, FF, (float)sc, (float)eps, 2);
+    check("decode_layers_q8 (vs float16 weights)", x8, xr, DD, 5e-2);
+    memcpy(kc, kc0, sizeof kc);
+    memcpy(vc, vc0, sizeof vc);
+    memcpy(x8b, x0, sizeof x8b);
+    void *const *t8[1] = {p8};
+    const int64_t cap8[1] = {CAPD}, ts8[1] = {TT};
+    float *xs8[1] = {x8b}, *sc8[1] = {s8};
+    const int rc8 = decode_layers_batch_q8(t8, 1, cap8, ts8, xs8, sc8, LAYERS, DD, HH, FF, (float)sc, (float)eps, 1);
+    const int same8 = rc8 == 0 && !memcmp(x8, x8b, sizeof x8);
+    printf("%-40s %s\n", "decode_layers_batch_q8 == decode_layers_q8", same8 ? "ok" : "FAILED");
+    failures += !same8;
   }
 
   printf(failures ? "%d check(s) FAILED\n" : "all checks passed\n", failures);

@@ -13,7 +13,7 @@ import mlx.core as mx
 import numpy as np
 
 from ...runtime import DEFAULT, Runtime
-from ..kernels import half_gemv
+from ..kernels import half_gemv, q8
 from ..kernels.cpu_paths import path as stage_path
 from ..kernels.half_matrix import HalfMatrix
 from ..shared.storage import half_storage
@@ -120,6 +120,20 @@ class _Weights:
         self.alpha = np.float32(_view(model.audio_position.alpha)[0])
         self.predict = _matrix(model.predict.weight, fn)
         self.source = model.predict.weight  # identity check for stale views
+        # the runtime's precision int8 (opt-in): the blocks' four products on int8 copies of their weights
+        self.q8_fn = q8.kernel(runtime) if self.fused else None
+        self.q8 = [q8.block_weights(b, self.q8_fn) for b in model.layers] if self.q8_fn is not None else None
+
+    @property
+    def precision(self) -> str:
+        """The decode step's weights: ``int8`` (the opt-in reduced-precision step) or ``exact``."""
+        return "int8" if self.q8 is not None else "exact"
+
+    def step_kernels(self):
+        """(the kernels that run the fused step, whether it is the int8 one)."""
+        if self.q8 is not None:
+            return self.q8_fn, True
+        return self.predict.fn, False
 
 
 def _linear(x: np.ndarray, w, b: np.ndarray, relu: bool = False, path: str = "float16") -> np.ndarray:
@@ -163,6 +177,16 @@ def _fused_pointers(dec: _Weights, keys: list[np.ndarray], values: list[np.ndarr
     cache), or None when the weights are not all float16 ``HalfMatrix`` objects."""
     import ctypes
 
+    if dec.q8 is not None:  # the int8 step: 18 entries per layer (the four row scales after K, V)
+        ptrs = []
+        for layer, (qkv, out, fc1, fc2), K, V in zip(dec.layers, dec.q8, keys, values):
+            arrays = (qkv.q, layer.qkv_b, out.q, layer.out_b, layer.n1_w, layer.n1_b, fc1.q, layer.fc1_b, fc2.q,
+                      layer.fc2_b, layer.n2_w, layer.n2_b, K, V, qkv.s, out.s, fc1.s, fc2.s)
+            for a in arrays:
+                if not (a.flags.c_contiguous and a.dtype in (np.int8, np.float32)):
+                    return None
+            ptrs += [a.ctypes.data for a in arrays]
+        return (ctypes.c_void_p * len(ptrs))(*ptrs)
     if not dec.layers or not all(isinstance(m, HalfMatrix) for layer in dec.layers
                                  for m in (layer.qkv_w, layer.out_w, layer.fc1_w, layer.fc2_w)):
         return None
@@ -284,9 +308,10 @@ def step_batch(states: list[NumpyDecodeState], tokens: list[int], positions: lis
     ts = (ctypes.c_int64 * n)(*[s.offset for s in states])
     xp = (P * n)(*[x.ctypes.data for x in xs])
     sp = (P * n)(*[s._scratch.ctypes.data for s in states])
-    fn = d.predict.fn
-    if fn.decode_layers_batch(tables, n, caps, ts, xp, sp, len(d.layers), d.dim, d.num_heads, states[0]._h.shape[0],
-                              float(d.scale), 1e-5, fn.nthreads()) != 0:
+    fn, int8 = d.step_kernels()
+    batch = fn.decode_layers_batch_q8 if int8 else fn.decode_layers_batch
+    if batch(tables, n, caps, ts, xp, sp, len(d.layers), d.dim, d.num_heads, states[0]._h.shape[0],
+             float(d.scale), 1e-5, fn.nthreads()) != 0:
         raise RuntimeError(f"the batched decode step refused {n} rows")
     for s in states:
         s.offset += 1
@@ -330,10 +355,11 @@ class NumpyDecodeState:
         x = self._input(token, position)
         H, hd = d.num_heads, d.head_dim
         n = t + 1
-        if self._fused is not None and d.fused:  # every block in one kernel call (float16 weights)
-            fn = d.predict.fn
-            fn.decode_layers(self._fused, len(d.layers), self.keys[0].shape[1], t, x.ctypes.data,
-                             self._scratch.ctypes.data, d.dim, H, self._h.shape[0], float(d.scale), 1e-5, fn.nthreads())
+        if self._fused is not None and d.fused:  # every block in one kernel call (float16 or int8 weights)
+            fn, int8 = d.step_kernels()
+            run = fn.decode_layers_q8 if int8 else fn.decode_layers
+            run(self._fused, len(d.layers), self.keys[0].shape[1], t, x.ctypes.data, self._scratch.ctypes.data, d.dim,
+                H, self._h.shape[0], float(d.scale), 1e-5, fn.nthreads())
             self.offset = n
             return d.predict @ x
         for layer, K, V in zip(d.layers, self.keys, self.values):

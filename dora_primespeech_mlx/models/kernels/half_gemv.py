@@ -216,6 +216,14 @@ class _Kernel:
         self.decode_layers_batch = _fn(lib, "decode_layers_batch", _P, _I64, _P, _P, _P, _P, _I64, _I64, _I64, _I64,
                                        ctypes.c_float, ctypes.c_float, _INT)
         self.decode_layers_batch.restype = _INT
+        # the int8 decode step (PRIMESPEECH_PRECISION=int8, models/kernels/q8.py)
+        self.gemv_q8_mt = _fn(lib, "gemv_q8_mt", _P, _P, _P, _P, _P, _I64, _I64, _INT)
+        self.quantize_rows_q8 = _fn(lib, "quantize_rows_q8", _P, _P, _P, _I64, _I64)
+        self.decode_layers_q8 = _fn(lib, "decode_layers_q8", _P, _I64, _I64, _I64, _P, _P, _I64, _I64, _I64,
+                                    ctypes.c_float, ctypes.c_float, _INT)
+        self.decode_layers_batch_q8 = _fn(lib, "decode_layers_batch_q8", _P, _I64, _P, _P, _P, _P, _I64, _I64, _I64,
+                                          _I64, ctypes.c_float, ctypes.c_float, _INT)
+        self.decode_layers_batch_q8.restype = _INT
 
     def on_threads(self, nthreads) -> _Kernel:
         """The same kernels with their thread count from ``nthreads()`` (a thread plan's ``kernel_threads``)."""

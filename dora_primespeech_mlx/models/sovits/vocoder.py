@@ -24,6 +24,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ..kernels import half_gemv
 from ..shared.storage import trim_heap
 from . import vocoder_onnx
 from .conv import _WeightCache
@@ -181,7 +182,7 @@ class MLXWeights:
 
 def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto", threads: int | None = None,
           release_mlx: bool = True, parts: str | int = "1", spin: bool | None = None,
-          arena: bool = False, cores=None) -> VocoderBackend:
+          arena: bool = False, cores=None, precision: str = "f32") -> VocoderBackend:
     """The generator backend for ``sovits`` (see the module docstring), for ``sovits.use_vocoder``.
     ``cache_dir``: where the ONNX graph is cached (None: built in memory). ``release_mlx``: drop the MLX
     generator's weights while ONNX Runtime serves it, where they can be read back (``sovits.weights_file``).
@@ -190,7 +191,9 @@ def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto"
     intra-op threads; ``auto``: :func:`auto_parts`; ``1``: always whole). ``spin``: the intra-op threads spin
     between convolutions (None: off); ``arena``: ONNX Runtime's CPU memory arena (off: buffers go back to the heap).
     ``cores``: () -> the cores free now; a cut vocoder runs whole on one thread while they are fewer than its parts.
-    :func:`from_runtime` passes an engine runtime's choices."""
+    ``precision``: ``f32``, or ``bf16`` (the opt-in ``PRIMESPEECH_PRECISION=bf16``: on the CPU the generator runs
+    whole on OpenVINO in bfloat16 where the CPU has native bfloat16 products and the extra is installed; elsewhere
+    the float32 choice, one INFO line). :func:`from_runtime` passes an engine runtime's choices."""
     if mode not in MODES:
         raise ValueError(f"vocoder mode {mode!r}: expected one of {', '.join(MODES)}")
     previous = getattr(sovits, "vocoder_backend", None)
@@ -200,6 +203,8 @@ def build(sovits, cache_dir: str | os.PathLike | None = None, mode: str = "auto"
         backend = VocoderBackend(mode, reason=f"{ENV}=mlx")
     elif mode == "auto" and not _on_cpu():
         backend = VocoderBackend(mode, reason="MLX default device is a GPU")
+    elif precision == "bf16" and (backend := _bf16(sovits, cache_dir, threads)) is not None:
+        pass
     elif mode == "openvino" and (backend := _openvino(sovits, cache_dir, threads)) is not None:
         pass
     else:
@@ -228,7 +233,48 @@ def from_runtime(sovits, runtime, cache_dir: str | os.PathLike | None = None) ->
     return build(sovits, cache_dir, mode=runtime.vocoder, parts=runtime.vocoder_parts, spin=runtime.vocoder_spin,
                  arena=runtime.vocoder_arena, release_mlx=runtime.release_mlx,
                  threads=None if plan is None else plan.vocoder_threads(),
-                 cores=None if plan is None else plan.vocoder_parts_now)
+                 cores=None if plan is None else plan.vocoder_parts_now,
+                 precision="bf16" if runtime.reduced("bf16") else "f32")
+
+
+_SAID: set[str] = set()
+
+
+def bf16_status() -> str | None:
+    """Why the bfloat16 vocoder cannot run here (None: it can): the CPU's native bfloat16 products
+    (``vocoder_openvino.BF16_FLAGS``, read at run time) and OpenVINO."""
+    flags = half_gemv.cpu_flags()
+    if isinstance(flags, str):
+        return flags
+    try:
+        from . import vocoder_openvino
+    except Exception as exc:  # pragma: no cover - the module itself imports nothing optional
+        return f"{type(exc).__name__}: {exc}"
+    if not any(f in flags for f in vocoder_openvino.BF16_FLAGS):
+        return f"this CPU has none of {', '.join(vocoder_openvino.BF16_FLAGS)}"
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        return "the openvino extra is not installed"
+    return None
+
+
+def _bf16(sovits, cache_dir, threads: int | None) -> VocoderBackend | None:
+    """``PRIMESPEECH_PRECISION=bf16``: the generator on OpenVINO in bfloat16, or None (one INFO line per reason and
+    process) where the CPU or the extra lacks it: the float32 choice then."""
+    why = bf16_status()
+    if why is None:
+        try:
+            from . import vocoder_openvino
+
+            generator = vocoder_openvino.load_or_build(sovits.dec, cache_dir, threads, precision="bf16")
+            return VocoderBackend("openvino", generator, reason="PRIMESPEECH_PRECISION=bf16")
+        except Exception as exc:  # a compile error
+            why = f"{type(exc).__name__}: {exc}"
+    if why not in _SAID:
+        _SAID.add(why)
+        log.info("PRIMESPEECH_PRECISION=bf16 unavailable, the vocoder stays float32: %s", why)
+    return None
 
 
 def _openvino(sovits, cache_dir, threads: int | None) -> VocoderBackend | None:
