@@ -105,7 +105,8 @@ class GPTSoVITSEngine:
         self._stats = EngineStats()
         self.store = VoiceStore(self.runtime, self.model_dir, self.settings.max_cached_voices, self._stats, self._say,
                                 self.settings.max_converted_models, self.text_data,
-                                Path(self.settings.cache_dir) / "references" if self.settings.reference_cache else None)
+                                Path(self.settings.cache_dir) / "references" if self.settings.reference_cache else None,
+                                Path(self.settings.cache_dir) / "prepared" if self.settings.prepared_cache else None)
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
