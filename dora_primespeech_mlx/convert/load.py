@@ -290,9 +290,10 @@ def _store_prepared(path: Path, key: str, model) -> None:
             pass
 
 
-def _load_prepared(kind: str, args: Any, converted: Path, runtime: Runtime, prepared: Path | None, after):
-    """The model of a converted folder: from its prepared form when ``prepared`` holds one for these choices, else
-    from its float32 weights (then its prepared form is written when the load changed how a weight is stored)."""
+def _load_prepared(kind: str, args: Any, converted: Path, runtime: Runtime, prepared: Path | None):
+    """(model, store) of a converted folder: the model from its prepared form when ``prepared`` holds one for these
+    choices (``store`` None), else from its float32 weights, with ``store(model)`` writing its prepared form once the
+    load is done (the caller's ``after`` included) when the load changed how a weight is stored (else None)."""
     from mlx.utils import tree_flatten
 
     weights_file = converted / "model.safetensors"
@@ -308,21 +309,22 @@ def _load_prepared(kind: str, args: Any, converted: Path, runtime: Runtime, prep
         weights = _read_prepared(target, key, model_cls(args))
         if weights is not None:
             model = _build(kind, args, weights, converted, runtime)
-            if after is not None:
-                after(model)
             try:
                 os.utime(target)  # the most recently used
             except OSError:
                 pass
-            return model
+            return model, None
     weights = dict(_read_converted(weights_file))  # (a dict: _build empties it, the model holds the only references)
     stored = {k: v.dtype for k, v in weights.items()}
     model = _build(kind, args, weights, converted, runtime)
-    if after is not None:
-        after(model)
-    if target is not None and any(v.dtype != stored.get(k) for k, v in tree_flatten(model.parameters())):
-        _store_prepared(target, key, model)  # the load changed how a weight is stored: keep that form
-    return model
+    if target is None:
+        return model, None
+
+    def store(model) -> None:
+        if any(v.dtype != stored.get(k) for k, v in tree_flatten(model.parameters())):
+            _store_prepared(target, key, model)  # the load changed how a weight is stored: keep that form
+
+    return model, store
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, kind: str | None = None) -> Path:
@@ -429,7 +431,7 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
             raise CheckpointError(converted, f"holds a {meta.get('kind')} model, expected {kind}")
         args_cls, _ = _model_classes(kind)
         args = args_cls.from_dict(meta["args"]) if hasattr(args_cls, "from_dict") else args_cls(**meta["args"])
-        model = _load_prepared(kind, args, converted, runtime, prepared, after)
+        model, store = _load_prepared(kind, args, converted, runtime, prepared)
     except (CheckpointError, OSError, ValueError, KeyError, TypeError):
         if entry:  # a cache entry that does not load is never served again
             entries.discard(converted)
@@ -439,6 +441,10 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
         entries.hold(converted, model)
         if fresh:
             entries.prune(root, keep_converted, protect=converted)
+    if after is not None:
+        after(model)
+    if store is not None:
+        store(model)
     return model
 
 
