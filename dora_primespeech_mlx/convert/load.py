@@ -230,9 +230,10 @@ def prepared_key(kind: str, weights_file: Path, runtime: Runtime) -> str:
 
     stamp = entries.source_stamp(weights_file)
     stamp.pop("path")  # (the file's content counts, not where it is)
+    kernels = None  # whether the float16 kernels are there: what the GPT's and RoBERTa's choice of storage reads
     if kind == "gpt":
         kernels = half_gemv.kernel(runtime.isa, runtime.gpt_half) is not None
-    else:
+    elif kind == "bert":
         kernels = mx.default_device().type == mx.cpu and half_gemv.library(runtime.isa, runtime.threads) is not None
     parts = {"format": PREPARED_FORMAT, "package": __version__, "kind": kind, "weights": stamp,
              "runtime": {f: repr(getattr(runtime, f)) for f in (*FROM_SETTINGS, "fused_step")},
