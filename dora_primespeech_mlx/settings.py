@@ -279,6 +279,11 @@ class Settings(defaults.RequestDefaults):
         "embedding) in the folder `references` of PRIMESPEECH_CACHE_DIR, keyed by the content of the clip and the "
         "model files they come from: a restart with the same voice skips CNHubert and the prompt's BERT.",
         audience="tuning")
+    prepared_cache: bool = setting("PRIMESPEECH_PREPARED_CACHE", True, _bool,
+        "Keep each model whose load stores its weights in another form (RoBERTa's and the GPT's float32 weights "
+        "as float16, CNHubert's float16 storage) in that form in the folder `prepared` of PRIMESPEECH_CACHE_DIR, "
+        "keyed by the weights file and the runtime's choices: a restart reads it instead of converting again.",
+        audience="tuning")
     auto_download: bool = setting("PRIMESPEECH_AUTO_DOWNLOAD", True, _bool,
         "Download a missing preset voice (and the encoders) from Hugging Face at start; false: fail with "
         "instructions instead.", ("GPTSVITS_AUTO_DOWNLOAD",), audience="deployment")
@@ -405,8 +410,8 @@ class Settings(defaults.RequestDefaults):
         "use).", (), audience="deployment")
     cache_dir: Path = setting("PRIMESPEECH_CACHE_DIR", expand("~/.cache/dora_primespeech_mlx"), _path,
         "Cache for the compiled BLAS shim, the text front end's prepared dictionaries (text/), the voices' "
-        "reference features (references/) and the benchmark's models (XDG_CACHE_HOME/dora_primespeech_mlx when "
-        "only that is set).", ("XDG_CACHE_HOME",),
+        "reference features (references/), the models' prepared weights (prepared/) and the benchmark's models "
+        "(XDG_CACHE_HOME/dora_primespeech_mlx when only that is set).", ("XDG_CACHE_HOME",),
         (("XDG_CACHE_HOME", _cache_under),), audience="deployment")
     zenoh_overlay: Path | None = setting("DORA_ZENOH_CONFIG_OVERLAY", None, _path,
         "dora 1.x's Zenoh config overlay (read by dora); unset (and no ZENOH_CONFIG): the node applies the "

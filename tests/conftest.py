@@ -40,6 +40,9 @@ if "PRIMESPEECH_TEXT_DATA" not in os.environ and (_SHARED / "data" / "gpt-sovits
 # and replay the original's arrays into them); tests/engine/test_reference_cache.py switches the on-disk cache on, with
 # a folder of its own. (Settings built from a test's own table, Settings.from_env({...}), keep the default: on.)
 os.environ.setdefault("PRIMESPEECH_REFERENCE_CACHE", "0")
+# Likewise the models' prepared forms on disk (convert/load.py): engines built from the environment load the float32
+# files; tests/convert/test_prepared.py switches them on, with folders of its own.
+os.environ.setdefault("PRIMESPEECH_PREPARED_CACHE", "0")
 
 
 def load_text_data():

@@ -24,7 +24,7 @@ from .memory import memory_engine, memory_lean, memory_levers
 from .report import environment, table
 from .stages import bench_engine, bench_stages
 from .startup import describe as describe_startup
-from .startup import startup
+from .startup import startup, startup_loads
 from .weights import default_models_dir, ensure_models
 
 
@@ -48,9 +48,16 @@ def run(args) -> int:
         ensure_models(root)
         print(memory_levers(root))
         return 0
-    if args.startup:
+    if args.startup:  # (--cotenant: idle, then beside each co-tenant, in one run)
+        from .cotenant import parse
+
+        try:
+            cotenants = [parse(spec) for spec in (args.cotenant or [])]
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         ensure_models(root)
-        stages = startup(root)
+        stages = startup_loads(root, cotenants) if cotenants else startup(root)
         print(json.dumps(stages, indent=2) if args.json else describe_startup(stages))
         return 0
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}

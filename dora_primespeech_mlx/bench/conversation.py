@@ -534,7 +534,7 @@ def add_arguments(p) -> None:
                         "beside the idle ones; repeatable): loop[:threads=1,mb=400,rate=48,dim=2048] (float32 "
                         "matrix-vector products, memory-bound like a CPU LLM) or llama[:threads=1,rate=0,"
                         "shape=qwen2.5-0.5b,quant=q8_0,python=PATH] (llama.cpp, random weights); see "
-                        "bench/cotenant.py")
+                        "bench/cotenant.py. With --startup: the start-up stages idle, then beside each co-tenant")
 
 
 if __name__ == "__main__":

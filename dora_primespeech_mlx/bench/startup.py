@@ -3,8 +3,9 @@ language reaches (:func:`~..text.warmup.warm_up`), the voice (the bench's real-s
 warm-up synthesis; then when it is ready and when the first chunk of its first text (streamed) comes out, both
 counted from the process's start; once with nothing queued, once with a text sent at the start (the warm-up's
 synthesis then gives way to it, as in the node). ``primespeech-mlx bench`` runs :func:`startup` and prints the
-stages (``--no-startup`` skips it, ``--startup`` runs only it); on their own: ``python -m
-dora_primespeech_mlx.bench.startup [MODELS_DIR]``."""
+stages (``--no-startup`` skips it, ``--startup`` runs only it; ``--startup --cotenant SPEC``: idle, then beside
+each co-tenant, :func:`startup_loads`); on their own: ``python -m dora_primespeech_mlx.bench.startup [MODELS_DIR]
+[--cotenant SPEC ...]``."""
 
 from __future__ import annotations
 
@@ -58,25 +59,64 @@ def startup_probe(root: Path, started: float, spec=None, text_at_start: bool = F
     return out
 
 
-def startup(root: Path, text_at_start: bool | None = None) -> dict[str, Any]:
+def startup(root: Path, text_at_start: bool | None = None, voice: str | None = None) -> dict[str, Any]:
     """:func:`startup_probe` in a fresh process (nothing loaded or cached in memory before it); ``text_at_start``
     None: both starts, each in its own process (nothing queued, then a text sent at the start), as
-    ``{"idle": ..., "text_at_start": ...}``."""
+    ``{"idle": ..., "text_at_start": ...}``. ``voice``: a voice's name resolved in ``root`` (default: the bench's
+    models)."""
     if text_at_start is None:
-        return {"idle": startup(root, False), "text_at_start": startup(root, True)}
+        return {"idle": startup(root, False, voice), "text_at_start": startup(root, True, voice)}
     code = ("import time; started = time.perf_counter(); import sys, json, pathlib; "
             "from dora_primespeech_mlx.bench.measure import _preload_blas; _preload_blas(); "
             "from dora_primespeech_mlx.bench.startup import startup_probe; "
-            "print(json.dumps(startup_probe(pathlib.Path(sys.argv[1]), started, text_at_start=sys.argv[2] == '1')))")
-    done = subprocess.run([sys.executable, "-c", code, str(root), str(int(text_at_start))], check=True,
+            "from dora_primespeech_mlx.assets.catalog import resolve_voice; root = pathlib.Path(sys.argv[1]); "
+            "spec = resolve_voice(sys.argv[3], root) if sys.argv[3] else None; "
+            "print(json.dumps(startup_probe(root, started, spec, text_at_start=sys.argv[2] == '1')))")
+    done = subprocess.run([sys.executable, "-c", code, str(root), str(int(text_at_start)), voice or ""], check=True,
                           capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def startup_loads(root: Path, cotenants=(), voice: str | None = None) -> dict[str, Any]:
+    """:func:`startup`'s pair idle, then beside each co-tenant (a :class:`.cotenant.CotenantSpec`, running from
+    before the first start's process begins to the end of the second: ``bench --conversation``'s co-tenants), in one
+    run: ``{"loads": {"idle": pair, SPEC: pair + {"cotenant": its figures}}}``; a co-tenant that does not start or
+    ends without figures gives ``{"error": why}`` in its place."""
+    from .cotenant import Cotenant
+
+    loads: dict[str, Any] = {"idle": startup(root, voice=voice)}
+    for spec in cotenants:
+        running = Cotenant(spec)
+        try:
+            running.start()
+        except RuntimeError as exc:
+            loads[spec.text] = {"error": str(exc)}
+            continue
+        try:
+            pair = startup(root, voice=voice)
+        finally:
+            try:
+                figures = running.stop()
+            except RuntimeError as exc:
+                figures = {"error": str(exc)}
+        loads[spec.text] = {**pair, "cotenant": figures}
+    return {"loads": loads}
 
 
 def describe(stages: dict[str, Any]) -> str:
     """One line per start: ``start-up (fresh process, nothing queued): imports 0.2 s, zh front end 1.2 s, ...,
     voice 1.3 s (reference features from the cache), warm-up 3.2 s; ready 7.4 s, first audio 8.9 s after the
     start``; :func:`startup`'s pair gives two lines."""
+    if "loads" in stages:  # startup_loads: a heading per load, then its pair
+        lines = []
+        for load, pair in stages["loads"].items():
+            fig = pair.get("cotenant", {}) if isinstance(pair, dict) else {}
+            tps = f", {fig['tokens_per_s']:.1f} tokens/s" if "tokens_per_s" in fig else ""
+            lines.append("idle:" if load == "idle" else f"beside the co-tenant {load}{tps}:")
+            if "error" in fig:
+                lines.append(f"  (the co-tenant: {fig['error']})")
+            lines += ["  " + line for line in describe(pair).splitlines()]
+        return "\n".join(lines)
     if "error" in stages:
         return f"start-up (fresh process): {stages['error']}"
     if "idle" in stages:
@@ -93,11 +133,24 @@ def describe(stages: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    root = Path(argv[0]).expanduser() if argv else default_models_dir()
+    import argparse
+
+    from .cotenant import parse
+
+    p = argparse.ArgumentParser(prog="python -m dora_primespeech_mlx.bench.startup",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("models_dir", nargs="?", help="the bench's random-weight models (default: the user cache)")
+    p.add_argument("--cotenant", action="append", metavar="SPEC", default=[],
+                   help="also start beside this co-tenant (repeatable; bench/cotenant.py)")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cotenants = [parse(spec) for spec in args.cotenant]
+    except ValueError as exc:
+        p.error(str(exc))
+    root = Path(args.models_dir).expanduser() if args.models_dir else default_models_dir()
     _preload_blas()
     ensure_models(root)
-    print(describe(startup(root)))
+    print(describe(startup_loads(root, cotenants) if cotenants else startup(root)))
     return 0
 
 

@@ -9,7 +9,9 @@ given by the caller; without one an original file is converted in memory). :func
 from a checkpoint already read (``checkpoints.read_*``) the same way.
 
 This is the one loading path (product and tests). Every loader takes the engine's :class:`~..runtime.Runtime`,
-which decides at load how each model runs (:func:`load` lists the choices)."""
+which decides at load how each model runs (:func:`load` lists the choices).
+A model whose load changes how its weights are stored can be kept in that form on disk (``prepared``,
+:func:`prepared_key`)."""
 
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import __version__
 from ..paths import mlx_cache_dir
-from ..runtime import DEFAULT, Runtime
+from ..runtime import DEFAULT, FROM_SETTINGS, Runtime
 from . import cache as entries
 from .checkpoints import RawCheckpoint, read_gpt, read_hf_dir, read_sovits, read_sv, sovits_needs_sv
 from .torch_pickle import CheckpointError, pickle_bytes
@@ -34,6 +37,8 @@ from .torch_pickle import CheckpointError, pickle_bytes
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+PREPARED_FORMAT = 1  # bump when a load's transforms of the weights change (what the prepared form holds)
+MAX_PREPARED = 8  # prepared models kept in the folder, the least recently used go first
 KINDS = ("gpt", "sovits", "hubert", "bert", "sv")  # sv: the speaker-verification model of v2Pro voices
 
 
@@ -208,6 +213,121 @@ def _read_converted(path: Path):
     return list(weights.items())
 
 
+def prepared_key(kind: str, weights_file: Path, runtime: Runtime) -> str:
+    """The key (hex SHA-256) of a model's prepared form; OSError when the file cannot be read.
+
+    The prepared form (``PRIMESPEECH_PREPARED_CACHE``): a model whose load changes how its weights are stored (float32
+    weights kept as float16: RoBERTa's and the GPT's after checking each is a float16 value, CNHubert's storage) is
+    written, as loaded, to ``<folder>/<kind>-<digest>.safetensors``; a later load under the same choices reads it
+    instead of the float32 file, the check and the cast, and holds exactly the arrays a load from the float32 file
+    holds. The key covers :data:`PREPARED_FORMAT`, the package version, the converted weights file's stamp
+    (``cache.source_stamp``: size, times, the SHA-256 of each end), the runtime's choices, the MLX device and
+    whether the float16 kernels are there; the file holds its key, and one that cannot be read, lacks a weight, or
+    was written for another key is ignored (DEBUG) and written again."""
+    import mlx.core as mx
+
+    from ..models.kernels import half_gemv  # (MLX is heavy: imported lazily, as the models are)
+
+    stamp = entries.source_stamp(weights_file)
+    stamp.pop("path")  # (the file's content counts, not where it is)
+    kernels = None  # whether the float16 kernels are there: what the GPT's and RoBERTa's choice of storage reads
+    if kind == "gpt":
+        kernels = half_gemv.kernel(runtime.isa, runtime.gpt_half) is not None
+    elif kind == "bert":
+        kernels = mx.default_device().type == mx.cpu and half_gemv.library(runtime.isa, runtime.threads) is not None
+    parts = {"format": PREPARED_FORMAT, "package": __version__, "kind": kind, "weights": stamp,
+             "runtime": {f: repr(getattr(runtime, f)) for f in (*FROM_SETTINGS, "fused_step")},
+             "device": str(mx.default_device()), "kernels": kernels}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def prepared_file(folder: Path, kind: str, key: str) -> Path:
+    return Path(folder) / f"{kind}-{key[:32]}.safetensors"
+
+
+def _read_prepared(path: Path, key: str, model) -> dict | None:
+    """The weights (name -> mx.array) of a prepared form written for ``key`` holding every weight of ``model``, else
+    None (absent; unreadable, another key's or incomplete: DEBUG)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    if not path.is_file():
+        return None
+    try:
+        weights, meta = mx.load(str(path), format="safetensors", return_metadata=True)
+        if meta.get("key") != key:
+            raise ValueError("written for another key")
+        shapes = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
+        if {k: tuple(v.shape) for k, v in weights.items()} != shapes:
+            raise ValueError("its weights are not the model's")
+    except (OSError, ValueError, RuntimeError) as exc:
+        log.debug("prepared form %s ignored: %s", path, exc)
+        return None
+    return weights
+
+
+def _store_prepared(path: Path, key: str, model) -> None:
+    """Write ``model``'s weights as they are now to ``path`` (whole: a partial file renamed into place); a folder
+    that cannot be written is skipped (DEBUG). Keeps the :data:`MAX_PREPARED` most recently used files."""
+    import threading
+
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.part.safetensors")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mx.save_safetensors(str(partial), dict(tree_flatten(model.parameters())), metadata={"key": key})
+        os.replace(partial, path)
+        olds = sorted((p for p in path.parent.glob("*.safetensors") if p != path and not p.name.startswith(".")),
+                      key=lambda p: p.stat().st_mtime)
+        for old in olds[: max(0, len(olds) + 1 - MAX_PREPARED)]:
+            old.unlink(missing_ok=True)
+    except (OSError, RuntimeError, ValueError) as exc:  # (MLX reports a file it cannot write as RuntimeError)
+        log.debug("prepared form %s not written: %s", path, exc)
+        try:
+            partial.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _load_prepared(kind: str, args: Any, converted: Path, runtime: Runtime, prepared: Path | None):
+    """(model, store) of a converted folder: the model from its prepared form when ``prepared`` holds one for these
+    choices (``store`` None), else from its float32 weights, with ``store(model)`` writing its prepared form once the
+    load is done (the caller's ``after`` included) when the load changed how a weight is stored (else None)."""
+    from mlx.utils import tree_flatten
+
+    weights_file = converted / "model.safetensors"
+    key = target = None
+    if prepared is not None:
+        try:
+            key = prepared_key(kind, weights_file, runtime)
+            target = prepared_file(prepared, kind, key)
+        except OSError as exc:
+            log.debug("no prepared form for %s: %s", weights_file, exc)
+    if target is not None:
+        _, model_cls = _model_classes(kind)
+        weights = _read_prepared(target, key, model_cls(args))
+        if weights is not None:
+            model = _build(kind, args, weights, converted, runtime)
+            try:
+                os.utime(target)  # the most recently used
+            except OSError:
+                pass
+            return model, None
+    weights = dict(_read_converted(weights_file))  # (a dict: _build empties it, the model holds the only references)
+    stored = {k: v.dtype for k, v in weights.items()}
+    model = _build(kind, args, weights, converted, runtime)
+    if target is None:
+        return model, None
+
+    def store(model) -> None:
+        if any(v.dtype != stored.get(k) for k, v in tree_flatten(model.parameters())):
+            _store_prepared(target, key, model)  # the load changed how a weight is stored: keep that form
+
+    return model, store
+
+
 def convert(src: str | os.PathLike, dst: str | os.PathLike, kind: str | None = None) -> Path:
     """Convert an original checkpoint (``.ckpt``, ``.pth`` or a Hugging Face folder) to a converted
     MLX folder ``dst`` (written atomically: a failure leaves no partial folder)."""
@@ -266,7 +386,8 @@ def _cache_path(src: Path, kind: str, root: Path) -> Path:
 
 
 def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, root: Path | None = None,
-         runtime: Runtime = DEFAULT, keep_converted: int = entries.MAX_ENTRIES):
+         runtime: Runtime = DEFAULT, keep_converted: int = entries.MAX_ENTRIES, prepared: Path | None = None,
+         after=None):
     """Load a model of ``kind`` from an original or converted path under ``runtime``: an original file is converted
     once into the model directory ``root``'s cache (``cache=False`` or no ``root``: converted in memory), which then
     keeps at most ``keep_converted`` per-request checkpoints (``PRIMESPEECH_CONVERTED_CACHE``, passed by the engine;
@@ -278,7 +399,10 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
       with the kernels' ``isa``, ``gpt_half``, ``gpt_prefill``, ``fused_step``), kept in ``model.decoder``; with
       ``decoder_at_load`` the numpy decoder's weights are built while loading;
     - SoVITS: the convolutions' form (``conv_impl``; the vocoder backend is built by its owner, ``vocoder.build``);
-    - BERT: float16 weights (``bert_half``) and the numpy path's kernels (``isa``, ``bert_gemm``)."""
+    - BERT: float16 weights (``bert_half``) and the numpy path's kernels (``isa``, ``bert_gemm``).
+
+    ``prepared``: the folder of prepared forms (module docstring; None: none read or written). ``after``: called with
+    the model before its prepared form is written (the GPT's decoder weights, :func:`load_gpt`)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(path, "not found")
@@ -308,7 +432,7 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
             raise CheckpointError(converted, f"holds a {meta.get('kind')} model, expected {kind}")
         args_cls, _ = _model_classes(kind)
         args = args_cls.from_dict(meta["args"]) if hasattr(args_cls, "from_dict") else args_cls(**meta["args"])
-        model = _build(kind, args, _read_converted(converted / "model.safetensors"), converted, runtime)
+        model, store = _load_prepared(kind, args, converted, runtime, prepared)
     except (CheckpointError, OSError, ValueError, KeyError, TypeError):
         if entry:  # a cache entry that does not load is never served again
             entries.discard(converted)
@@ -318,6 +442,10 @@ def load(path: str | os.PathLike, kind: str | None = None, cache: bool = True, r
         entries.hold(converted, model)
         if fresh:
             entries.prune(root, keep_converted, protect=converted)
+    if after is not None:
+        after(model)
+    if store is not None:
+        store(model)
     return model
 
 
@@ -325,13 +453,16 @@ def load_gpt(path, *, runtime: Runtime = DEFAULT, **kw):
     """The GPT (``T2SModel``) with its decoder chosen now by the runtime's ``t2s_decode`` (``auto``: numpy on the
     CPU, compiled MLX on a GPU) and ``t2s_compile``. With ``decoder_at_load`` the numpy decoder's weights (float16
     where they are float16 values) are built here."""
-    model = load(path, "gpt", runtime=runtime, **kw)
-    if runtime.decoder_at_load and getattr(model.decoder, "kind", None) == "numpy":
+    return load(path, "gpt", runtime=runtime, after=_decoder_weights if runtime.decoder_at_load else None, **kw)
+
+
+def _decoder_weights(model) -> None:
+    """The numpy decoder's weights while loading (``decoder_at_load``): float16 where they are float16 values."""
+    if getattr(model.decoder, "kind", None) == "numpy":
         from ..models.shared.storage import trim_heap
 
         model.decoder.warmup()  # its float16 weights now, not at the first token: the float32 ones go back
         trim_heap()  # before the other models load, which lowers the peak RSS (docs/memory.md, "The levers")
-    return model
 
 
 def load_sovits(path, **kw):

@@ -105,7 +105,8 @@ class GPTSoVITSEngine:
         self._stats = EngineStats()
         self.store = VoiceStore(self.runtime, self.model_dir, self.settings.max_cached_voices, self._stats, self._say,
                                 self.settings.max_converted_models, self.text_data,
-                                Path(self.settings.cache_dir) / "references" if self.settings.reference_cache else None)
+                                Path(self.settings.cache_dir) / "references" if self.settings.reference_cache else None,
+                                Path(self.settings.cache_dir) / "prepared" if self.settings.prepared_cache else None)
         self.cache, self.references = self.store.cache, self.store.references
         self.noise_bank = pipeline.NoiseBank  # (seed, sentence), channels -> bank; tests replay noise here
         self._lock = threading.RLock()
@@ -175,10 +176,12 @@ class GPTSoVITSEngine:
         return _Request(cfg, spec, models, ref, chunks, speed, seed, spans=spans)
 
     def synthesize(self, text: str, voice: str | VoiceSpec | None = None, config: SynthesisConfig | None = None,
-                   cancel: threading.Event | None = None, **overrides) -> SynthesisResult:
+                   cancel: threading.Event | None = None, *, max_tokens: int | None = None,
+                   **overrides) -> SynthesisResult:
         """Speak ``text`` in one piece: float32 audio of all chunks, each followed by ``fragment_interval``
         seconds of silence (upstream ``audio_postprocess``). Setting ``cancel`` stops the work between two GPT
-        tokens or two stages and raises :class:`SynthesisCancelled`."""
+        tokens or two stages and raises :class:`SynthesisCancelled`. ``max_tokens``: each sentence speaks at most its
+        first this many GPT tokens (the warm-up's cap; a sentence decoded in a batch is cut after decoding)."""
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             self._stats.begin(stream=False)
@@ -193,9 +196,11 @@ class GPTSoVITSEngine:
                     quiet = not latents or lane is None  # no vocoder beside it (which slows everything down)
                     decoded, solo = timer.timings.get("gpt_decode", 0.0), True
                     if batch is None:
-                        tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel)
+                        tokens = pipeline.generate_tokens(r.models, r.ref, chunk, r.cfg, r.seed + i, timer, cancel,
+                                                          max_tokens)
                     else:  # the sentences after it decode beside it (continuous batching: same tokens)
                         tokens, solo = self._batched_tokens(r, batch, i, timer, cancel)
+                        tokens = tokens[:max_tokens]
                     seconds = timer.timings.get("gpt_decode", 0.0) - decoded
                     self.rates.note_length(r.spec.name, len(tokens), len(chunk.phones))  # (streams' windows plan by it)
                     if quiet and (solo or (i == 0 and self.rates.token_s is None)):  # the speeds streams are
@@ -369,9 +374,9 @@ class GPTSoVITSEngine:
 
     def warmup(self, cancel: threading.Event | None = None) -> dict[str, float]:
         """Warm the GPT decode path, every text front end the voice's language may reach (for Chinese voices
-        also English, which mixed text uses), then one short synthesis with the current voice (loads and caches
-        everything, compiles, and measures the speeds streams are paced by). Returns the front ends' warm-up
-        seconds by language.
+        also English, which mixed text uses), then one short synthesis with the current voice, at most
+        :func:`warmup_tokens` tokens (loads and caches everything, compiles, and measures the speeds streams are paced
+        by). Returns the front ends' warm-up seconds by language.
 
         ``cancel`` set (before or during it: the node sets it when a text arrives) cuts the synthesis short at its
         next checkpoint, or skips it: the first text is then spoken at once and measures the speeds itself, as
@@ -388,7 +393,7 @@ class GPTSoVITSEngine:
                 models.encoders.load(("bert",))  # (the reference features may have come from the disk cache)
         with self._lock, self._stats.paused():
             try:
-                self.synthesize(text, fragment_interval=0.0, cancel=cancel)
+                self.synthesize(text, fragment_interval=0.0, cancel=cancel, max_tokens=warmup_tokens(self.config))
             except SynthesisCancelled:
                 pass  # a text is waiting: it is the warm-up
         return front_ends
@@ -405,6 +410,14 @@ class GPTSoVITSEngine:
     def list_voices(self) -> list[dict]:
         return [dataclasses.asdict(v) for v in voices_mod.list_voices(self.model_dir,
                                                                       **voices_mod.catalog_options(self.settings))]
+
+
+def warmup_tokens(config: SynthesisConfig) -> int:
+    """The most GPT tokens the warm-up synthesis speaks: a stream's largest window with its context and lookahead (60
+    by default), so that each stage runs once and the speeds measured on a whole sentence stay no lower than a
+    window's (the pacer's estimate until windows are measured, engine/rates.py), while a voice whose short text runs
+    long (the bench's: 100 tokens) is not decoded whole (docs/performance.md, "Start-up")."""
+    return config.stream_chunk_tokens + config.stream_context_tokens + config.stream_lookahead_tokens
 
 
 def _listener(listener: Listener | None, key, upcoming, playing_until) -> Listener:

@@ -201,17 +201,18 @@ def next_token(gen: Iterator[int], tokens: list[int], timer: Timer) -> int | Non
 
 
 def generate_tokens(models: Models, ref, chunk: TextChunk, cfg: SynthesisConfig, seed: int, timer: Timer,
-                    cancel: threading.Event | None = None) -> np.ndarray:
-    """All of one sentence's tokens; ``cancel`` is checked before every step."""
+                    cancel: threading.Event | None = None, limit: int | None = None) -> np.ndarray:
+    """All of one sentence's tokens, or its first ``limit``; ``cancel`` is checked before every step."""
     tokens: list[int] = []
     with stage("gpt"):
         gen = token_stream(models, ref, chunk, cfg, seed)
-    while True:
+    while limit is None or len(tokens) < limit:
         check_cancel(cancel)
         tok = next_token(gen, tokens, timer)
         if tok is None:
-            return np.asarray(tokens, dtype=np.int32)
+            break
         tokens.append(int(tok))
+    return np.asarray(tokens, dtype=np.int32)
 
 
 def sentence_latent(models: Models, ref, tokens: np.ndarray, phones: np.ndarray, speed: float, noise_scale: float,

@@ -32,9 +32,10 @@ class VoiceStore:
 
     def __init__(self, runtime: Runtime, model_dir: Path, max_cached_voices: int, stats: EngineStats,
                  say: Callable[[str], None], keep_converted: int, text_data: TextData,
-                 reference_cache: Path | None = None):
+                 reference_cache: Path | None = None, prepared: Path | None = None):
         self.runtime, self.model_dir, self.stats, self.say = runtime, model_dir, stats, say
         self.reference_cache = reference_cache  # reference features on disk (engine/reference_cache.py); None: off
+        self.prepared = prepared  # the models' prepared forms on disk (convert/load.py); None: off
         self.text_data = text_data  # the text front end's folders and g2pW choice (the reference text's phones)
         self.keep_converted = keep_converted  # per-request checkpoints kept converted (PRIMESPEECH_CONVERTED_CACHE)
         self.cache = VoiceCache(max_cached_voices, on_release=release_memory)
@@ -49,7 +50,8 @@ class VoiceStore:
             self.say(f"loading {kind} model {path}")
             with stage("load"):
                 trim_after_request()  # what the work before left in the heap goes back before this model's peak
-                model = loader(Path(path), root=self.model_dir, runtime=rt, keep_converted=self.keep_converted)
+                model = loader(Path(path), root=self.model_dir, runtime=rt, keep_converted=self.keep_converted,
+                               prepared=self.prepared)
                 if kind == "sovits":  # the generator on ONNX Runtime where MLX runs on the CPU (sovits/vocoder.py)
                     model.use_vocoder(vocoder.from_runtime(model, rt, load.onnx_cache_dir(path, self.model_dir)))
                 return model

@@ -1,8 +1,8 @@
 """How long RoBERTa's load takes from the converted float32 file (``convert.load.load_bert``: read, check that every
-weight is a float16 value, store it as float16) against reading a float16 copy of the same weights, each in a fresh
-process, alternated; the bench's real-size model (``bench/weights.py``). Not a test: the figure behind
-docs/performance.md ("Start-up"), for a prepared float16 form of the converted weights, which the package does not
-have.
+weight is a float16 value, store it as float16), from its prepared form (the same load reading what the first one
+wrote under ``prepared/``, ``PRIMESPEECH_PREPARED_CACHE``), and reading a float16 copy of the weights alone (no model
+built), each in a fresh process, alternated; the bench's real-size model (``bench/weights.py``). Not a test: the
+figure behind docs/performance.md ("Start-up").
 
     python tests/tools/bert_load_forms.py --runs 3
 """
@@ -27,10 +27,11 @@ from dora_primespeech_mlx.bench.measure import _preload_blas, bench_runtime
 _preload_blas()
 import mlx.core as mx
 from dora_primespeech_mlx.convert import load
-root, form, copy = sys.argv[1:4]
+root, form, copy, prepared = sys.argv[1:5]
 t = time.perf_counter()
-if form == "float32":
-    load.load_bert(root + "/bert", root=root, runtime=bench_runtime())
+if form in ("float32", "prepared"):
+    load.load_bert(root + "/bert", root=root, runtime=bench_runtime(),
+                   prepared=prepared if form == "prepared" else None)
 else:
     mx.eval(list(mx.load(copy).values()))
 print(time.perf_counter() - t)
@@ -50,13 +51,15 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args()
     root = ensure_models(default_models_dir())
-    seconds: dict[str, list[float]] = {"float32": [], "float16": []}
+    seconds: dict[str, list[float]] = {"float32": [], "prepared": [], "float16": []}
     with tempfile.TemporaryDirectory() as d:
-        copy = str(Path(d) / "bert16.safetensors")
+        copy, prepared = str(Path(d) / "bert16.safetensors"), str(Path(d) / "prepared")
         subprocess.run([sys.executable, "-c", WRITE, str(root / "bert" / "model.safetensors"), copy], check=True)
+        subprocess.run([sys.executable, "-c", PROBE, str(root), "prepared", copy, prepared], check=True,
+                       capture_output=True)  # the first load writes the prepared form
         for _ in range(args.runs):
             for form in seconds:
-                out = subprocess.run([sys.executable, "-c", PROBE, str(root), form, copy], check=True,
+                out = subprocess.run([sys.executable, "-c", PROBE, str(root), form, copy, prepared], check=True,
                                      capture_output=True, text=True)
                 seconds[form].append(float(out.stdout.strip().splitlines()[-1]))
     for form, s in seconds.items():
