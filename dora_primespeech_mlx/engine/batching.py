@@ -123,46 +123,42 @@ class Batching:
             return None
         return j.request
 
-    def next_to_admit(self, request, head: int, queued_s: float | None,
-                      upcoming: Callable[[], Sequence[Upcoming] | None] | None,
-                      prepare: Callable[[Upcoming], Any],
-                      allows: Callable[[Any, int | None], bool] = lambda request, s: True) -> tuple[Any, int] | None:
-        """Which sentence joins now, as (request, sentence), or None: the next sentence of ``request`` after
-        ``head`` without a row, else the first of the queued texts (``upcoming()``, asked at most every
-        :data:`UPCOMING_EVERY_S`; it may return None: no queue) that joins (``prepare`` returns its request, or None
-        when it cannot join).
-        ``allows(request, sentence)`` says whether the stream keeps up when that sentence joins now (``(None,
-        None)``: before a queued text is prepared, which is part of its start); None while it does not."""
+    def poll(self, upcoming: Callable[[], Sequence[Upcoming] | None] | None) -> list[Upcoming] | None:
+        """The queued texts, asked of ``upcoming`` (the listener's: values the caller pushed, board.py) at most every
+        :data:`UPCOMING_EVERY_S` and reconciled with the joined ones (a cancelled text's row must not keep
+        stepping); None when not asked now or the caller keeps no queue."""
+        if self.batch is None or self.batch.max_rows <= 1 or upcoming is None:
+            return None
+        if time.monotonic() - self._asked < UPCOMING_EVERY_S:
+            return None
+        asked, listed = time.monotonic(), upcoming()
+        if listed is None:  # (the caller keeps no queue)
+            return None
+        self._asked = asked
+        return self.reconcile(listed)
+
+    def has_room(self, queued_s: float | None) -> bool:
+        """Whether a sentence may join now: a batch wider than one row with room, and at least
+        :data:`ADMIT_QUEUED_S` of audio queued for the listener (``queued_s``; None: nothing is playing)."""
         b = self.batch
-        if b is None or b.max_rows <= 1:
+        return (b is not None and b.max_rows > 1 and b.room > 0 and queued_s is not None
+                and queued_s >= ADMIT_QUEUED_S)
+
+    def open_sentence(self, request, after: int = -1) -> int | None:
+        """The first sentence of ``request`` after ``after`` without a row in the batch, or None."""
+        return next((s for s in range(after + 1, len(request.chunks)) if s not in request.rows), None)
+
+    def may_join(self, u: Upcoming) -> bool:
+        """Whether the queued text ``u`` is still a candidate (not cancelled, not refused)."""
+        return not ((u.cancel is not None and u.cancel.is_set()) or u.key in self.refused)
+
+    def join(self, u: Upcoming, request) -> Joined | None:
+        """Record the queued text ``u`` as joined with its prepared ``request`` (None: it cannot join, refused)."""
+        if request is None:
+            self.refused.add(u.key)
             return None
-        queued = None
-        if upcoming is not None and time.monotonic() - self._asked >= UPCOMING_EVERY_S:
-            asked, listed = time.monotonic(), upcoming()
-            if listed is not None:  # (None: the caller keeps no queue)
-                self._asked = asked
-                queued = self.reconcile(listed)  # first: a cancelled text's row must not keep stepping
-        if b.room <= 0 or queued_s is None or queued_s < ADMIT_QUEUED_S:
-            return None
-        for s in range(head + 1, len(request.chunks)):
-            if s not in request.rows:
-                return (request, s) if allows(request, s) else None
-        for u in queued or ():
-            if (u.cancel is not None and u.cancel.is_set()) or u.key in self.refused:
-                continue
-            j = self.joined.get(u.key)
-            if j is None:
-                if not allows(None, None):
-                    return None
-                r = prepare(u)
-                if r is None:
-                    self.refused.add(u.key)
-                    continue
-                j = self.joined[u.key] = Joined(r, u)
-            for s in range(len(j.request.chunks)):
-                if s not in j.request.rows:
-                    return (j.request, s) if allows(j.request, s) else None
-        return None
+        j = self.joined[u.key] = Joined(request, u)
+        return j
 
 
 def solo(batch: DecodeBatch, steps: int, row_steps: int, tokens: int) -> bool:

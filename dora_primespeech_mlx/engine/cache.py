@@ -53,34 +53,51 @@ class VoiceCache:
         self._building: dict[Key, Future] = {}  # keys being built now, by the thread that asked first
         self._lock = threading.RLock()
 
-    def get(self, key: Key, voice: str, create: Callable[[], Any]) -> Any:
-        """The entry for ``key`` (made by ``create()`` when absent, outside the lock), marked as used by ``voice``.
-        A request for a key another thread is building waits for that build (and gets its error if it fails)."""
+    def claim(self, key: Key, voice: str) -> tuple[bool, Any]:
+        """``(True, entry)`` when ``key`` is cached (marked as used by ``voice``; a build another thread has
+        claimed is waited for, its error raised), else ``(False, None)``: the caller builds the entry, outside the
+        lock, and hands it to :meth:`fill` (or its error to :meth:`fail`); other requests for ``key`` wait meanwhile.
+        The cache never calls the builder: what builds an entry stays with its owner (engine/store.py)."""
         while True:
             with self._lock:
                 self._touch(voice)
                 if key in self._entries:
-                    return self._use(key, voice)
+                    return True, self._use(key, voice)
                 pending = self._building.get(key)
                 if pending is None:
-                    pending = self._building[key] = Future()
-                    break
+                    self._building[key] = Future()
+                    return False, None
             pending.result()  # another thread builds it: wait, then take it from the entries (or build anew)
-        try:
-            value = create()
-        except BaseException as exc:
-            with self._lock:
-                del self._building[key]
-            pending.set_exception(exc)
-            raise
+
+    def fill(self, key: Key, voice: str, value: Any) -> Any:
+        """Store the entry a :meth:`claim` left to the caller; returns it (marked as used by ``voice``)."""
         with self._lock:
-            del self._building[key]
+            pending = self._building.pop(key)
             self._entries[key] = value
             self._users[key] = set()
             self._touch(voice)  # (another thread may have evicted the voice meanwhile)
             value = self._use(key, voice)
         pending.set_result(None)
         return value
+
+    def fail(self, key: Key, exc: BaseException) -> None:
+        """The build a :meth:`claim` left to the caller failed: the requests waiting for it get ``exc``."""
+        with self._lock:
+            pending = self._building.pop(key)
+        pending.set_exception(exc)
+
+    def get(self, key: Key, voice: str, create: Callable[[], Any]) -> Any:
+        """The entry for ``key`` (made by ``create()`` when absent, outside the lock), marked as used by ``voice``:
+        :meth:`claim`, then ``create`` and :meth:`fill` / :meth:`fail`."""
+        found, value = self.claim(key, voice)
+        if found:
+            return value
+        try:
+            value = create()
+        except BaseException as exc:
+            self.fail(key, exc)
+            raise
+        return self.fill(key, voice, value)
 
     def peek(self, key: Key) -> Any:
         with self._lock:

@@ -56,7 +56,20 @@ class VoiceStore:
                     model.use_vocoder(vocoder.from_runtime(model, rt, load.onnx_cache_dir(path, self.model_dir)))
                 return model
 
-        return self.cache.get(self.key(kind, file_identity(path)), voice, create)
+        return self._cached(self.key(kind, file_identity(path)), voice, create)
+
+    def _cached(self, key: tuple, voice: str, create: Callable[[], Any]) -> Any:
+        """The cache's entry for ``key``, built here by ``create()`` when the cache leaves it to this store (the
+        cache holds entries; what builds them stays in this module: no call from the cache back into it)."""
+        found, value = self.cache.claim(key, voice)
+        if found:
+            return value
+        try:
+            value = create()
+        except BaseException as exc:
+            self.cache.fail(key, exc)
+            raise
+        return self.cache.fill(key, voice, value)
 
     def key(self, kind: str, identity: tuple) -> tuple:
         """The cache key of a file; a file deleted while running keeps the entry already loaded from it (the
@@ -79,7 +92,7 @@ class VoiceStore:
         return pipeline.Models(
             gpt=self.model("gpt", spec.gpt, name),
             sovits=sovits,
-            encoders=self.cache.get(encoders_key(spec.hubert, spec.bert), name, encoders),
+            encoders=self._cached(encoders_key(spec.hubert, spec.bert), name, encoders),
             sv=self._sv_model(spec, sovits, name),
         )
 
@@ -119,7 +132,7 @@ class VoiceStore:
                 trim_after_request()
             return ref
 
-        ref = self.cache.get(key, voice_id(spec), create)
+        ref = self._cached(key, voice_id(spec), create)
         self.cache.discard("reference", voice_id(spec), keep=key)  # an edited voice's old features
         return ref
 

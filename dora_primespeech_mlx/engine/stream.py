@@ -361,7 +361,7 @@ class Stream:
         return later
 
     def _admit_next(self, sentence: _Sentence, until: float | None, new_tokens: int) -> None:
-        """Let one waiting sentence join the decode batch (its prefill, now): see ``batching.next_to_admit``.
+        """Let one waiting sentence join the decode batch (its prefill, now).
         ``until`` None: none joins (queued texts cancelled since they joined still leave). One joins only where
         the sentence's pacer (``new_tokens`` since its last cut) keeps the listener fed after its start and with
         one more row in every step (:meth:`pacing.Pacer.admits`)."""
@@ -379,8 +379,30 @@ class Stream:
             return sentence.pacer.admits(new_tokens, time.perf_counter(), until, rates.start_s("prefill") + bert,
                                          rows, tokens)
 
-        pick = batching.next_to_admit(r, head, queued, self.listener.upcoming,
-                                      lambda u: self.ports.prepare_joined(r, u), allows)
+        # which sentence joins: the next of this request without a row, else the first queued text's (prepared
+        # here, once it may start), each only where ``allows``; the batching holds the data, this stream decides
+        listed = batching.poll(self.listener.upcoming)
+        if not batching.has_room(queued):
+            return
+        pick = None
+        s = batching.open_sentence(r, head)
+        if s is not None:
+            pick = (r, s) if allows(r, s) else None
+        else:
+            for u in listed or ():
+                if not batching.may_join(u):
+                    continue
+                j = batching.joined.get(u.key)
+                if j is None:
+                    if not allows(None, None):
+                        break
+                    j = batching.join(u, self.ports.prepare_joined(r, u))
+                    if j is None:
+                        continue
+                s = batching.open_sentence(j.request)
+                if s is not None:
+                    pick = (j.request, s) if allows(j.request, s) else None
+                    break
         if pick is not None:
             joined, s = pick
             batching.admit(joined, s, joined.timer or Timer())
