@@ -413,7 +413,7 @@ def run_side(argv: list[str], env: dict[str, str], timeout: float, cotenant=None
     """One side process (``--gate``); ``cotenant`` (a :class:`.cotenant.CotenantSpec`) runs from the end of the
     side's warm-up to the side's end. (its ``CONV`` rows, each with ``load`` and ``cotenant_tps``; why it failed, or
     None)."""
-    from .cotenant import Cotenant
+    from .cotenant import started
 
     err = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([*argv, "--gate"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
@@ -425,11 +425,8 @@ def run_side(argv: list[str], env: dict[str, str], timeout: float, cotenant=None
         for line in proc.stdout:
             if line == "WARM\n":
                 if cotenant is not None:
-                    running = Cotenant(cotenant, env)
-                    try:
-                        running.start()
-                    except RuntimeError as exc:
-                        problem, running = str(exc), None
+                    running, problem = started(cotenant, env)
+                    if problem:
                         proc.kill()
                         break
                 proc.stdin.write("go\n")

@@ -36,7 +36,7 @@ from .conversation import (
     tiny_langs,
     voice_dir,
 )
-from .cotenant import Cotenant
+from .cotenant import started
 
 SESSION = "conversation"
 MODE = "dora run"  # the rows' label: ``<side> (dora run)``
@@ -269,11 +269,7 @@ def run_flow(cli: str, plan: dict, node_env: dict[str, str], env: dict[str, str]
             time.sleep(POLL_S)
         if Path(plan["warm"]).exists():
             if cotenant is not None:
-                running = Cotenant(cotenant, env)
-                try:
-                    running.start()
-                except RuntimeError as exc:
-                    problem, running = str(exc), None
+                running, problem = started(cotenant, env)
             if problem is None:
                 Path(plan["go"]).write_text("go", encoding="utf-8")
                 try:

@@ -135,6 +135,16 @@ class Cotenant:
 # ---- the co-tenant process ---------------------------------------------------------------------------------------
 
 
+def started(spec: CotenantSpec, env: dict[str, str] | None = None) -> tuple[Cotenant | None, str | None]:
+    """A co-tenant started (``Cotenant.start``: writing tokens), or None and why it could not start."""
+    running = Cotenant(spec, env)
+    try:
+        running.start()
+    except RuntimeError as exc:
+        return None, str(exc)
+    return running, None
+
+
 def paced(step, rate: float, stop: threading.Event) -> dict:
     """Call ``step()`` (one token) until ``stop``; token ``i`` starts no earlier than ``i / rate`` s after the first
     (no catching up after a slow token: an LLM writes as fast as it can up to its rate). ``READY`` after the first."""

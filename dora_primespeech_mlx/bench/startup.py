@@ -82,15 +82,13 @@ def startup_loads(root: Path, cotenants=(), voice: str | None = None) -> dict[st
     before the first start's process begins to the end of the second: ``bench --conversation``'s co-tenants), in one
     run: ``{"loads": {"idle": pair, SPEC: pair + {"cotenant": its figures}}}``; a co-tenant that does not start or
     ends without figures gives ``{"error": why}`` in its place."""
-    from .cotenant import Cotenant
+    from .cotenant import started
 
     loads: dict[str, Any] = {"idle": startup(root, voice=voice)}
     for spec in cotenants:
-        running = Cotenant(spec)
-        try:
-            running.start()
-        except RuntimeError as exc:
-            loads[spec.text] = {"error": str(exc)}
+        running, problem = started(spec)
+        if problem:
+            loads[spec.text] = {"error": problem}
             continue
         try:
             pair = startup(root, voice=voice)
