@@ -35,8 +35,9 @@ class SynthesisConfig(defaults.RequestDefaults):
     stream_crossfade_ms: float = 15.0
     # latent frames a window's vocoder run gets before the audio it emits (its left context; the lookahead tokens
     # give the right one). The generator's receptive field (13 frames for v2) or more: the same samples as
-    # vocoding the whole window; 8: within ~4e-6 of the peak of that, each window ~5 frames of vocoder cheaper
-    stream_vocoder_margin: int = 8
+    # vocoding the whole window; 5: a relative L2 of ~1.3e-5 from that (under 1 % of what windowing changes on the
+    # real-size set, docs/streaming.md "The vocoder margin"), each window 6 frames of vocoder cheaper than at 8
+    stream_vocoder_margin: int = 5
     # pace the windows by the measured speeds (engine/pacing.py): a first window large enough that the stream
     # keeps up where the machine is slow, later windows cut just in time; False: the fixed steps above
     stream_pace: bool = True

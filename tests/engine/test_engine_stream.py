@@ -235,7 +235,7 @@ def test_vocoder_crop_keeps_the_samples(engine, small, monkeypatch, speed):
 
 
 def test_default_vocoder_margin_is_small_beside_the_windowing(engine, small):
-    """``stream_vocoder_margin`` (default 8 frames, under v2's 13-frame receptive field) trades exactness for
+    """``stream_vocoder_margin`` (default 5 frames, under v2's 13-frame receptive field) trades exactness for
     cheaper windows: the change it makes to the streamed audio is small beside the one streaming makes anyway
     (windows decoded with limited context, vs the whole sentence), and smaller than with no margin at all."""
     whole = engine.synthesize(TEXT, speed_factor=1.0, **GREEDY)
