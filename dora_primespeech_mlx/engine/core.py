@@ -185,7 +185,7 @@ class GPTSoVITSEngine:
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             self._stats.begin(stream=False)
-            self.threads.refresh()  # the cores free now (threads.py)
+            self.rates.use(self.threads.refresh())  # the cores free now (threads.py), and their speeds
             try:
                 r = self._prepare(text, voice, config, overrides, timer, cancel)
                 sr, lane = r.models.sample_rate, self._lane_for(r.models)
@@ -306,7 +306,7 @@ class GPTSoVITSEngine:
         t_start, timer = time.perf_counter(), Timer()
         with self._lock, self._on_device():
             self._stats.begin(stream=True)
-            self.threads.refresh()  # the cores free now (threads.py)
+            self.rates.use(self.threads.refresh())  # the cores free now (threads.py), and their speeds
             try:
                 r = self.batching.take(listener.key, text, voice, overrides)
                 queued = listener.upcoming()

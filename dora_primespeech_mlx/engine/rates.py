@@ -18,6 +18,17 @@ STEP_GROWTH = {2: 1.7, 3: 2.0, 4: 2.2}  # a decode step of this many rows agains
 # the rows beyond four
 
 
+class _Speeds:
+    """The speeds measured at one thread count (:class:`StreamRates`)."""
+
+    def __init__(self):
+        self.seen: dict[str, collections.deque] = {k: collections.deque(maxlen=RECENT) for k in KINDS}
+        self.from_windows: set[str] = set()  # the kinds measured on a stream window (whole sentences then ignored)
+        self.errors: collections.deque = collections.deque(maxlen=RECENT)  # windows' measured / estimated seconds
+        self.starts: dict[str, collections.deque] = {}  # a sentence's prefill seconds, BERT seconds per phone
+        self.steps: dict[int, collections.deque] = {}  # by rows: the seconds of a decode step of that many rows
+
+
 class StreamRates:
     """This engine's speeds, shared by its requests (the speeds are the machine's): each the median of the
     :data:`RECENT` latest measurements, None until measured. ``token_s``: GPT decode seconds per token; ``frame_s``:
@@ -26,25 +37,56 @@ class StreamRates:
     conservative estimate). The engine reports only measurements taken while the vocoder lane was idle (beside it
     everything is slower, and a stream's first window never has it beside it), and GPT seconds only where each token
     took a step alone, but for one cautious stand-in: until such a step was measured, the batched steps of a whole
-    request's first sentence (slower than steps alone)."""
+    request's first sentence (slower than steps alone).
+
+    Speeds are kept per thread count (:meth:`use`: the engine's thread plan decides one per request, threads.py): a
+    request at one thread beside a co-tenant plans with one thread's speeds, not those of the idle two-thread
+    warm-up. Where the count in use has no measurement of a speed yet, the nearest count's stands in, taken as many
+    times slower as that count has more threads (work spread over n threads done by fewer: the safe side; never
+    faster where it has fewer); the first request at a new count then measures its own. The sentence lengths are
+    the voice's, at any count."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._seen: dict[str, collections.deque] = {k: collections.deque(maxlen=RECENT) for k in KINDS}
-        self._from_windows: set[str] = set()  # the kinds measured on a stream window (whole sentences then ignored)
-        self._errors: collections.deque = collections.deque(maxlen=RECENT)  # windows' measured / estimated seconds
+        self._count: int | None = None  # the thread count in use (None: never told, one set of speeds)
+        self._by_count: dict[int | None, _Speeds] = {None: _Speeds()}
         self._lengths: dict[str, collections.deque] = {}  # per voice: its sentences' tokens per phone
-        self._starts: dict[str, collections.deque] = {}  # a sentence's prefill seconds, BERT seconds per phone
-        self._steps: dict[int, collections.deque] = {}  # by rows: the seconds of a decode step of that many rows
+
+    def use(self, threads: int | None) -> None:
+        """The requests from now on run on ``threads`` threads (the engine's thread plan); None: one count."""
+        with self._lock:
+            self._count = threads
+            self._by_count.setdefault(threads, _Speeds())
+
+    @property
+    def threads(self) -> int | None:
+        return self._count
+
+    @property
+    def _now(self) -> _Speeds:  # (under the lock)
+        return self._by_count[self._count]
+
+    def _pick(self, read) -> float | None:
+        """``read(speeds)`` (a median, or None) at the count in use, else at the nearest count that has it, scaled
+        to this count (see the class docstring). Under the lock."""
+        value = read(self._now)
+        if value is not None:
+            return value
+        here = self._count
+        others = [(abs((c or 1) - (here or 1)), c) for c, sp in self._by_count.items() if c != here]
+        for _, c in sorted(others, key=lambda o: (o[0], -(o[1] or 0))):
+            value = read(self._by_count[c])
+            if value is not None:
+                return value * max(1.0, (c or 1) / (here or 1))
+        return None
 
     def _add(self, kind: str, value: float) -> None:
         with self._lock:
-            self._seen[kind].append(value)
+            self._now.seen[kind].append(value)
 
     def _median(self, kind: str) -> float | None:
         with self._lock:
-            seen = list(self._seen[kind])
-        return statistics.median(seen) if seen else None
+            return self._pick(lambda sp: statistics.median(sp.seen[kind]) if sp.seen[kind] else None)
 
     @property
     def token_s(self) -> float | None:
@@ -69,14 +111,14 @@ class StreamRates:
             self.note_tokens(seconds, 1)
         elif rows > 1 and seconds > 0:
             with self._lock:
-                self._steps.setdefault(rows, collections.deque(maxlen=RECENT)).append(seconds)
+                self._now.steps.setdefault(rows, collections.deque(maxlen=RECENT)).append(seconds)
 
     def step_s(self, rows: int) -> float | None:
         """Seconds of a decode step of ``rows`` rows: one row, :attr:`token_s`; more, the median of the recent ones,
         until one was measured a step alone times :data:`STEP_GROWTH`; None before any speed was measured. Each of a
         stream's tokens takes one step of all the rows decoding beside it."""
         with self._lock:
-            seen = list(self._steps.get(rows, ()))
+            seen = list(self._now.steps.get(rows, ()))
         if seen:
             return statistics.median(seen)
         alone = self.token_s
@@ -98,30 +140,32 @@ class StreamRates:
 
     def _note(self, kind: str, value: float, window: bool) -> None:
         with self._lock:
-            if window and kind not in self._from_windows:  # whole sentences were only a stand-in
-                self._seen[kind].clear()
-                self._from_windows.add(kind)
-            if window or kind not in self._from_windows:
-                self._seen[kind].append(value)
+            now = self._now
+            if window and kind not in now.from_windows:  # whole sentences were only a stand-in
+                now.seen[kind].clear()
+                now.from_windows.add(kind)
+            if window or kind not in now.from_windows:
+                now.seen[kind].append(value)
 
     @property
     def latent_from_windows(self) -> bool:
-        return "latent_s" in self._from_windows
+        with self._lock:
+            return "latent_s" in self._now.from_windows
 
     def note_window(self, seconds: float, estimated: float) -> None:
         """A paced window's seconds (its GPT tokens and SoVITS, nothing beside it) against the pacer's estimate."""
         if seconds > 0 and estimated > 0:
             with self._lock:
-                self._errors.append(seconds / estimated)
+                self._now.errors.append(seconds / estimated)
 
     @property
     def slowdown(self) -> float:
-        """How much longer than estimated recent windows took (the median of the last :data:`RECENT`: a bias, not
-        the noise the safety margins cover), 1 at least, at most :data:`SLOWDOWN_MAX`: the pacer plans with the
-        speeds this much slower (a throttled or shared machine gets larger windows and a larger first piece,
-        measured, instead of gaps)."""
+        """How much longer than estimated recent windows took at the count in use (the median of the last
+        :data:`RECENT`: a bias, not the noise the safety margins cover), 1 at least, at most :data:`SLOWDOWN_MAX`:
+        the pacer plans with the speeds this much slower (a throttled or shared machine gets larger windows and a
+        larger first piece, measured, instead of gaps)."""
         with self._lock:
-            seen = list(self._errors)
+            seen = list(self._now.errors)
         return min(SLOWDOWN_MAX, max(1.0, statistics.median(seen))) if seen else 1.0
 
     def note_start(self, kind: str, seconds: float, phones: int = 1) -> None:
@@ -129,13 +173,13 @@ class StreamRates:
         features for ``phones`` phones)."""
         if seconds > 0 and phones > 0:
             with self._lock:
-                self._starts.setdefault(kind, collections.deque(maxlen=RECENT)).append(seconds / phones)
+                self._now.starts.setdefault(kind, collections.deque(maxlen=RECENT)).append(seconds / phones)
 
     def start_s(self, kind: str) -> float:
         """The median of :meth:`note_start`'s recent ``kind`` seconds (per phone for ``bert``); 0 before one."""
         with self._lock:
-            seen = list(self._starts.get(kind, ()))
-        return statistics.median(seen) if seen else 0.0
+            value = self._pick(lambda sp: statistics.median(sp.starts[kind]) if sp.starts.get(kind) else None)
+        return value or 0.0
 
     def note_length(self, voice: str, tokens: int, phones: int) -> None:
         """A sentence of ``phones`` target phones decoded to ``tokens`` semantic tokens by ``voice``."""
@@ -162,4 +206,4 @@ class StreamRates:
         return None not in (self.token_s, self.frame_s, self.latent_s)
 
     def as_dict(self) -> dict[str, float | None]:
-        return {**{k: self._median(k) for k in KINDS}, "slowdown": self.slowdown}
+        return {**{k: self._median(k) for k in KINDS}, "slowdown": self.slowdown, "threads": self._count}

@@ -118,6 +118,31 @@ SLOW = rates_of(token_s=0.010, frame_s=0.0079, latent_s=0.06)  # this repo's 2-c
 FAST = rates_of(token_s=0.002, frame_s=0.0005, latent_s=0.01)
 
 
+def test_speeds_are_kept_per_thread_count():
+    """A request at one thread (a co-tenant took the other core) plans with one thread's speeds, not the idle
+    two-thread warm-up's: until it has its own, the two-thread speeds stand in twice as slow; never faster at a
+    count with more threads. Each count keeps its own measurements and its own slowdown."""
+    r = pacing.StreamRates()
+    r.use(2)
+    r.note_tokens(0.01, 1)
+    r.note_vocoder(0.004, 1, window=True)
+    r.note_latent(0.05, window=True)
+    r.note_start("prefill", 0.3)
+    r.note_window(1.5, 1.0)
+    two = (r.token_s, r.frame_s, r.latent_s, r.start_s("prefill"))
+    assert two == pytest.approx((0.01, 0.004, 0.05, 0.3)) and r.slowdown == pytest.approx(1.5)
+    r.use(1)
+    assert (r.token_s, r.frame_s, r.latent_s, r.start_s("prefill")) == pytest.approx(tuple(2 * v for v in two))
+    assert r.slowdown == 1.0 and r.threads == 1 and r.as_dict()["threads"] == 1
+    r.note_tokens(0.013, 1)
+    r.note_vocoder(0.007, 1, window=True)
+    assert (r.token_s, r.frame_s, r.latent_s) == pytest.approx((0.013, 0.007, 0.1))  # its own, the rest stand-ins
+    r.use(4)
+    assert (r.token_s, r.frame_s) == pytest.approx((0.01, 0.004))  # the nearest count's (2), not faster
+    r.use(2)
+    assert (r.token_s, r.frame_s, r.latent_s, r.start_s("prefill")) == pytest.approx(two)
+
+
 def test_fixed_steps_starve_on_a_slow_machine_and_pacing_does_not():
     fixed = SynthesisConfig(stream_pace=False)
     paced = SynthesisConfig()
@@ -233,7 +258,8 @@ def test_engine_measures_its_speeds_and_the_paced_stream_matches_the_whole(engin
     chunks = list(engine.synthesize_stream(text, stream_chunk_tokens=10, stream_context_tokens=8, **kw))
     assert r.latent_from_windows
     assert len(r._lengths[voice_name]) == lengths + 1  # the stream's sentence, too
-    assert r._errors and 1.0 <= r.slowdown <= 2.0  # its windows against the plan's estimates
+    assert r._now.errors and 1.0 <= r.slowdown <= 2.0  # its windows against the plan's estimates
+    assert r.threads == engine.threads.compute()  # the speeds of the thread count the requests ran at
     assert r.start_s("prefill") > 0  # its sentence's prefill, for the plans of later sentences
     streamed = np.concatenate([c.audio for c in chunks])
     assert len(streamed) == len(whole.audio)
