@@ -154,6 +154,11 @@ class GPTSoVITSEngine:
 
     # ---- requests ----------------------------------------------------------------------------------
     def _lane_for(self, models: pipeline.Models) -> overlap.VocoderLane | None:
+        """The vocoder lane where it is wanted (``overlap.wanted``) and, under ``PRIMESPEECH_OVERLAP=auto``, the
+        thread plan runs two or more threads now: where a co-tenant leaves one core, the lane's vocoder would only
+        take turns with the GPT on it (and slow both)."""
+        if self.runtime.overlap != "1" and self.threads.compute() < 2:
+            return None
         return self._lane if overlap.wanted(self.runtime.overlap, models.sovits) else None
 
     def _prepare(self, text, voice, config, overrides, timer: Timer, cancel, bert_upto: int | None = None) -> _Request:

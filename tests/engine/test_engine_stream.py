@@ -426,6 +426,30 @@ class _Once:
         return first
 
 
+def test_lane_waits_while_the_thread_plan_has_one_thread(engine, small, monkeypatch):
+    """PRIMESPEECH_OVERLAP=auto: while the thread plan runs one thread (a co-tenant took the other cores), every
+    window is vocoded in turn (the lane would only take turns with the GPT on the one core); with two threads the
+    lane takes the windows it is given, as ``overlap.wanted`` says."""
+    from dora_primespeech_mlx.engine import overlap
+
+    sovits = engine.store.models(engine.voice).sovits
+    if getattr(sovits, "vocoder_backend", None) is None or sovits.vocoder_backend.active != "onnxruntime":
+        pytest.skip("the vocoder does not run on ONNX Runtime here (MLX on a GPU, or onnxruntime missing)")
+    monkeypatch.setattr(engine, "runtime", engine.runtime.replace(overlap="auto"))
+    monkeypatch.setattr(overlap, "wanted", lambda mode, sovits: True)  # (as on two or more cores)
+    monkeypatch.setattr(overlap, "STREAM_QUEUED_S", -1.0)  # every window after the first to the lane, if used
+    submitted, real_submit = [], overlap.VocoderLane.submit
+    monkeypatch.setattr(overlap.VocoderLane, "submit", lambda self, *a: submitted.append(1) or real_submit(self, *a))
+    counts = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(engine.threads, "refresh", lambda force=False, n=threads: n)
+        monkeypatch.setattr(engine.threads, "compute", lambda n=threads: n)
+        submitted.clear()
+        assert list(engine.synthesize_stream(TEXT, **small))
+        counts[threads] = len(submitted)
+    assert counts[1] == 0 and counts[2] > 0, counts
+
+
 @pytest.mark.parametrize("follow", [True, False])
 def test_stream_windows_follow_a_busy_lane(engine, small, monkeypatch, follow):
     """While a stream's earlier window is still in the lane, its next windows go there too (they go out in order:
