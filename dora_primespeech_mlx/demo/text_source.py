@@ -71,13 +71,11 @@ class Source:
             if self.closed:
                 raise SystemExit(f"text_source: the dataflow closed while waiting for {what}")
             event = self.node.next()
-            if event is None:
+            if event is None:  # the event stream ended: nothing more will come
                 self.closed = True
                 continue
-            if event["type"] != "INPUT":
-                if event["type"] == "STOP":
-                    self.closed = True
-                continue
+            if event["type"] != "INPUT":  # (after a STOP the inputs already sent still come, e.g. the TTS node's
+                continue                  # start failure and its answers when it failed: read them to the end)
             md = event.get("metadata") or {}
             if event["id"] == "segment_complete":
                 key = (str(md.get("question_id")), str(md.get("segment_index")))
