@@ -36,8 +36,7 @@ def _pairs(items: list[str]) -> dict[str, str]:
 
 def main() -> int:
     from dora_primespeech_mlx.bench import cotenant
-    from dora_primespeech_mlx.bench.conversation import ANSWERS, playback, side_settings, voice_dir
-    from dora_primespeech_mlx.engine.startup import start_engine
+    from dora_primespeech_mlx.bench.conversation import ANSWERS, OursSide, playback
     from dora_primespeech_mlx.settings import Settings
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,11 +48,10 @@ def main() -> int:
     ap.add_argument("--override", action="append", default=[], metavar="FIELD=INT", help="an engine override")
     a = ap.parse_args()
     overrides = {k: int(v) for k, v in _pairs(a.override).items()}
-    md, voice, _ = voice_dir(a.models, None)
     text_data = Settings.from_env().text_data  # this process's front-end data, as the bench hands it to a side
     extra = {"PRIMESPEECH_TEXT_DATA": str(text_data)} if text_data else {}
-    settings = Settings.from_env(side_settings(md, voice, a.threads, "cut0", {**extra, **_pairs(a.set)}))
-    engine, _ = start_engine(settings, lambda _m: None)
+    side = OursSide(a.models, None, a.threads, "cut0", {**extra, **_pairs(a.set)})  # the conversation bench's engine
+    engine, voice = side.engine, side.voice
 
     def stream(lang: str) -> tuple[float, list[float]]:
         text = ("" if lang == "zh" else " ").join(ANSWERS[lang][:2])

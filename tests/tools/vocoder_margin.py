@@ -33,19 +33,17 @@ def relative(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def main() -> int:
-    from dora_primespeech_mlx.bench.conversation import ANSWERS, side_settings, voice_dir
-    from dora_primespeech_mlx.engine.startup import start_engine
+    from dora_primespeech_mlx.bench.conversation import ANSWERS, OursSide
     from dora_primespeech_mlx.settings import Settings
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=os.environ.get("REF_BIG") or os.path.expanduser(REF_BIG))
     ap.add_argument("--margins", default="8,6,5,4,3,0")
     a = ap.parse_args()
-    md, voice, _ = voice_dir(a.models, None)
     text_data = Settings.from_env().text_data  # this process's front-end data, as the bench hands it to a side
     extra = {"PRIMESPEECH_TEXT_DATA": str(text_data)} if text_data else {}
-    settings = Settings.from_env(side_settings(md, voice, 1, "cut0", {"STREAMING": "false", **extra}))
-    engine, _ = start_engine(settings, lambda _m: None)
+    side = OursSide(a.models, None, 1, "cut0", {"STREAMING": "false", **extra})  # the conversation bench's engine
+    engine, voice = side.engine, side.voice
     for lang in ("zh", "en"):
         text, kw = ANSWERS[lang][1], {"text_lang": lang, "top_k": 1, "seed": 1}
 
